@@ -1,0 +1,3 @@
+from dwtune.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""One module per CLI subcommand; heavy imports stay inside run()."""

@@ -1,0 +1,29 @@
+"""The one metric vocabulary.
+
+Every producer (torch trainer, simulated backend) reports these keys; every consumer (Ray Tune,
+bisection, Parquet, TensorBoard, report) reads them. Never spell a metric name anywhere else.
+"""
+
+TRAIN_LOSS = "train/loss"
+VAL_LOSS = "val/loss"
+VAL_BEST_LOSS = "val/best_loss"
+STEP = "step"
+TOKENS = "tokens"
+LR = "lr"
+GRAD_NORM = "grad_norm"
+TOKENS_PER_S = "perf/tokens_per_s"
+STEP_TIME_S = "perf/step_time_s"
+MFU = "perf/mfu"
+ELAPSED_S = "time/elapsed_s"
+# Final status of a training: "finished", "early_stopped", "diverged" (set in the last report).
+STATUS = "status"
+
+STATUS_FINISHED = "finished"
+STATUS_EARLY_STOPPED = "early_stopped"
+STATUS_DIVERGED = "diverged"
+STATUS_FAILED = "failed"
+# A training that produced a usable final validation loss.
+COMPLETED_STATUSES = (STATUS_FINISHED, STATUS_EARLY_STOPPED)
+
+# Scalars written to TensorBoard and curves.parquet, in this order.
+CURVE_SCALARS = (TRAIN_LOSS, VAL_LOSS, VAL_BEST_LOSS, LR, GRAD_NORM, TOKENS_PER_S, STEP_TIME_S, MFU)
