@@ -46,7 +46,7 @@ class ModelShape:
 
     @property
     def mlp_hidden(self) -> int:
-        return int(round(self.mlp_ratio * self.width))
+        return round(self.mlp_ratio * self.width)
 
 
 @dataclass(frozen=True)

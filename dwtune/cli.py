@@ -31,7 +31,7 @@ COMMANDS = {
 class _ArgumentParser(argparse.ArgumentParser):
     """argparse that reports bad flags as one line with exit code 2 (its default code)."""
 
-    def error(self, message: str) -> None:  # noqa: D401 - argparse API
+    def error(self, message: str) -> None:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 

@@ -18,7 +18,17 @@ import pyarrow.parquet as pq
 
 from dwtune.store import atomic_write_bytes
 
-PACKAGES = ("dwtune", "torch", "ray", "optuna", "pandas", "scipy", "pyarrow", "numpy", "tensorboard")
+PACKAGES = (
+    "dwtune",
+    "torch",
+    "ray",
+    "optuna",
+    "pandas",
+    "scipy",
+    "pyarrow",
+    "numpy",
+    "tensorboard",
+)
 
 
 def package_versions() -> dict[str, str]:
@@ -35,10 +45,21 @@ def git_revision() -> str:
     """The code's git revision (with '-dirty' for local changes), or 'unknown'."""
     here = Path(__file__).resolve().parent
     try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                             text=True, timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=here, capture_output=True, text=True, timeout=5).stdout.strip()
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return rev + ("-dirty" if dirty else "")
@@ -73,10 +94,14 @@ def read_parquet_checked(path: Path, required: tuple[str, ...]) -> pa.Table:
     try:
         table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise InputError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]}); "
-                         f"re-export it with `dwtune export`") from None
+        raise InputError(
+            f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]}); "
+            f"re-export it with `dwtune export`"
+        ) from None
     missing = [c for c in required if c not in table.column_names]
     if missing:
-        raise InputError(f"{path}: missing column(s) {', '.join(missing)}; "
-                         f"expected a dwtune export with {', '.join(required)}")
+        raise InputError(
+            f"{path}: missing column(s) {', '.join(missing)}; "
+            f"expected a dwtune export with {', '.join(required)}"
+        )
     return table

@@ -110,23 +110,38 @@ class TrialRecord:
 
 
 def record_from_result(
-    request: TrialRequest, spec: ExperimentSpec, curve: list[dict], status: str,
-    wall_time_s: float, node: str = "", error: str = "",
+    request: TrialRequest,
+    spec: ExperimentSpec,
+    curve: list[dict],
+    status: str,
+    wall_time_s: float,
+    node: str = "",
+    error: str = "",
 ) -> TrialRecord:
     """Summarise a trial's reported curve into its record."""
     last = curve[-1] if curve else {}
     val = [r[metrics.VAL_LOSS] for r in curve if metrics.VAL_LOSS in r]
     cell = request.cell
     return TrialRecord(
-        trial_id=request.trial_id, stage=request.stage, depth=cell.shape.depth,
-        width=cell.shape.width, heads=cell.shape.heads, budget=cell.budget,
-        params_non_embedding=cell.params_non_embedding, params_total=cell.params_total,
-        seed=request.seed, status=status,
+        trial_id=request.trial_id,
+        stage=request.stage,
+        depth=cell.shape.depth,
+        width=cell.shape.width,
+        heads=cell.shape.heads,
+        budget=cell.budget,
+        params_non_embedding=cell.params_non_embedding,
+        params_total=cell.params_total,
+        seed=request.seed,
+        status=status,
         final_val_loss=float(val[-1]) if val else float("nan"),
         best_val_loss=float(min(val)) if val else float("nan"),
-        steps=int(last.get(metrics.STEP, 0)), tokens=int(last.get(metrics.TOKENS, 0)),
+        steps=int(last.get(metrics.STEP, 0)),
+        tokens=int(last.get(metrics.TOKENS, 0)),
         wall_time_s=float(wall_time_s),
         tokens_per_s=float(last.get(metrics.TOKENS_PER_S, float("nan"))),
         mfu=float(last.get(metrics.MFU, float("nan"))),
-        node=node, error=error, simulated=spec.trainer == "simulated", curve=list(curve),
+        node=node,
+        error=error,
+        simulated=spec.trainer == "simulated",
+        curve=list(curve),
     )

@@ -105,8 +105,11 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if (self.steps is None) == (self.tokens is None):
             raise InputError("train: got both or neither of steps and tokens; give exactly one")
-        _at_least("train.steps" if self.steps is not None else "train.tokens",
-                  self.steps if self.steps is not None else self.tokens, 1)
+        _at_least(
+            "train.steps" if self.steps is not None else "train.tokens",
+            self.steps if self.steps is not None else self.tokens,
+            1,
+        )
         for name in ("batch_size", "eval_every", "eval_batches"):
             _at_least(f"train.{name}", getattr(self, name), 1)
         _at_least("train.warmup_steps", self.warmup_steps, 0)
@@ -216,7 +219,10 @@ class ExperimentSpec:
     def cell(self, depth: int, budget: float) -> GridCell:
         """The grid cell (shape at the budget-solving width) for one depth and budget."""
         return solve_width(
-            self.shape_template(), depth, budget, self.model.width_multiple,
+            self.shape_template(),
+            depth,
+            budget,
+            self.model.width_multiple,
             self.model.size_convention,
         )
 
@@ -331,13 +337,19 @@ def _build(cls: type, section: str, raw: object, special: dict | None = None) ->
     kwargs = {}
     for key, value in raw.items():
         name = f"{section}.{key}"
-        kwargs[key] = special[key](name, value) if key in special else _convert(name, hints[key], value)
+        kwargs[key] = (
+            special[key](name, value) if key in special else _convert(name, hints[key], value)
+        )
     try:
         return cls(**kwargs)
     except TypeError as exc:  # a required key is missing
-        missing = [f for f, spec in fields.items() if f not in kwargs
-                   and spec.default is dataclasses.MISSING
-                   and spec.default_factory is dataclasses.MISSING]
+        missing = [
+            f
+            for f, spec in fields.items()
+            if f not in kwargs
+            and spec.default is dataclasses.MISSING
+            and spec.default_factory is dataclasses.MISSING
+        ]
         raise InputError(f"{section}: missing required key(s) {', '.join(missing)}") from exc
 
 
@@ -404,13 +416,18 @@ TOP_LEVEL = ["name", "description", "trainer", *SECTIONS]
 def spec_from_dict(raw: object, source: str = "") -> ExperimentSpec:
     """Validate a raw mapping (parsed YAML) into an :class:`ExperimentSpec`."""
     if not isinstance(raw, dict):
-        raise InputError(f"spec: got {type(raw).__name__}; expected a mapping with name, space, train")
+        raise InputError(
+            f"spec: got {type(raw).__name__}; expected a mapping with name, space, train"
+        )
     _check_keys("", raw, TOP_LEVEL)
     for required in ("name", "space", "train"):
         if required not in raw:
             raise InputError(f"{required}: missing; every spec needs name, space and train")
-    sections = {key: _build(cls, key, raw.get(key), special) for key, (cls, special) in SECTIONS.items()
-                if key in raw}
+    sections = {
+        key: _build(cls, key, raw.get(key), special)
+        for key, (cls, special) in SECTIONS.items()
+        if key in raw
+    }
     spec = ExperimentSpec(
         name=_as_str("name", raw["name"]),
         description=_as_str("description", raw.get("description", "")),
@@ -441,7 +458,9 @@ def load_spec(path: str | Path) -> ExperimentSpec:
     """Read and validate a spec file; every failure is an InputError naming the fix."""
     path = Path(path).expanduser()
     if path.is_dir():
-        raise InputError(f"{path}: is a directory; pass a spec file such as search_spaces/quickstart.yaml")
+        raise InputError(
+            f"{path}: is a directory; pass a spec file such as search_spaces/quickstart.yaml"
+        )
     if not path.exists():
         raise InputError(f"{path}: no such spec file; see search_spaces/ for examples")
     try:

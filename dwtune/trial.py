@@ -36,12 +36,18 @@ def backend_for(spec: ExperimentSpec) -> Callable[..., dict]:
 
 
 def run_training(
-    spec: ExperimentSpec, shape: ModelShape, seed: int, report: Report, *,
-    checkpoint_dir: str | None = None, resume_from: str | None = None,
+    spec: ExperimentSpec,
+    shape: ModelShape,
+    seed: int,
+    report: Report,
+    *,
+    checkpoint_dir: str | None = None,
+    resume_from: str | None = None,
 ) -> dict:
     backend = backend_for(spec)
-    return backend(spec, shape, seed, report, checkpoint_dir=checkpoint_dir,
-                   resume_from=resume_from)
+    return backend(
+        spec, shape, seed, report, checkpoint_dir=checkpoint_dir, resume_from=resume_from
+    )
 
 
 def run_trial_inprocess(spec: ExperimentSpec, request: TrialRequest) -> TrialRecord:
@@ -50,6 +56,10 @@ def run_trial_inprocess(spec: ExperimentSpec, request: TrialRequest) -> TrialRec
     start = time.perf_counter()
     final = run_training(spec, request.shape, request.seed, lambda m, _ckpt: curve.append(dict(m)))
     return record_from_result(
-        request, spec, curve, final.get(metrics.STATUS, metrics.STATUS_FINISHED),
-        time.perf_counter() - start, node=socket.gethostname(),
+        request,
+        spec,
+        curve,
+        final.get(metrics.STATUS, metrics.STATUS_FINISHED),
+        time.perf_counter() - start,
+        node=socket.gethostname(),
     )

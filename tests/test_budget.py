@@ -4,7 +4,6 @@ import itertools
 import math
 
 import pytest
-import torch
 from torch import nn
 
 from dwtune.budget import (
@@ -48,8 +47,16 @@ def reference_model(shape: ModelShape) -> nn.Module:
 
 
 SHAPES = [
-    ModelShape(depth=d, width=w, heads=2, vocab_size=v, seq_len=t, mlp_ratio=r,
-               tied_embeddings=tied, bias=bias)
+    ModelShape(
+        depth=d,
+        width=w,
+        heads=2,
+        vocab_size=v,
+        seq_len=t,
+        mlp_ratio=r,
+        tied_embeddings=tied,
+        bias=bias,
+    )
     for d, w, v, t, r, tied, bias in itertools.product(
         (1, 3), (16, 48), (97, 2000), (32, 128), (4.0, 2.5), (True, False), (False, True)
     )
@@ -74,12 +81,17 @@ def test_width_solving_is_monotone_in_depth_and_budget(convention):
     template = ModelShape(depth=1, width=2, heads=2, vocab_size=256, seq_len=64)
     budgets = [1e5, 3e5, 1e6, 3e6, 1e7]
     depths = [1, 2, 4, 8, 16]
-    widths = {(d, n): solve_width(template, d, n, 8, convention).shape.width
-              for d in depths for n in budgets}
+    widths = {
+        (d, n): solve_width(template, d, n, 8, convention).shape.width
+        for d in depths
+        for n in budgets
+    }
     for d in depths:
         assert [widths[d, n] for n in budgets] == sorted(widths[d, n] for n in budgets)
     for n in budgets:
-        assert [widths[d, n] for d in depths] == sorted((widths[d, n] for d in depths), reverse=True)
+        assert [widths[d, n] for d in depths] == sorted(
+            (widths[d, n] for d in depths), reverse=True
+        )
 
 
 def test_solved_width_is_the_closest_legal_width():

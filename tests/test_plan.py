@@ -67,6 +67,7 @@ print("HEAVY=" + ",".join(heavy))
 @pytest.mark.parametrize("module", ["spec", "budget", "records", "store", "units", "metrics"])
 def test_pure_modules_and_plan_import_no_torch_ray_or_optuna(module):
     code = PURE_IMPORT_CHECK.format(modules=module, argv=["plan", str(PAPER), "--json"])
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert result.stdout.strip().splitlines()[-1] == "HEAVY="

@@ -44,8 +44,9 @@ def test_spec_is_frozen_and_round_trips_through_its_resolved_dict():
 
 def test_exponent_strings_are_accepted_deliberately():
     # PyYAML reads 3e-3 and 1e6 (no dot) as strings.
-    raw = yaml.safe_load("name: t\nspace: {depths: [1], budgets: [1e6, 50M]}\n"
-                         "train: {steps: 1e3, lr: 3e-3}\n")
+    raw = yaml.safe_load(
+        "name: t\nspace: {depths: [1], budgets: [1e6, 50M]}\ntrain: {steps: 1e3, lr: 3e-3}\n"
+    )
     assert raw["train"]["lr"] == "3e-3"
     spec = spec_from_dict(raw)
     assert spec.train.lr == 0.003 and spec.train.steps == 1000
@@ -106,8 +107,10 @@ def write(tmp_path: Path, text: str) -> Path:
         (lambda tmp: tmp / "missing.yaml", "no such spec file"),
         (lambda tmp: tmp, "is a directory"),
         (lambda tmp: write(tmp, "name: t\nspace: [1, 2\n"), "YAML syntax error at line 3"),
-        (lambda tmp: write(tmp, yaml.safe_dump(with_changes(data={"tokeniser": "bpe"}))),
-         "did you mean 'tokenizer'"),
+        (
+            lambda tmp: write(tmp, yaml.safe_dump(with_changes(data={"tokeniser": "bpe"}))),
+            "did you mean 'tokenizer'",
+        ),
     ],
 )
 def test_cli_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys, make_path, message):
@@ -118,8 +121,11 @@ def test_cli_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys, make_path, 
 
 
 def test_bad_flag_exits_2_with_one_line():
-    result = subprocess.run([sys.executable, "-m", "dwtune", "plan", "--bogus", "x.yaml"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "dwtune", "plan", "--bogus", "x.yaml"],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2
     assert "unrecognized arguments: --bogus" in result.stderr
     assert "Traceback" not in result.stderr

@@ -63,8 +63,10 @@ def _render(row: dict) -> list[str]:
 
 
 def format_table(spec: ExperimentSpec, rows: list[dict]) -> str:
-    header = [fmt.replace(">", "<" if i == len(COLUMNS) - 1 else ">").format(title)
-              for i, (_, title, fmt) in enumerate(COLUMNS)]
+    header = [
+        fmt.replace(">", "<" if i == len(COLUMNS) - 1 else ">").format(title)
+        for i, (_, title, fmt) in enumerate(COLUMNS)
+    ]
     lines = [
         f"{spec.name}: {len(rows)} cells x {len(spec.space.seeds)} seed(s) = "
         f"{len(rows) * len(spec.space.seeds)} trainings; trainer {spec.trainer}"
@@ -78,7 +80,8 @@ def format_table(spec: ExperimentSpec, rows: list[dict]) -> str:
     lines.append(
         f"* {missed} cell(s) miss their budget by more than {BUDGET_TOLERANCE:.0%}: the width "
         f"step is too coarse there (lower model.width_multiple to tighten)"
-        if missed else f"every cell is within {BUDGET_TOLERANCE:.0%} of its budget"
+        if missed
+        else f"every cell is within {BUDGET_TOLERANCE:.0%} of its budget"
     )
     return "\n".join(lines)
 
@@ -87,8 +90,17 @@ def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     rows = plan_rows(spec)
     if args.json:
-        print(json.dumps({"name": spec.name, "trainer": spec.trainer,
-                          "seeds": list(spec.space.seeds), "cells": rows}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "name": spec.name,
+                    "trainer": spec.trainer,
+                    "seeds": list(spec.space.seeds),
+                    "cells": rows,
+                },
+                indent=2,
+            )
+        )
     else:
         print(format_table(spec, rows))
     return 0
