@@ -2,8 +2,9 @@
 
 A trial's identity is a hash of everything that determines its result: the model shape, the
 training config, the data and tokenizer config, the seed and the trainer backend (with the
-simulated surface's parameters when simulated). Stage, budget and resources are not part of it:
-the same model trained for the grid and for the refine stage is one trial, trained once.
+simulated surface's parameters and the depth's planted pairs when simulated). Stage, budget and
+resources are not part of it: the same model trained for the grid and for the refine stage is
+one trial, trained once.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ def trial_identity(spec: ExperimentSpec, shape: ModelShape, seed: int) -> str:
         "trainer": spec.trainer,
     }
     if spec.trainer == "simulated":
+        from dwtune.simulate import planted_chain  # the surface of a depth depends on its pairs
+
         payload["simulated"] = dataclasses.asdict(spec.simulated)
+        payload["planted_chain"] = list(planted_chain(spec.refine.pairs, shape.depth))
     blob = json.dumps(payload, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -183,10 +183,19 @@ class SimulatedConfig:
     b: float = 0.0555
     noise: float = 0.002  # seed-to-seed standard deviation of the final loss (nats)
     seconds_per_step: float = 0.0  # optional sleep per reported step, to rehearse scheduling
+    gap: float = 0.05  # largest loss gap (nats) one planted depth pair opens far from its N*
+    transition_scale: float = 0.5  # e-folds of N over which a pair's gap changes sign
+    seed_correlation: float = 0.5  # share of the noise variance a seed gives every depth
 
     def __post_init__(self) -> None:
         _at_least("simulated.noise", self.noise, 0)
         _at_least("simulated.seconds_per_step", self.seconds_per_step, 0)
+        _at_least("simulated.gap", self.gap, 0)
+        _positive("simulated.transition_scale", self.transition_scale)
+        if not 0 <= self.seed_correlation <= 1:
+            raise InputError(
+                f"simulated.seed_correlation: got {self.seed_correlation!r}; expected 0 <= x <= 1"
+            )
 
 
 @dataclass(frozen=True)
@@ -450,8 +459,27 @@ def _cross_check(spec: ExperimentSpec) -> ExperimentSpec:
                     f"refine.pairs: depth {depth} in {list(pair)} is not in space.depths "
                     f"{list(spec.space.depths)}; add it there or change the pair"
                 )
+    _check_distinct_pairs(spec)
     spec.grid()  # raises for a budget too small for a depth
     return spec
+
+
+def _check_distinct_pairs(spec: ExperimentSpec) -> None:
+    """No pair twice; on the simulated surface a depth is the deeper one of one pair at most."""
+    pairs = [list(pair) for pair in spec.refine.pairs]
+    for i, pair in enumerate(pairs):
+        if pair in pairs[:i]:
+            raise InputError(f"refine.pairs: {pair} is listed twice; list each pair once")
+    if spec.trainer != "simulated":
+        return
+    deeper = [pair[1] for pair in pairs]
+    for depth in deeper:
+        if deeper.count(depth) > 1:
+            raise InputError(
+                f"refine.pairs: depth {depth} is the deeper depth of "
+                f"{[p for p in pairs if p[1] == depth]}; the simulated surface plants one "
+                f"transition per deeper depth, so keep one of those pairs"
+            )
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:

@@ -1,0 +1,187 @@
+"""dwtune bench: time the trainer's fwd+bwd+optimizer step for one shape on random tokens.
+
+Prints tokens/s, step time (median of the timed steps), MFU and where its peak came from,
+compile time (first step minus a steady step), peak memory and the attention kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+
+from dwtune.errors import InputError
+from dwtune.units import format_size
+
+RANDOM_BATCHES = 4  # distinct random batches cycled through the timed steps
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--depth", type=int, default=4)
+    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--heads", type=int, default=2)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--vocab-size", type=int, default=2000)
+    parser.add_argument("--mlp-ratio", type=float, default=4.0)
+    parser.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="compile the repeated block (default: on for CUDA, off for CPU)",
+    )
+    parser.add_argument(
+        "--peak-flops",
+        type=float,
+        default=None,
+        help="device peak FLOP/s for MFU (default: GPU table or calibration)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def _shape(args: argparse.Namespace):
+    from dwtune.budget import ModelShape
+    from dwtune.model import check_shape
+
+    shape = ModelShape(
+        depth=args.depth,
+        width=args.width,
+        heads=args.heads,
+        vocab_size=args.vocab_size,
+        seq_len=args.seq_len,
+        mlp_ratio=args.mlp_ratio,
+    )
+    check_shape(shape)
+    return shape
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+    for flag, value, minimum in (
+        ("--steps", args.steps, 1),
+        ("--warmup", args.warmup, 1),
+        ("--batch-size", args.batch_size, 1),
+    ):
+        if value < minimum:
+            raise InputError(f"{flag}: got {value}; expected an integer >= {minimum}")
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Build the trainer's step for the shape, time it, and summarise (see module doc)."""
+    import torch
+
+    from dwtune.budget import count_params, flops_per_token
+    from dwtune.perf import (
+        attention_backend,
+        device_name,
+        mfu,
+        peak_flops,
+        peak_memory_bytes,
+        reset_peak_memory,
+        time_steps,
+    )
+    from dwtune.spec import DataConfig, TrainConfig
+    from dwtune.train import build_training, configure_runtime
+
+    _check_counts(args)
+    shape = _shape(args)
+    runtime = configure_runtime(args.device, args.compile, DataConfig().cache_dir)
+    cfg = TrainConfig(steps=args.steps + args.warmup, batch_size=args.batch_size)
+    peak = peak_flops(runtime.device, args.peak_flops)
+    generator = torch.Generator().manual_seed(args.seed)
+    batches = [
+        torch.randint(
+            0, shape.vocab_size, (args.batch_size, shape.seq_len + 1), generator=generator
+        ).to(runtime.device)
+        for _ in range(RANDOM_BATCHES)
+    ]
+    reset_peak_memory(runtime.device)
+    step = build_training(shape, cfg, runtime, args.seed)
+    counter = itertools.count()
+
+    def one_step() -> None:
+        tokens = batches[next(counter) % RANDOM_BATCHES]
+        step(tokens[:, :-1], tokens[:, 1:])
+
+    try:
+        times = time_steps(one_step, args.steps, args.warmup, runtime.device)
+    except torch.OutOfMemoryError:
+        raise InputError(
+            f"out of memory at batch size {args.batch_size} for depth "
+            f"{shape.depth} x width {shape.width} on {device_name(runtime.device)}; "
+            f"lower --batch-size"
+        ) from None
+    tokens_per_s = args.batch_size * shape.seq_len / times.median_s
+    memory, memory_kind = peak_memory_bytes(runtime.device)
+    dtype = torch.bfloat16 if runtime.cuda else torch.float32
+    backend, why = attention_backend(shape, runtime.device, dtype)
+    return {
+        "device": runtime.device.type,
+        "device_name": device_name(runtime.device),
+        "threads": runtime.threads,
+        "depth": shape.depth,
+        "width": shape.width,
+        "heads": shape.heads,
+        "head_dim": shape.head_dim,
+        "seq_len": shape.seq_len,
+        "batch_size": args.batch_size,
+        "vocab_size": shape.vocab_size,
+        "params": count_params(shape).total,
+        "flops_per_token": flops_per_token(shape),
+        "precision": "bf16 autocast" if runtime.cuda else "fp32",
+        "compile": runtime.compile,
+        "attention_backend": backend,
+        "attention_note": why,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "step_time_s": times.median_s,
+        "step_time_min_s": min(times.times_s),
+        "tokens_per_s": tokens_per_s,
+        "mfu": mfu(flops_per_token(shape), tokens_per_s, peak),
+        "peak_flops": peak.flops,
+        "peak_source": peak.source,
+        "first_step_s": times.first_s,
+        "compile_time_s": times.compile_s if runtime.compile else None,
+        "peak_memory_bytes": memory,
+        "peak_memory_kind": memory_kind,
+    }
+
+
+def format_result(r: dict) -> str:
+    compile_line = (
+        f"{r['compile_time_s']:.2f} s (first step {r['first_step_s']:.2f} s)"
+        if r["compile"]
+        else f"off (first step {r['first_step_s']:.3f} s)"
+    )
+    rows = [
+        (
+            "shape",
+            f"depth {r['depth']} x width {r['width']}, {r['heads']} heads "
+            f"(head_dim {r['head_dim']}), seq {r['seq_len']}, batch {r['batch_size']}, "
+            f"vocab {r['vocab_size']}, {format_size(r['params'])} params",
+        ),
+        ("device", f"{r['device_name']}, {r['precision']}"),
+        ("attention", f"{r['attention_backend']} ({r['attention_note']})"),
+        ("tokens/s", f"{r['tokens_per_s']:,.0f}"),
+        (
+            "step time",
+            f"{1e3 * r['step_time_s']:.2f} ms median of {r['steps']} "
+            f"(min {1e3 * r['step_time_min_s']:.2f} ms)",
+        ),
+        (
+            "MFU",
+            f"{100 * r['mfu']:.1f}% of {r['peak_flops'] / 1e12:.3g} TFLOP/s [{r['peak_source']}]",
+        ),
+        ("compile", compile_line),
+        ("peak memory", f"{r['peak_memory_bytes'] / 2**20:,.0f} MiB ({r['peak_memory_kind']})"),
+    ]
+    return "\n".join(f"{name:<12} {value}" for name, value in rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    result = measure(args)
+    print(json.dumps(result, indent=2) if args.json else format_result(result))
+    return 0

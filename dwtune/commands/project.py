@@ -1,0 +1,126 @@
+"""dwtune project: optimal depth and width for a budget, and the transition size of a depth.
+
+The law comes from one of: an experiment directory (fitted from its transitions), ``--fit``
+(a fit.json, transitions.parquet or depth,width,width_err CSV), or ``--reference levine2020``
+(the paper's published constants; the default when nothing is given). Imports no torch, Ray,
+Optuna or matplotlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+DEFAULT_REFERENCE = "levine2020"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", nargs="?", metavar="EXPERIMENT_DIR", help="fit this study")
+    parser.add_argument(
+        "--budget", action="append", default=[], help="parameters, e.g. 1.75e11, 175B, 1T, 50M"
+    )
+    parser.add_argument("--depth", action="append", default=[], help="layers, e.g. 96")
+    parser.add_argument("--reference", help=f"published fit (default {DEFAULT_REFERENCE})")
+    parser.add_argument("--fit", metavar="FILE", help="fit.json, transitions.parquet or CSV")
+    parser.add_argument("--level", type=float, default=0.95, help="interval level (0.95)")
+    parser.add_argument("--json", action="store_true", help="print the projections as JSON")
+
+
+def _law(args: argparse.Namespace):
+    """(law, simulated) from exactly one of EXPERIMENT_DIR, --fit, --reference (default ref)."""
+    from dwtune.errors import InputError
+    from dwtune.projection import reference
+
+    given = [x for x in (args.source, args.fit, args.reference) if x is not None]
+    if len(given) > 1:
+        raise InputError("choose one law: EXPERIMENT_DIR, --fit FILE or --reference NAME")
+    if args.source is None and args.fit is None:
+        return reference(args.reference or DEFAULT_REFERENCE), False
+    return _study_law(Path(args.source or args.fit))
+
+
+def _study_law(path: Path):
+    from dwtune.fit_io import law_from_json, load_fit_input
+    from dwtune.projection import DepthWidthLaw
+
+    if path.suffix == ".json":
+        return law_from_json(path)
+    points = load_fit_input(path)
+    return DepthWidthLaw.from_fit(points.fit(), source=points.source), points.simulated
+
+
+def _depth(text: str) -> float:
+    from dwtune.errors import InputError
+
+    try:
+        depth = float(text)
+    except ValueError:
+        depth = math.nan
+    if not (math.isfinite(depth) and depth > 0):
+        raise InputError(f"--depth: got {text!r}; expected a positive number of layers such as 96")
+    return depth
+
+
+def _interval(lo: float, hi: float, fmt: str) -> str:
+    if math.isnan(lo):
+        return ""
+    return f" [{format(lo, fmt)} to {format(hi, fmt)}]"
+
+
+def format_budget(p) -> str:
+    from dwtune.units import format_size
+
+    return (
+        f"budget {format_size(p.budget)} ({p.budget:.3g} params): optimal depth {p.depth:.1f}"
+        f"{_interval(p.depth_lo, p.depth_hi, '.1f')} layers, width {p.width:,.0f}"
+        f"{_interval(p.width_lo, p.width_hi, ',.0f')}"
+    )
+
+
+def format_depth(p) -> str:
+    from dwtune.units import format_size
+
+    return (
+        f"depth {p.depth:g}: transition size {format_size(p.n_star)} ({p.n_star:.4g} params)"
+        f"{_interval(p.n_lo, p.n_hi, '.3g')}, width there {p.width:,.0f}"
+        f"{_interval(p.width_lo, p.width_hi, ',.0f')}; below that size {p.depth:g} layers are "
+        "deeper than optimal"
+    )
+
+
+def format_law(law, level: float, simulated: bool) -> str:
+    note = (
+        "published constants, no intervals" if not law.has_intervals else f"{level:.0%} intervals"
+    )
+    lines = ["SIMULATED data: a planted law, not a measurement"] if simulated else []
+    lines.append(f"law {law.name}: ln dx* = {law.a:.4g} + {law.b:.4g}·L ({note}; {law.source})")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import asdict
+
+    from dwtune.errors import InputError
+    from dwtune.fit import z_value
+    from dwtune.fit_io import json_ready
+    from dwtune.projection import parse_budget, project_budget, project_depth
+
+    z_value(args.level)  # a bad --level fails before any file is read
+    budgets = [parse_budget(b, field="--budget") for b in args.budget]
+    depths = [_depth(d) for d in args.depth]
+    if not budgets and not depths:
+        raise InputError("give at least one --budget (e.g. --budget 175B) or --depth (e.g. 96)")
+    law, simulated = _law(args)
+    by_budget = [project_budget(law, n, args.level) for n in budgets]
+    by_depth = [project_depth(law, d, args.level) for d in depths]
+    if args.json:
+        out = {"law": asdict(law), "simulated": simulated, "level": args.level}
+        out |= {"budgets": [asdict(p) for p in by_budget], "depths": [asdict(p) for p in by_depth]}
+        print(json.dumps(json_ready(out), indent=2))
+        return 0
+    print(format_law(law, args.level, simulated))
+    for line in [format_budget(p) for p in by_budget] + [format_depth(p) for p in by_depth]:
+        print(line)
+    return 0

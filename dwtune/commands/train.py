@@ -1,0 +1,128 @@
+"""dwtune train SPEC --depth L (--width W | --budget N): train one model in-process.
+
+Uses the spec's data, model and training settings (``--steps`` and ``--device`` override
+them), shows a progress bar, and prints the final metrics. No Ray.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+from dwtune.errors import InputError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", help="experiment spec, e.g. search_spaces/quickstart.yaml")
+    parser.add_argument("--depth", type=int, required=True, help="number of blocks")
+    size = parser.add_mutually_exclusive_group(required=True)
+    size.add_argument("--width", type=int, help="model width (a multiple of model.heads)")
+    size.add_argument("--budget", help="solve the width for this size, e.g. 1e6 or 50M")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=None, help="override train.steps")
+    parser.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default=None, help="override train.device"
+    )
+    parser.add_argument(
+        "--compile", choices=("auto", "true", "false"), default=None, help="override train.compile"
+    )
+    parser.add_argument(
+        "--checkpoint-dir", default=None, help="save the full state here at every evaluation"
+    )
+    parser.add_argument("--resume-from", default=None, help="continue from a checkpoint dir")
+    parser.add_argument("--json", action="store_true", help="print the final metrics as JSON")
+
+
+def _overridden(spec, args: argparse.Namespace):
+    """The spec with command-line overrides (validated by the config's own checks)."""
+    changes = {}
+    if args.steps is not None:
+        changes.update(steps=args.steps, tokens=None)
+    if args.device is not None:
+        changes["device"] = args.device
+    if args.compile is not None:
+        changes["compile"] = args.compile
+    return dataclasses.replace(spec, train=dataclasses.replace(spec.train, **changes))
+
+
+def _shape(spec, args: argparse.Namespace):
+    from dwtune.model import check_shape
+    from dwtune.units import parse_size
+
+    if args.depth < 1:
+        raise InputError(f"--depth: got {args.depth}; expected an integer >= 1")
+    if args.budget is not None:
+        return spec.cell(args.depth, parse_size(args.budget, "--budget")).shape
+    shape = dataclasses.replace(spec.shape_template(), depth=args.depth, width=args.width)
+    check_shape(shape)
+    return shape
+
+
+def _progress_bar(total: int):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="step", dynamic_ncols=True, mininterval=0.5, file=sys.stderr)
+
+
+def _format(final: dict, shape, extra: dict) -> str:
+    from dwtune.units import format_size
+
+    lines = [
+        f"depth {shape.depth} x width {shape.width}, {shape.heads} heads, "
+        f"{format_size(extra['params'])} params; {extra['device']}"
+    ]
+    for key, value in final.items():
+        shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+        lines.append(f"  {key:<20} {shown}")
+    lines.append(f"  {'MFU peak':<20} {extra['peak_source']}")
+    return "\n".join(lines)
+
+
+def _train_with_progress(trainer, checkpoint_dir: str | None) -> dict:
+    """Run the trainer under a progress bar that shows the latest validation loss."""
+    from dwtune import metrics
+
+    bar = _progress_bar(trainer.total_steps)
+    bar.update(trainer.progress.step)  # a resumed run starts part-way
+
+    def report(m: dict, _checkpoint: str | None) -> None:
+        postfix = {"val": f"{m[metrics.VAL_LOSS]:.4f}", "tok/s": f"{m[metrics.TOKENS_PER_S]:,.0f}"}
+        bar.set_postfix(postfix, refresh=False)
+
+    with bar:
+        return trainer.run(report, checkpoint_dir, on_step=lambda _step: bar.update(1))
+
+
+def run(args: argparse.Namespace) -> int:
+    from dwtune.budget import count_params
+    from dwtune.data import resolve_data_config
+    from dwtune.spec import load_spec
+
+    spec = _overridden(load_spec(args.spec), args)
+    spec = dataclasses.replace(spec, data=resolve_data_config(spec.data))
+    shape = _shape(spec, args)
+    if spec.trainer != "torch":
+        raise InputError(
+            f"trainer: got {spec.trainer!r}; dwtune train runs the torch trainer "
+            f"(set trainer: torch, or use dwtune run for simulated studies)"
+        )
+    from dwtune.perf import device_name
+    from dwtune.train import Trainer
+
+    trainer = Trainer(spec, shape, args.seed)
+    if args.resume_from:
+        trainer.restore(args.resume_from)
+    final = _train_with_progress(trainer, args.checkpoint_dir)
+    compiled = "on" if trainer.runtime.compile else "off"
+    extra = {
+        "params": count_params(shape).total,
+        "peak_source": trainer.peak.source,
+        "device": f"{device_name(trainer.runtime.device)}, compile {compiled}",
+    }
+    if args.json:
+        print(json.dumps({"metrics": final, "shape": dataclasses.asdict(shape), **extra}))
+    else:
+        print(_format(final, shape, extra))
+    return 0
