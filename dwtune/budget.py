@@ -14,6 +14,7 @@ biases the blocks hold ``12·L·d²`` weights plus LayerNorms: the paper's conve
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -131,16 +132,7 @@ class GridCell:
 
 
 def _shape_at(template: ModelShape, depth: int, width: int) -> ModelShape:
-    return ModelShape(
-        depth=depth,
-        width=width,
-        heads=template.heads,
-        vocab_size=template.vocab_size,
-        seq_len=template.seq_len,
-        mlp_ratio=template.mlp_ratio,
-        tied_embeddings=template.tied_embeddings,
-        bias=template.bias,
-    )
+    return dataclasses.replace(template, depth=depth, width=width)
 
 
 def solve_width(

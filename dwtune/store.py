@@ -22,6 +22,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import yaml
 
@@ -34,13 +35,15 @@ from dwtune.spec import ExperimentSpec, spec_from_dict
 IDENTITY_SECTIONS = ("data", "model", "train", "trainer", "simulated")
 
 
-def atomic_write_bytes(path: Path, payload: bytes) -> None:
-    """Write to a temporary file beside ``path``, fsync, then rename over it."""
+@contextlib.contextmanager
+def atomic_file(path: Path) -> Iterator[BinaryIO]:
+    """A binary handle on a temporary file beside ``path``; fsynced and renamed over ``path``
+    when the block ends, removed if it raises. Readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -48,6 +51,11 @@ def atomic_write_bytes(path: Path, payload: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_bytes(path: Path, payload: bytes) -> None:
+    with atomic_file(path) as handle:
+        handle.write(payload)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import math
 import os
 import socket
@@ -33,7 +32,7 @@ from dwtune.errors import InputError
 from dwtune.model import GPT, build_model, check_shape, compile_blocks
 from dwtune.perf import Peak, mfu, peak_flops, synchronize, tune_cpu_allocator
 from dwtune.spec import ExperimentSpec, TrainConfig
-from dwtune.store import atomic_write_bytes
+from dwtune.store import atomic_file
 
 THREADS_ENV = "DWTUNE_THREADS"  # intra-op threads; else OMP_NUM_THREADS (Ray sets it per trial)
 INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
@@ -184,6 +183,12 @@ def build_training(shape: ModelShape, cfg: TrainConfig, runtime: Runtime, seed: 
     return TrainStep(model, optimizer, runtime, cfg.grad_clip)
 
 
+def atomic_torch_save(state: dict, path: Path) -> None:
+    """torch.save streamed into an atomic file (a large state need not fit in memory twice)."""
+    with atomic_file(path) as handle:
+        torch.save(state, handle)
+
+
 @torch.no_grad()
 def evaluate(step: TrainStep, batches: list[np.ndarray]) -> float:
     """Mean loss over the fixed held-out batches (nats per token)."""
@@ -271,9 +276,7 @@ class Trainer:
             "rng": torch.get_rng_state(),
             "last_metrics": self.last_metrics,
         }
-        buffer = io.BytesIO()
-        torch.save(state, buffer)
-        atomic_write_bytes(Path(directory) / CHECKPOINT_FILE, buffer.getvalue())
+        atomic_torch_save(state, Path(directory) / CHECKPOINT_FILE)
 
     def restore(self, directory: str) -> None:
         path = Path(directory).expanduser() / CHECKPOINT_FILE

@@ -64,7 +64,21 @@ print("HEAVY=" + ",".join(heavy))
 """
 
 
-@pytest.mark.parametrize("module", ["spec", "budget", "records", "store", "units", "metrics"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "spec",
+        "budget",
+        "records",
+        "store",
+        "units",
+        "metrics",
+        "bisect",
+        "fit",
+        "projection",
+        "simulate",
+    ],
+)
 def test_pure_modules_and_plan_import_no_torch_ray_or_optuna(module):
     code = PURE_IMPORT_CHECK.format(modules=module, argv=["plan", str(PAPER), "--json"])
     result = subprocess.run(

@@ -156,6 +156,21 @@ def test_resuming_a_finished_checkpoint_returns_its_result(cache_dir, tmp_path):
     assert reports == [] and again == final
 
 
+def test_a_failed_checkpoint_write_keeps_the_previous_checkpoint(cache_dir, tmp_path, monkeypatch):
+    run(make_spec(cache_dir, steps=10), checkpoint_dir=str(tmp_path))
+    before = (tmp_path / CHECKPOINT_FILE).read_bytes()
+
+    def full_disk(state, handle):
+        handle.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(OSError, match="disk full"):
+        run(make_spec(cache_dir, steps=20), checkpoint_dir=str(tmp_path))
+    assert (tmp_path / CHECKPOINT_FILE).read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [CHECKPOINT_FILE]
+
+
 def test_a_checkpoint_of_another_trial_is_refused(cache_dir, tmp_path):
     spec = make_spec(cache_dir, steps=10)
     run(spec, seed=0, checkpoint_dir=str(tmp_path))

@@ -69,36 +69,22 @@ def _check_counts(args: argparse.Namespace) -> None:
             raise InputError(f"{flag}: got {value}; expected an integer >= {minimum}")
 
 
-def measure(args: argparse.Namespace) -> dict:
-    """Build the trainer's step for the shape, time it, and summarise (see module doc)."""
+def _time_training(args: argparse.Namespace, shape, runtime):
+    """Time the trainer's step on random batches; out of memory is a bad batch size."""
     import torch
 
-    from dwtune.budget import count_params, flops_per_token
-    from dwtune.perf import (
-        attention_backend,
-        device_name,
-        mfu,
-        peak_flops,
-        peak_memory_bytes,
-        reset_peak_memory,
-        time_steps,
-    )
-    from dwtune.spec import DataConfig, TrainConfig
-    from dwtune.train import build_training, configure_runtime
+    from dwtune.perf import device_name, reset_peak_memory, time_steps
+    from dwtune.spec import TrainConfig
+    from dwtune.train import build_training
 
-    _check_counts(args)
-    shape = _shape(args)
-    runtime = configure_runtime(args.device, args.compile, DataConfig().cache_dir)
-    cfg = TrainConfig(steps=args.steps + args.warmup, batch_size=args.batch_size)
-    peak = peak_flops(runtime.device, args.peak_flops)
     generator = torch.Generator().manual_seed(args.seed)
+    size = (args.batch_size, shape.seq_len + 1)
     batches = [
-        torch.randint(
-            0, shape.vocab_size, (args.batch_size, shape.seq_len + 1), generator=generator
-        ).to(runtime.device)
+        torch.randint(0, shape.vocab_size, size, generator=generator).to(runtime.device)
         for _ in range(RANDOM_BATCHES)
     ]
     reset_peak_memory(runtime.device)
+    cfg = TrainConfig(steps=args.steps + args.warmup, batch_size=args.batch_size)
     step = build_training(shape, cfg, runtime, args.seed)
     counter = itertools.count()
 
@@ -107,15 +93,21 @@ def measure(args: argparse.Namespace) -> dict:
         step(tokens[:, :-1], tokens[:, 1:])
 
     try:
-        times = time_steps(one_step, args.steps, args.warmup, runtime.device)
+        return time_steps(one_step, args.steps, args.warmup, runtime.device)
     except torch.OutOfMemoryError:
         raise InputError(
-            f"out of memory at batch size {args.batch_size} for depth "
-            f"{shape.depth} x width {shape.width} on {device_name(runtime.device)}; "
-            f"lower --batch-size"
+            f"out of memory at batch size {args.batch_size} for depth {shape.depth} x width "
+            f"{shape.width} on {device_name(runtime.device)}; lower --batch-size"
         ) from None
-    tokens_per_s = args.batch_size * shape.seq_len / times.median_s
-    memory, memory_kind = peak_memory_bytes(runtime.device)
+
+
+def _describe(args: argparse.Namespace, shape, runtime) -> dict:
+    """What was measured: shape, device, precision, attention kernel."""
+    import torch
+
+    from dwtune.budget import count_params, flops_per_token
+    from dwtune.perf import attention_backend, device_name
+
     dtype = torch.bfloat16 if runtime.cuda else torch.float32
     backend, why = attention_backend(shape, runtime.device, dtype)
     return {
@@ -135,12 +127,31 @@ def measure(args: argparse.Namespace) -> dict:
         "compile": runtime.compile,
         "attention_backend": backend,
         "attention_note": why,
+    }
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Build the trainer's step for the shape, time it, and summarise (see module doc)."""
+    from dwtune.perf import mfu, peak_flops, peak_memory_bytes
+    from dwtune.spec import DataConfig
+    from dwtune.train import configure_runtime
+
+    _check_counts(args)
+    shape = _shape(args)
+    runtime = configure_runtime(args.device, args.compile, DataConfig().cache_dir)
+    peak = peak_flops(runtime.device, args.peak_flops)
+    times = _time_training(args, shape, runtime)
+    tokens_per_s = args.batch_size * shape.seq_len / times.median_s
+    memory, memory_kind = peak_memory_bytes(runtime.device)
+    result = _describe(args, shape, runtime)
+    return {
+        **result,
         "steps": args.steps,
         "warmup": args.warmup,
         "step_time_s": times.median_s,
         "step_time_min_s": min(times.times_s),
         "tokens_per_s": tokens_per_s,
-        "mfu": mfu(flops_per_token(shape), tokens_per_s, peak),
+        "mfu": mfu(result["flops_per_token"], tokens_per_s, peak),
         "peak_flops": peak.flops,
         "peak_source": peak.source,
         "first_step_s": times.first_s,
