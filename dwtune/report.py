@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
 from dwtune.errors import InputError
+from dwtune.export import CURVES_FILE
 from dwtune.fit import CensoredPair, FitResult
 from dwtune.fit_io import (
     FIT_FILE,
@@ -58,6 +59,7 @@ DEFAULT_BUDGETS = (1.75e11, 1e12, 1e13)
 GPT3 = {"budget": 1.75e11, "depth": 96, "width": 12288}
 CURVE_MAX = 1e13  # parameters; figure 4 runs up to here
 CURVE_STEPS_PER_DECADE = 8
+CURVE_COLUMNS = ("trial_id", "step", "val_loss")
 TRIAL_COLUMNS = ("depth", "budget", "params_non_embedding", "status", "best_val_loss")
 PAIR_COLUMNS = ("pair", "depth_shallow", "depth_deep", "status")
 SIM_BANNER = "SIMULATED DATA: a planted loss surface, not a measurement of any model"
@@ -367,6 +369,36 @@ def plot_loss_vs_size(study: Study, cells: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
+def plot_loss_curves(study: Study, path: Path) -> Path | None:
+    """Figure 5: validation loss against training step for every trial, coloured by depth.
+
+    Drawn from curves.parquet (absent before the first export: then no figure)."""
+    curves_path = study.exp_dir / CURVES_FILE
+    if not curves_path.is_file() or study.trials.empty or "trial_id" not in study.trials:
+        return None
+    curves = read_table(curves_path, CURVE_COLUMNS, "expected the curves schema of dwtune export")
+    curves = curves.dropna(subset=["val_loss"]).merge(
+        study.trials[["trial_id", "depth", "width"]], on="trial_id"
+    )
+    fig = _new_figure(7.5, 5, study)
+    ax = fig.add_subplot()
+    colors = _depth_colors([int(d) for d in curves["depth"].unique()])
+    labelled: set[int] = set()
+    for (depth, _), trial in curves.groupby(["depth", "trial_id"]):
+        label = None if int(depth) in labelled else f"L = {int(depth)}"
+        labelled.add(int(depth))
+        ax.plot(
+            trial["step"], trial["val_loss"], color=colors[int(depth)], lw=1, alpha=0.8, label=label
+        )
+    if labelled:
+        ax.legend(title="depth", fontsize=8)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("validation loss (nats/token)")
+    ax.grid(True, alpha=0.3)
+    _title(fig, study, f"{study.name}: validation loss curves, one line per trial")
+    return _save(fig, path)
+
+
 def _transition_row(study: Study, label: str) -> pd.Series | None:
     if study.transitions is None:
         return None
@@ -631,6 +663,7 @@ def draw_figures(study, outcome, rows, cells) -> tuple[Path, ...]:
         plot_deltas(study, cells, pairs, folder / "2_delta_per_pair.png"),
         plot_fit(study, outcome, folder / "3_fit_width_vs_depth.png"),
         plot_projection(study, outcome, rows, folder / "4_projection.png"),
+        plot_loss_curves(study, folder / "5_loss_curves.png"),
     ]
     return tuple(p for p in paths if p is not None)
 
@@ -878,6 +911,7 @@ def _figures_section(figures: tuple[Path, ...], exp_dir: Path) -> list[str]:
         "2_delta_per_pair.png": "Δ loss per depth pair against size; transitions marked.",
         "3_fit_width_vs_depth.png": "ln dx* against depth: transitions, fitted line and band.",
         "4_projection.png": "Projected optimal depth and width against budget up to 1e13.",
+        "5_loss_curves.png": "Validation loss against training step, one line per trial.",
     }
     lines = ["## Figures", ""]
     for path in figures:

@@ -313,3 +313,21 @@ def test_trials_missing_columns_is_an_input_error(tmp_path):
     )
     with pytest.raises(InputError, match="missing column"):
         write_report(exp)
+
+
+def test_loss_curves_figure_is_drawn_from_curves_parquet(tmp_path):
+    exp = make_study(tmp_path / "exp")
+    trials = pd.read_parquet(exp / "trials.parquet")
+    steps = [100, 200, 300]
+    curves = pd.DataFrame(
+        {
+            "trial_id": np.repeat(trials["trial_id"].to_numpy(), len(steps)),
+            "step": np.tile(steps, len(trials)),
+            "val_loss": np.tile([3.0, 2.5, 2.2], len(trials)),
+        }
+    )
+    curves.to_parquet(exp / "curves.parquet")
+    files = write_report(exp)
+    assert [p.name for p in files.figures][-1] == "5_loss_curves.png"
+    assert (exp / "figures" / "5_loss_curves.png").stat().st_size > 10_000
+    assert "5_loss_curves.png" in (exp / "report.md").read_text()
