@@ -378,6 +378,7 @@ class TuneRunner:
     # ------------------------------------------------------------------ lifetime
 
     def __enter__(self) -> TuneRunner:
+        self._prepare_corpus()  # a bad corpus fails here, in seconds, before Ray starts
         self._saved_env = {key: os.environ.get(key) for key in QUIET_TUNE_ENV}
         os.environ.update(QUIET_TUNE_ENV)
         logging.getLogger("ray.tune").setLevel(logging.CRITICAL)

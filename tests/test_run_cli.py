@@ -259,3 +259,16 @@ def test_a_corrupt_spec_file_in_the_experiment_dir_exits_2(
     (root / "spec.yaml").write_text("name: [unclosed\n")
     assert main(["run", str(spec_path), "--storage", str(tmp_path)]) == 2
     assert "spec.yaml: corrupt" in _one_line_error(capsys)
+
+
+def test_a_missing_corpus_exits_2_before_ray_starts(tmp_path):
+    spec = tmp_path / "nocorpus.yaml"
+    spec.write_text(
+        "name: nocorpus\ndata: {corpus: /nonexistent/plays.txt}\n"
+        "space: {depths: [1], budgets: [1e5]}\ntrain: {steps: 5}\n"
+    )
+    done = _run(spec, tmp_path / "experiments")
+    assert done.returncode == 2
+    assert "data.corpus: /nonexistent/plays.txt does not exist" in done.stderr
+    assert "Ray:" not in done.stderr + done.stdout  # failed before connecting to Ray
+    assert "Traceback" not in done.stderr
