@@ -161,22 +161,6 @@ def val_loss_at(step: int, total_steps: int, start: float, final: float) -> floa
     return final + (start - final) * (1.0 - progress) * math.exp(-CURVE_DECAY * progress)
 
 
-def lr_at(spec: ExperimentSpec, step: int, total_steps: int) -> float:
-    """The spec's schedule: linear warm-up, then cosine/linear decay to min_lr_ratio·lr."""
-    train = spec.train
-    if step < train.warmup_steps:
-        return train.lr * (step + 1) / train.warmup_steps
-    span = max(total_steps - train.warmup_steps, 1)
-    progress = min((step - train.warmup_steps) / span, 1.0)
-    shape = {
-        "cosine": 0.5 * (1.0 + math.cos(math.pi * progress)),
-        "linear": 1.0 - progress,
-        "constant": 1.0,
-    }[train.schedule]
-    floor = train.min_lr_ratio if train.schedule != "constant" else 1.0
-    return train.lr * (floor + (1.0 - floor) * shape)
-
-
 def _report_at(
     spec: ExperimentSpec, step: int, total: int, losses: tuple[float, float], elapsed_s: float
 ) -> dict:
@@ -190,7 +174,7 @@ def _report_at(
         metrics.TRAIN_LOSS: val - TRAIN_GAP * step / total,
         metrics.VAL_LOSS: val,
         metrics.VAL_BEST_LOSS: val,  # the curve only decreases
-        metrics.LR: lr_at(spec, step, total),
+        metrics.LR: spec.train.lr_at(step, total),
         metrics.GRAD_NORM: math.nan,
         metrics.TOKENS_PER_S: tokens_per_step / step_time,
         metrics.STEP_TIME_S: step_time,

@@ -120,6 +120,20 @@ class TrainConfig:
         if self.patience is not None:
             _at_least("train.patience", self.patience, 1)
 
+    def lr_at(self, step: int, total_steps: int) -> float:
+        """Learning rate of the update made at 0-based ``step``: linear warm-up, then decay
+        (cosine or linear to min_lr_ratio·lr, or constant). One formula for every backend."""
+        if step < self.warmup_steps:
+            return self.lr * (step + 1) / self.warmup_steps
+        if self.schedule == "constant":
+            return self.lr
+        floor = self.min_lr_ratio * self.lr
+        span = max(1, total_steps - self.warmup_steps)
+        progress = min((step - self.warmup_steps) / span, 1.0)  # [0, 1]
+        if self.schedule == "linear":
+            return floor + (self.lr - floor) * (1.0 - progress)
+        return floor + (self.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
     def total_steps(self, seq_len: int) -> int:
         if self.steps is not None:
             return self.steps

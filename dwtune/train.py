@@ -125,19 +125,6 @@ def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=True)
 
 
-def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
-    """Learning rate of the update made at 0-based ``step``: linear warm-up, then decay."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    if cfg.schedule == "constant":
-        return cfg.lr
-    floor = cfg.min_lr_ratio * cfg.lr
-    progress = (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps)  # [0, 1)
-    if cfg.schedule == "linear":
-        return floor + (cfg.lr - floor) * (1.0 - progress)
-    return floor + (cfg.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
 class TrainStep:
     """One update: forward and loss (autocast on CUDA), backward, clipping, AdamW."""
 
@@ -301,7 +288,7 @@ class Trainer:
 
     def train_one(self) -> tuple[torch.Tensor, torch.Tensor]:
         step = self.progress.step
-        lr = lr_at(step, self.cfg, self.total_steps)
+        lr = self.cfg.lr_at(step, self.total_steps)
         for group in self.step_fn.optimizer.param_groups:
             group["lr"] = lr
         windows = train_batch(
@@ -339,7 +326,7 @@ class Trainer:
             ),
             metrics.STEP: step,
             metrics.TOKENS: step * self.tokens_per_step,
-            metrics.LR: lr_at(step - 1, self.cfg, self.total_steps),
+            metrics.LR: self.cfg.lr_at(step - 1, self.total_steps),
             metrics.GRAD_NORM: float(interval.grad_norm),
             metrics.TOKENS_PER_S: tokens_per_s,
             metrics.STEP_TIME_S: seconds / max(1, interval.steps),

@@ -18,7 +18,6 @@ from dwtune.spec import TrainConfig, spec_from_dict
 from dwtune.train import (
     CHECKPOINT_FILE,
     configure_threads,
-    lr_at,
     resolve_compile,
     train_model,
 )
@@ -210,14 +209,14 @@ def test_an_absurd_learning_rate_ends_as_diverged_not_as_a_crash(cache_dir, lr):
 
 def test_learning_rate_schedules():
     cfg = TrainConfig(steps=110, lr=1.0, warmup_steps=10, min_lr_ratio=0.1)
-    assert [lr_at(s, cfg, 110) for s in (0, 4, 9)] == [0.1, 0.5, 1.0]
-    assert lr_at(10, cfg, 110) == 1.0
-    assert lr_at(60, cfg, 110) == pytest.approx(0.55)  # halfway down the cosine
-    assert lr_at(109, cfg, 110) == pytest.approx(0.1, abs=1e-3)
+    assert [cfg.lr_at(s, 110) for s in (0, 4, 9)] == [0.1, 0.5, 1.0]
+    assert cfg.lr_at(10, 110) == 1.0
+    assert cfg.lr_at(60, 110) == pytest.approx(0.55)  # halfway down the cosine
+    assert cfg.lr_at(109, 110) == pytest.approx(0.1, abs=1e-3)
     linear = TrainConfig(steps=110, lr=1.0, warmup_steps=10, schedule="linear")
-    assert lr_at(60, linear, 110) == pytest.approx(0.5)
+    assert linear.lr_at(60, 110) == pytest.approx(0.5)
     constant = TrainConfig(steps=110, lr=1.0, warmup_steps=10, schedule="constant")
-    assert lr_at(100, constant, 110) == 1.0
+    assert constant.lr_at(100, 110) == 1.0
 
 
 def test_threads_follow_the_cpus_a_trial_was_given(monkeypatch):
