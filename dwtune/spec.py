@@ -26,6 +26,7 @@ TOKENIZERS = ("char", "bpe")
 SCHEDULES = ("cosine", "linear", "constant")
 TRAINERS = ("torch", "simulated")
 BUILTIN_CORPORA = ("shakespeare",)
+REFERENCE_FITS = ("levine2020",)  # dwtune.projection holds their constants
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,8 @@ class SpaceConfig:
             raise InputError("space.budgets: got an empty list; expected sizes such as [1e5, 1e6]")
         if not self.seeds:
             raise InputError("space.seeds: got nothing; expected a count >= 1 or a list of seeds")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise InputError(f"space.seeds: got {list(self.seeds)}; expected distinct seeds")
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,10 @@ class TrainConfig:
             _at_least(f"train.{name}", getattr(self, name), 1)
         _at_least("train.warmup_steps", self.warmup_steps, 0)
         _positive("train.lr", self.lr)
+        for name in ("beta1", "beta2", "min_lr_ratio"):
+            _within(f"train.{name}", getattr(self, name), 0.0, 1.0)
+        _at_least("train.weight_decay", self.weight_decay, 0)
+        _at_least("train.grad_clip", self.grad_clip, 0)
         _one_of("train.schedule", self.schedule, SCHEDULES)
         _one_of("train.compile", self.compile, ("auto", "true", "false"))
         _one_of("train.device", self.device, ("auto", "cpu", "cuda"))
@@ -165,7 +172,10 @@ class RefineConfig:
 @dataclass(frozen=True)
 class FitConfig:
     budgets: tuple[float, ...] = (1.75e11, 1e12, 1e13)  # sizes to project the best shape for
-    reference: str = "levine2020"
+    reference: str = "levine2020"  # published fit drawn beside the study's
+
+    def __post_init__(self) -> None:
+        _one_of("fit.reference", self.reference, REFERENCE_FITS)
 
 
 @dataclass(frozen=True)
@@ -263,8 +273,13 @@ class ExperimentSpec:
 
 
 def _at_least(name: str, value: float, minimum: float) -> None:
-    if value < minimum:
+    if not math.isfinite(value) or value < minimum:
         raise InputError(f"{name}: got {value!r}; expected a value >= {minimum}")
+
+
+def _within(name: str, value: float, low: float, high: float) -> None:
+    if not (math.isfinite(value) and low <= value <= high):
+        raise InputError(f"{name}: got {value!r}; expected {low} <= x <= {high}")
 
 
 def _positive(name: str, value: float) -> None:
@@ -514,4 +529,14 @@ def load_spec(path: str | Path) -> ExperimentSpec:
         raise InputError(f"{path}: YAML syntax error{where}: {problem}") from None
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a text file; pass a YAML spec") from None
-    return spec_from_dict(raw, source=str(path.resolve()))
+    spec = spec_from_dict(raw, source=str(path.resolve()))
+    return _corpus_relative_to(spec, path.resolve().parent)
+
+
+def _corpus_relative_to(spec: ExperimentSpec, folder: Path) -> ExperimentSpec:
+    """A relative corpus path means relative to the spec file, wherever dwtune is run from."""
+    corpus = spec.data.corpus
+    if corpus in BUILTIN_CORPORA or Path(corpus).expanduser().is_absolute():
+        return spec
+    data = dataclasses.replace(spec.data, corpus=str((folder / corpus).resolve()))
+    return dataclasses.replace(spec, data=data)

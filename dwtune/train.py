@@ -125,6 +125,10 @@ def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=True)
 
 
+def _changed_keys(saved: dict, current: dict) -> list[str]:
+    return sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+
+
 class TrainStep:
     """One update: forward and loss (autocast on CUDA), backward, clipping, AdamW."""
 
@@ -257,6 +261,7 @@ class Trainer:
             "version": CHECKPOINT_VERSION,
             "seed": self.seed,
             "shape": dataclasses.asdict(self.shape),
+            "train": dataclasses.asdict(self.cfg),
             "model": self.step_fn.model.state_dict(),
             "optimizer": self.step_fn.optimizer.state_dict(),
             "progress": dataclasses.asdict(self.progress),
@@ -272,17 +277,35 @@ class Trainer:
                 f"resume_from: {path} does not exist; pass a directory this "
                 f"trainer saved a checkpoint to"
             )
-        state = torch.load(path, map_location=self.runtime.device, weights_only=True)
+        state = self._load_checkpoint(path)
         if state["seed"] != self.seed or state["shape"] != dataclasses.asdict(self.shape):
             raise InputError(
                 f"resume_from: {path} holds seed {state['seed']} and shape "
                 f"{state['shape']}, not this trial's; pass this trial's checkpoint"
+            )
+        changed = _changed_keys(state.get("train", {}), dataclasses.asdict(self.cfg))
+        if changed:
+            raise InputError(
+                f"resume_from: {path} was trained with other settings (changed: "
+                f"{', '.join(changed)}); resume with the original train settings or start afresh"
             )
         self.step_fn.model.load_state_dict(state["model"])
         self.step_fn.optimizer.load_state_dict(state["optimizer"])
         self.progress = Progress(**state["progress"])
         torch.set_rng_state(state["rng"].cpu())
         self.last_metrics = state["last_metrics"]
+
+    def _load_checkpoint(self, path: Path) -> dict:
+        try:
+            state = torch.load(path, map_location=self.runtime.device, weights_only=True)
+            if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
+                raise ValueError("not a dwtune checkpoint of this version")
+            return state
+        except Exception as exc:  # torch raises many kinds for a damaged file
+            raise InputError(
+                f"resume_from: {path} is not a readable checkpoint ({type(exc).__name__}); "
+                f"pass another checkpoint or drop --resume-from"
+            ) from None
 
     # ------------------------------------------------------------------ training
 

@@ -135,3 +135,29 @@ def test_default_sections_are_filled_in():
     spec = spec_from_dict(MINIMAL)
     assert isinstance(spec, ExperimentSpec)
     assert spec.model.heads == 2 and spec.data.tokenizer == "char" and spec.trainer == "torch"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"train": {"beta1": 1.5}}, "train.beta1: got 1.5; expected 0.0 <= x <= 1.0"),
+        ({"train": {"min_lr_ratio": -5}}, "train.min_lr_ratio: got -5.0"),
+        ({"train": {"weight_decay": -1}}, "train.weight_decay: got -1.0"),
+        ({"resources": {"gpu": float("nan")}}, "resources.gpu: got nan"),
+        ({"space": {"seeds": [0, 0]}}, "space.seeds: got [0, 0]; expected distinct seeds"),
+        ({"fit": {"reference": "bogus"}}, "fit.reference: got 'bogus'; expected one of levine2020"),
+    ],
+)
+def test_optimizer_nan_seed_and_reference_values_are_checked(changes, message):
+    with pytest.raises(InputError) as info:
+        spec_from_dict(with_changes(**changes))
+    assert message in str(info.value)
+
+
+def test_a_relative_corpus_path_is_relative_to_the_spec_file(tmp_path, monkeypatch):
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "corpus.txt").write_text("to be or not to be " * 100)
+    path = tmp_path / "specs" / "s.yaml"
+    path.write_text(yaml.safe_dump(with_changes(data={"corpus": "../corpus.txt"})))
+    monkeypatch.chdir("/")
+    assert load_spec(path).data.corpus == str(tmp_path / "corpus.txt")

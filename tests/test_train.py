@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -314,3 +315,17 @@ def test_dwtune_train_on_cuda_without_cuda_exits_2(spec_file, capsys):
     code = cli.main(["train", spec_file, "--depth", "1", "--width", "16", "--device", "cuda"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "CUDA is not available" in err and "\n" not in err
+
+
+def test_resuming_with_other_settings_or_a_damaged_checkpoint_is_refused(tmp_path, capsys):
+    from dwtune.cli import main
+
+    spec = str(Path(__file__).parent.parent / "search_spaces" / "quickstart.yaml")
+    base = ["train", spec, "--depth", "1", "--width", "16", "--device", "cpu", "--json"]
+    assert main([*base, "--steps", "2", "--checkpoint-dir", str(tmp_path)]) == 0
+    assert main([*base, "--steps", "6", "--resume-from", str(tmp_path)]) == 2
+    assert "was trained with other settings (changed: steps)" in capsys.readouterr().err
+    (tmp_path / "state.pt").write_bytes(b"junk")
+    assert main([*base, "--steps", "2", "--resume-from", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "is not a readable checkpoint" in err and "Traceback" not in err

@@ -43,12 +43,22 @@ def run(args: argparse.Namespace) -> int:
         )
     with store.driver_lock():
         transitions = _refine(spec, store, args.address)
+        _export_and_report(store)
     from dwtune.search import TRANSITIONS_FILE, describe
 
     for transition in transitions:
         print(f"{transition.pair}: {describe(transition)}")
-    print(f"wrote {store.root / TRANSITIONS_FILE}")
+    print(f"wrote {store.root / TRANSITIONS_FILE}, the Parquet exports and {store.root}/report.md")
     return 0
+
+
+def _export_and_report(store) -> None:
+    """Keep trials.parquet and the report in step with the trainings refine just added."""
+    from dwtune.export import export_experiment
+    from dwtune.report import write_report
+
+    export_experiment(store)
+    write_report(store.root)
 
 
 def _refine(spec, store, address: str | None) -> list:

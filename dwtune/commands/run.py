@@ -104,9 +104,10 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec)
     store = ExperimentStore.for_spec(storage_root(args.storage), spec)
-    store.initialise(spec)
     progress = StudyProgress()
+    # Lock first: a refused second driver must not touch the running experiment's spec.yaml.
     with store.driver_lock():
+        store.initialise(spec)
         store.records()  # a corrupt record stops us here, before Ray starts
         try:
             _study(args, spec, store, progress)
