@@ -94,13 +94,7 @@ class ExperimentStore:
 
     def initialise(self, spec: ExperimentSpec) -> None:
         """Create the directory for ``spec``, or check that it holds a compatible spec."""
-        try:
-            self.trials_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise InputError(
-                f"storage {self.root.parent}: cannot create the experiment directory "
-                f"({exc.strerror}); pass a writable --storage"
-            ) from None
+        self._make_dirs()
         if not os.access(self.root, os.W_OK):
             raise InputError(f"storage {self.root}: not writable; pass a writable --storage")
         new = spec.to_dict()
@@ -112,6 +106,15 @@ class ExperimentStore:
                     f"give the spec a new name, or use another --storage"
                 )
         atomic_write_text(self.spec_path, yaml.safe_dump(new, sort_keys=False))
+
+    def _make_dirs(self) -> None:
+        try:
+            self.trials_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(
+                f"storage {self.root.parent}: cannot create the experiment directory "
+                f"({exc.strerror}); pass a writable --storage"
+            ) from None
 
     def load_spec_dict(self) -> dict:
         if not self.spec_path.exists():
@@ -136,7 +139,7 @@ class ExperimentStore:
         flock is released by the kernel when the process dies, so a SIGKILLed driver never
         leaves a stale lock behind.
         """
-        self.root.mkdir(parents=True, exist_ok=True)
+        self._make_dirs()
         handle = open(self.root / ".driver.lock", "a+")  # noqa: SIM115 - held for the block
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
