@@ -307,3 +307,14 @@ def test_report_command_writes_the_report(capsys, tmp_path):
     assert code == 0
     assert f"report: {exp / 'report.md'}" in out
     assert (exp / "fit.json").is_file() and (exp / "projections.parquet").is_file()
+
+
+def test_project_flags_sub_layer_budgets_and_refuses_absurd_depths(capsys):
+    code, out, _ = run_cli(capsys, "project", "--budget", "10")
+    assert code == 0 and "below one layer" in out
+    code, out, _ = run_cli(capsys, "project", "--budget", "175B")
+    assert code == 0 and "below one layer" not in out
+    code, _, err = run_cli(capsys, "project", "--depth", "1e9")
+    assert (
+        code == 2 and "--depth: got '1e9'; expected a positive number of layers up to 10,000" in err
+    )

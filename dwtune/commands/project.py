@@ -50,6 +50,9 @@ def _study_law(path: Path):
     return DepthWidthLaw.from_fit(points.fit(), source=points.source), points.simulated
 
 
+MAX_DEPTH = 10_000
+
+
 def _depth(text: str) -> float:
     from dwtune.errors import InputError
 
@@ -57,8 +60,11 @@ def _depth(text: str) -> float:
         depth = float(text)
     except ValueError:
         depth = math.nan
-    if not (math.isfinite(depth) and depth > 0):
-        raise InputError(f"--depth: got {text!r}; expected a positive number of layers such as 96")
+    # Beyond ~10,000 layers exp(2(a + b·L)) overflows a float for any plausible law.
+    if not (math.isfinite(depth) and 0 < depth <= MAX_DEPTH):
+        raise InputError(
+            f"--depth: got {text!r}; expected a positive number of layers up to {MAX_DEPTH:,}"
+        )
     return depth
 
 
@@ -75,6 +81,11 @@ def format_budget(p) -> str:
         f"budget {format_size(p.budget)} ({p.budget:.3g} params): optimal depth {p.depth:.1f}"
         f"{_interval(p.depth_lo, p.depth_hi, '.1f')} layers, width {p.width:,.0f}"
         f"{_interval(p.width_lo, p.width_hi, ',.0f')}"
+        + (
+            "; below one layer: even a single layer is deeper than optimal here"
+            if p.depth < 1
+            else ""
+        )
     )
 
 
