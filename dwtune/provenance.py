@@ -7,6 +7,7 @@ the packages that produced it and the git revision of the code, and is written a
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import subprocess
@@ -28,9 +29,13 @@ PACKAGES = (
     "pyarrow",
     "numpy",
     "tensorboard",
+    "tensorboardX",
+    "matplotlib",
+    "tokenizers",
 )
 
 
+@functools.cache  # fixed for the life of the process; asked for by every file written
 def package_versions() -> dict[str, str]:
     versions = {}
     for name in PACKAGES:
@@ -41,6 +46,7 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+@functools.cache  # one `git` subprocess per process, not two per exported file
 def git_revision() -> str:
     """The code's git revision (with '-dirty' for local changes), or 'unknown'."""
     here = Path(__file__).resolve().parent
