@@ -100,17 +100,25 @@ def test_run_trains_the_grid_exports_and_shows_progress(write_spec, simulated_ra
     assert "Traceback" not in done.stderr and "Trial" not in done.stderr  # no Tune tables
 
 
+def _signal_driver_after(study, records: int, sig: int, timeout: float):
+    """Start `dwtune run`, send ``sig`` once ``records`` trials are recorded; return its exit
+    code, stderr and the Ray processes it started that are still alive."""
+    spec, storage, store = study
+    driver = _start(spec, storage)
+    _wait_for_records(store, records, driver)
+    table = Processes.table()
+    ray_processes = Processes.descendants({driver.pid}, table)
+    driver.send_signal(sig)
+    _, err = driver.communicate(timeout=timeout)
+    return driver.returncode, err, _leftovers(ray_processes, table)
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 def test_a_killed_driver_resumes_without_repeating_finished_trials(slow_study):
     spec, storage, store = slow_study
-    driver = _start(spec, storage)
-    _wait_for_records(store, 2, driver)
-    table = Processes.table()
-    ray_processes = Processes.descendants({driver.pid}, table)
-    driver.send_signal(signal.SIGKILL)
-    driver.communicate(timeout=30)
-    assert _leftovers(ray_processes, table) == []  # Ray's reaper stops what the driver started
+    _, _, leftovers = _signal_driver_after(slow_study, 2, signal.SIGKILL, timeout=30)
+    assert leftovers == []  # Ray's reaper stops what the driver started
     before = _snapshot(store)
 
     done = _run(spec, storage, "--grid-only")
@@ -126,17 +134,12 @@ def test_a_killed_driver_resumes_without_repeating_finished_trials(slow_study):
 
 @pytest.mark.ray
 def test_ctrl_c_keeps_finished_work_and_says_how_to_resume(slow_study):
-    spec, storage, store = slow_study
-    driver = _start(spec, storage)
-    _wait_for_records(store, 1, driver)
-    table = Processes.table()
-    ray_processes = Processes.descendants({driver.pid}, table)
-    driver.send_signal(signal.SIGINT)
-    _, err = driver.communicate(timeout=60)
-    assert driver.returncode == 130
+    store = slow_study[2]
+    returncode, err, leftovers = _signal_driver_after(slow_study, 1, signal.SIGINT, timeout=60)
+    assert returncode == 130
     assert "interrupted" in err and "rerun the same command to resume" in err
     assert len(store.records()) >= 1 and all(r.completed for r in store.records())
-    assert _leftovers(ray_processes, table) == []
+    assert leftovers == []
 
 
 @pytest.mark.ray
