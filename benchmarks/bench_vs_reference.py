@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dwtune.budget import ModelShape
-from dwtune.perf import synchronize
-from dwtune.spec import DataConfig, TrainConfig
-from dwtune.train import build_training, configure_runtime
+from dwtune.backends.pytorch.perf import synchronize
+from dwtune.backends.pytorch.train import build_training, configure_runtime
+from dwtune.core.budget import ModelShape
+from dwtune.core.spec import DataConfig, TrainConfig
 
 DEFAULT_SHAPES = "4x128,16x64"
 RANDOM_BATCHES = 4

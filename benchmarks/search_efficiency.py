@@ -1,11 +1,12 @@
 """Search efficiency of the refine stage against a paper-style dense grid, in simulation.
 
-SIMULATED DATA (dwtune.simulate). For several planted laws ``ln dx* = a + b·L`` (the published
+SIMULATED DATA (dwtune.backends.simulated). For
+several planted laws ``ln dx* = a + b·L`` (the published
 a = 5.039, b = 0.0555, each perturbed) at the paper's noise level (losses "stable to the third
 digit": sd 0.002 per run), on the depths and pairs of ``search_spaces/simulated.yaml``:
 
 - dwtune: the spec's coarse grid (one seed) then the refine stage, run for real through
-  :class:`dwtune.search.RefineStage` with the in-process runner (no Ray); counted: every
+  :class:`dwtune.study.refine.RefineStage` with the in-process runner (no Ray); counted: every
   training of both stages. Its error: the largest ``|ln(N*_found / N*_planted)|`` over all
   pairs and laws.
 - dense grid, the paper's style: K log-spaced sizes per depth over the same range, 3 reruns
@@ -32,12 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
-from dwtune import bisect
-from dwtune.records import TrialRecord, grid_requests
-from dwtune.search import InProcessRunner, RefineStage
-from dwtune.simulate import final_loss, planted_transition
-from dwtune.spec import ExperimentSpec, load_spec
-from dwtune.store import ExperimentStore
+from dwtune.backends.simulated import final_loss, planted_transition
+from dwtune.core import transitions
+from dwtune.core.records import TrialRecord, grid_requests
+from dwtune.core.spec import ExperimentSpec, load_spec
+from dwtune.storage.store import ExperimentStore
+from dwtune.study.refine import InProcessRunner, RefineStage
 
 SPEC = Path(__file__).resolve().parent.parent / "search_spaces" / "simulated.yaml"
 DENSE_SEEDS = (0, 1, 2)  # the paper's 3 reruns per point
@@ -126,7 +127,7 @@ def dense_error(spec: ExperimentSpec, size: int, interpolate: bool) -> float:
     records = dense_records(spec, budgets)
     errors = []
     for pair in spec.refine.pairs:
-        grid = bisect.grid_pair(records, tuple(pair), tuple(budgets), DENSE_SEEDS, 2.0, 0.0)
+        grid = transitions.grid_pair(records, tuple(pair), tuple(budgets), DENSE_SEEDS, 2.0, 0.0)
         n_star = crossing(list(grid.points), interpolate)
         errors.append(log_error(spec, pair[1], n_star) if math.isfinite(n_star) else math.inf)
     return max(errors)

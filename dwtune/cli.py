@@ -12,7 +12,7 @@ import importlib
 import sys
 
 from dwtune import __version__
-from dwtune.errors import InputError
+from dwtune.core.errors import InputError
 
 # name -> one-line help; the module dwtune.commands.<name> implements it.
 COMMANDS = {

@@ -7,13 +7,10 @@ compile time (first step minus a steady step), peak memory and the attention ker
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 
-from dwtune.errors import InputError
-from dwtune.units import format_size
-
-RANDOM_BATCHES = 4  # distinct random batches cycled through the timed steps
+from dwtune.core.errors import InputError
+from dwtune.core.units import format_size
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,8 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _shape(args: argparse.Namespace):
-    from dwtune.budget import ModelShape
-    from dwtune.model import check_shape
+    from dwtune.backends.pytorch.model import check_shape
+    from dwtune.core.budget import ModelShape
 
     shape = ModelShape(
         depth=args.depth,
@@ -70,46 +67,26 @@ def _check_counts(args: argparse.Namespace) -> None:
 
 
 def _time_training(args: argparse.Namespace, shape, runtime):
-    """Time the trainer's step on random batches; out of memory is a bad batch size."""
-    import torch
+    """Time the trainer's step on random batches (see :func:`time_random_batches`)."""
+    from dwtune.backends.pytorch.bench import time_random_batches
 
-    from dwtune.perf import device_name, reset_peak_memory, time_steps
-    from dwtune.spec import TrainConfig
-    from dwtune.train import build_training
-
-    generator = torch.Generator().manual_seed(args.seed)
-    size = (args.batch_size, shape.seq_len + 1)
-    batches = [
-        torch.randint(0, shape.vocab_size, size, generator=generator).to(runtime.device)
-        for _ in range(RANDOM_BATCHES)
-    ]
-    reset_peak_memory(runtime.device)
-    cfg = TrainConfig(steps=args.steps + args.warmup, batch_size=args.batch_size)
-    step = build_training(shape, cfg, runtime, args.seed)
-    counter = itertools.count()
-
-    def one_step() -> None:
-        tokens = batches[next(counter) % RANDOM_BATCHES]
-        step(tokens[:, :-1], tokens[:, 1:])
-
-    try:
-        return time_steps(one_step, args.steps, args.warmup, runtime.device)
-    except torch.OutOfMemoryError:
-        raise InputError(
-            f"out of memory at batch size {args.batch_size} for depth {shape.depth} x width "
-            f"{shape.width} on {device_name(runtime.device)}; lower --batch-size"
-        ) from None
+    return time_random_batches(
+        shape,
+        runtime,
+        seed=args.seed,
+        steps=args.steps,
+        warmup=args.warmup,
+        batch_size=args.batch_size,
+    )
 
 
 def _describe(args: argparse.Namespace, shape, runtime) -> dict:
     """What was measured: shape, device, precision, attention kernel."""
-    import torch
+    from dwtune.backends.pytorch.bench import attention_backend_of
+    from dwtune.backends.pytorch.perf import device_name
+    from dwtune.core.budget import count_params, flops_per_token
 
-    from dwtune.budget import count_params, flops_per_token
-    from dwtune.perf import attention_backend, device_name
-
-    dtype = torch.bfloat16 if runtime.cuda else torch.float32
-    backend, why = attention_backend(shape, runtime.device, dtype)
+    backend, why = attention_backend_of(shape, runtime)
     return {
         "device": runtime.device.type,
         "device_name": device_name(runtime.device),
@@ -132,9 +109,9 @@ def _describe(args: argparse.Namespace, shape, runtime) -> dict:
 
 def measure(args: argparse.Namespace) -> dict:
     """Build the trainer's step for the shape, time it, and summarise (see module doc)."""
-    from dwtune.perf import mfu, peak_flops, peak_memory_bytes
-    from dwtune.spec import DataConfig
-    from dwtune.train import configure_runtime
+    from dwtune.backends.pytorch.perf import mfu, peak_flops, peak_memory_bytes
+    from dwtune.backends.pytorch.train import configure_runtime
+    from dwtune.core.spec import DataConfig
 
     _check_counts(args)
     shape = _shape(args)

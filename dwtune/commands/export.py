@@ -14,8 +14,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dwtune.export import export_experiment
-    from dwtune.store import ExperimentStore
+    from dwtune.outputs.tables import export_experiment
+    from dwtune.storage.store import ExperimentStore
 
     store = ExperimentStore(args.experiment)
     store.load_spec_dict()  # refuse a directory that is not an experiment, before writing

@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def format_fit(fit, level: float, simulated: bool, source: str) -> str:
     """Human summary: coefficients with errors and intervals, quality, unfitted pairs."""
-    from dwtune.projection import LEVINE2020
+    from dwtune.core.projection import LEVINE2020
 
     depths = ", ".join(f"{d:g}" for d in sorted(set(fit.depths)))
     (a_lo, a_hi), (b_lo, b_hi) = fit.interval("a", level), fit.interval("b", level)
@@ -47,8 +47,8 @@ def format_fit(fit, level: float, simulated: bool, source: str) -> str:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from dwtune.fit import z_value
-    from dwtune.fit_io import fit_to_dict, load_fit_input
+    from dwtune.core.fit import z_value
+    from dwtune.outputs.fit_files import fit_to_dict, load_fit_input
 
     z_value(args.level)  # a bad --level fails before any file is read
     points = load_fit_input(args.target)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from dwtune.budget import BUDGET_TOLERANCE, GridCell, depth_threshold, flops_per_token
-from dwtune.spec import ExperimentSpec, load_spec
-from dwtune.units import format_size
+from dwtune.core.budget import BUDGET_TOLERANCE, GridCell, depth_threshold, flops_per_token
+from dwtune.core.spec import ExperimentSpec, load_spec
+from dwtune.core.units import format_size
 
 COLUMNS = (
     ("depth", "L", "{:>4}"),

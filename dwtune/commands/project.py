@@ -29,8 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _law(args: argparse.Namespace):
     """(law, simulated) from exactly one of EXPERIMENT_DIR, --fit, --reference (default ref)."""
-    from dwtune.errors import InputError
-    from dwtune.projection import reference
+    from dwtune.core.errors import InputError
+    from dwtune.core.projection import reference
 
     given = [x for x in (args.source, args.fit, args.reference) if x is not None]
     if len(given) > 1:
@@ -41,8 +41,8 @@ def _law(args: argparse.Namespace):
 
 
 def _study_law(path: Path):
-    from dwtune.fit_io import law_from_json, load_fit_input
-    from dwtune.projection import DepthWidthLaw
+    from dwtune.core.projection import DepthWidthLaw
+    from dwtune.outputs.fit_files import law_from_json, load_fit_input
 
     if path.suffix == ".json":
         return law_from_json(path)
@@ -54,7 +54,7 @@ MAX_DEPTH = 10_000
 
 
 def _depth(text: str) -> float:
-    from dwtune.errors import InputError
+    from dwtune.core.errors import InputError
 
     try:
         depth = float(text)
@@ -75,7 +75,7 @@ def _interval(lo: float, hi: float, fmt: str) -> str:
 
 
 def format_budget(p) -> str:
-    from dwtune.units import format_size
+    from dwtune.core.units import format_size
 
     return (
         f"budget {format_size(p.budget)} ({p.budget:.3g} params): optimal depth {p.depth:.1f}"
@@ -90,7 +90,7 @@ def format_budget(p) -> str:
 
 
 def format_depth(p) -> str:
-    from dwtune.units import format_size
+    from dwtune.core.units import format_size
 
     return (
         f"depth {p.depth:g}: transition size {format_size(p.n_star)} ({p.n_star:.4g} params)"
@@ -113,10 +113,10 @@ def run(args: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
 
-    from dwtune.errors import InputError
-    from dwtune.fit import z_value
-    from dwtune.fit_io import json_ready
-    from dwtune.projection import parse_budget, project_budget, project_depth
+    from dwtune.core.errors import InputError
+    from dwtune.core.fit import z_value
+    from dwtune.core.projection import parse_budget, project_budget, project_depth
+    from dwtune.outputs.fit_files import json_ready
 
     z_value(args.level)  # a bad --level fails before any file is read
     budgets = [parse_budget(b, field="--budget") for b in args.budget]

@@ -28,8 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dwtune.errors import InputError
-    from dwtune.store import ExperimentStore
+    from dwtune.core.errors import InputError
+    from dwtune.storage.store import ExperimentStore
 
     root = Path(args.experiment).expanduser()
     if not root.is_dir():
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     with store.driver_lock():
         transitions = _refine(spec, store, args.address)
         _export_and_report(store)
-    from dwtune.search import TRANSITIONS_FILE, describe
+    from dwtune.study.refine import TRANSITIONS_FILE, describe
 
     for transition in transitions:
         print(f"{transition.pair}: {describe(transition)}")
@@ -54,17 +54,17 @@ def run(args: argparse.Namespace) -> int:
 
 def _export_and_report(store) -> None:
     """Keep trials.parquet and the report in step with the trainings refine just added."""
-    from dwtune.export import export_experiment
-    from dwtune.report import write_report
+    from dwtune.outputs.report import write_report
+    from dwtune.outputs.tables import export_experiment
 
     export_experiment(store)
     write_report(store.root)
 
 
 def _refine(spec, store, address: str | None) -> list:
-    from dwtune.progress import StudyProgress
-    from dwtune.search import RefineStage
-    from dwtune.tune_app import TuneRunner
+    from dwtune.study.progress import StudyProgress
+    from dwtune.study.refine import RefineStage
+    from dwtune.study.runners.ray_tune import TuneRunner
 
     progress = StudyProgress(stream=sys.stderr)
     stage = RefineStage(spec, store, progress)  # bad pairs and journals fail before Ray

@@ -10,7 +10,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dwtune.report import write_report
+    from dwtune.outputs.report import write_report
 
     files = write_report(args.exp_dir)
     print(f"report: {files.report}")

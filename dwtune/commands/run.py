@@ -11,8 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from dwtune import metrics
-from dwtune.errors import InputError
+from dwtune.core import vocabulary
+from dwtune.core.errors import InputError
 
 DEFAULT_STORAGE = "experiments"
 
@@ -50,7 +50,7 @@ def storage_root(storage: str) -> Path:
 def _refine(spec, store, runner, progress) -> None:
     if not spec.refine.pairs:
         return
-    from dwtune.search import run_refine
+    from dwtune.study.refine import run_refine
 
     run_refine(spec, store, runner.run, progress=progress)
 
@@ -73,9 +73,9 @@ def answer_lines(files) -> list[str]:
 
 
 def _study(args: argparse.Namespace, spec, store, progress) -> None:
-    from dwtune.export import export_experiment
-    from dwtune.records import grid_requests
-    from dwtune.tune_app import TuneRunner
+    from dwtune.core.records import grid_requests
+    from dwtune.outputs.tables import export_experiment
+    from dwtune.study.runners.ray_tune import TuneRunner
 
     with TuneRunner(spec, store, address=args.address, progress=progress) as runner:
         runner.run(grid_requests(spec))
@@ -84,7 +84,7 @@ def _study(args: argparse.Namespace, spec, store, progress) -> None:
     trials_path, curves_path = export_experiment(store)
     progress.note(f"wrote {trials_path} and {curves_path}")
     if not args.grid_only:
-        from dwtune.report import write_report
+        from dwtune.outputs.report import write_report
 
         for line in answer_lines(write_report(store.root)):
             progress.note(line)
@@ -92,15 +92,15 @@ def _study(args: argparse.Namespace, spec, store, progress) -> None:
 
 def _summary(store) -> str:
     records = store.records()
-    failed = [r for r in records if r.status == metrics.STATUS_FAILED]
+    failed = [r for r in records if r.status == vocabulary.STATUS_FAILED]
     line = f"{store.root}: {len(records)} trial(s) recorded"
     return line + (f", {len(failed)} failed (rerun to retry them)" if failed else "")
 
 
 def run(args: argparse.Namespace) -> int:
-    from dwtune.progress import StudyProgress
-    from dwtune.spec import load_spec
-    from dwtune.store import ExperimentStore
+    from dwtune.core.spec import load_spec
+    from dwtune.storage.store import ExperimentStore
+    from dwtune.study.progress import StudyProgress
 
     spec = load_spec(args.spec)
     store = ExperimentStore.for_spec(storage_root(args.storage), spec)

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import sys
 
-from dwtune.errors import InputError
+from dwtune.core.errors import InputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,8 +48,8 @@ def _overridden(spec, args: argparse.Namespace):
 
 
 def _shape(spec, args: argparse.Namespace):
-    from dwtune.model import check_shape
-    from dwtune.units import parse_size
+    from dwtune.backends.pytorch.model import check_shape
+    from dwtune.core.units import parse_size
 
     if args.depth < 1:
         raise InputError(f"--depth: got {args.depth}; expected an integer >= 1")
@@ -67,7 +67,7 @@ def _progress_bar(total: int):
 
 
 def _format(final: dict, shape, extra: dict) -> str:
-    from dwtune.units import format_size
+    from dwtune.core.units import format_size
 
     lines = [
         f"depth {shape.depth} x width {shape.width}, {shape.heads} heads, "
@@ -82,13 +82,16 @@ def _format(final: dict, shape, extra: dict) -> str:
 
 def _train_with_progress(trainer, checkpoint_dir: str | None) -> dict:
     """Run the trainer under a progress bar that shows the latest validation loss."""
-    from dwtune import metrics
+    from dwtune.core import vocabulary
 
     bar = _progress_bar(trainer.total_steps)
     bar.update(trainer.progress.step)  # a resumed run starts part-way
 
     def report(m: dict, _checkpoint: str | None) -> None:
-        postfix = {"val": f"{m[metrics.VAL_LOSS]:.4f}", "tok/s": f"{m[metrics.TOKENS_PER_S]:,.0f}"}
+        postfix = {
+            "val": f"{m[vocabulary.VAL_LOSS]:.4f}",
+            "tok/s": f"{m[vocabulary.TOKENS_PER_S]:,.0f}",
+        }
         bar.set_postfix(postfix, refresh=False)
 
     with bar:
@@ -96,9 +99,9 @@ def _train_with_progress(trainer, checkpoint_dir: str | None) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dwtune.budget import count_params
-    from dwtune.data import resolve_data_config
-    from dwtune.spec import load_spec
+    from dwtune.backends.pytorch.data import resolve_data_config
+    from dwtune.core.budget import count_params
+    from dwtune.core.spec import load_spec
 
     spec = _overridden(load_spec(args.spec), args)
     spec = dataclasses.replace(spec, data=resolve_data_config(spec.data))
@@ -108,8 +111,8 @@ def run(args: argparse.Namespace) -> int:
             f"trainer: got {spec.trainer!r}; dwtune train runs the torch trainer "
             f"(set trainer: torch, or use dwtune run for simulated studies)"
         )
-    from dwtune.perf import device_name
-    from dwtune.train import Trainer
+    from dwtune.backends.pytorch.perf import device_name
+    from dwtune.backends.pytorch.train import Trainer
 
     trainer = Trainer(spec, shape, args.seed)
     if args.resume_from:

@@ -1,0 +1,142 @@
+"""Decoder-only Transformer built from a :class:`dwtune.core.budget.ModelShape` (nanoGPT-style).
+
+Pre-LayerNorm blocks, learned positions, causal self-attention through
+``scaled_dot_product_attention`` (fused QKV projection, one matmul), GELU MLP of width
+``mlp_ratio·d``, tied input/output embeddings by default, no biases by default. The parameter
+layout is exactly the one :func:`dwtune.core.budget.count_params` counts.
+
+Shapes in comments: B batch, T sequence, D width, H heads, K head_dim = D / H, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dwtune.core.budget import ModelShape
+from dwtune.core.errors import InputError
+
+INIT_STD = 0.02  # GPT-2 initialisation
+
+
+def check_shape(shape: ModelShape) -> None:
+    """Reject shapes no model can be built from, naming the fix."""
+    if shape.width % shape.heads:
+        raise InputError(
+            f"width {shape.width} is not divisible by heads {shape.heads}; "
+            f"use a width that is a multiple of {shape.heads}"
+        )
+    for name in ("depth", "width", "heads", "vocab_size", "seq_len"):
+        if getattr(shape, name) < 1:
+            raise InputError(f"{name}: got {getattr(shape, name)}; expected a value >= 1")
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, shape: ModelShape):
+        super().__init__()
+        self.heads = shape.heads
+        self.qkv = nn.Linear(shape.width, 3 * shape.width, bias=shape.bias)
+        self.proj = nn.Linear(shape.width, shape.width, bias=shape.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        # split (backward: one cat) rather than indexing a stacked view (backward: zero-filled
+        # full-size buffers per index); views, no copies before SDPA.
+        q, k, v = (
+            part.view(b, t, self.heads, d // self.heads).transpose(1, 2)  # (B, H, T, K)
+            for part in self.qkv(x).split(d, dim=2)  # (B, T, 3D) -> 3 x (B, T, D)
+        )
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, K)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))  # (B, T, D)
+
+
+class MLP(nn.Module):
+    def __init__(self, shape: ModelShape):
+        super().__init__()
+        self.fc = nn.Linear(shape.width, shape.mlp_hidden, bias=shape.bias)
+        self.proj = nn.Linear(shape.mlp_hidden, shape.width, bias=shape.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class Block(nn.Module):
+    """The repeated unit: the one module that torch.compile compiles (regional compilation)."""
+
+    def __init__(self, shape: ModelShape):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(shape.width, bias=shape.bias)
+        self.attn = CausalSelfAttention(shape)
+        self.norm2 = nn.LayerNorm(shape.width, bias=shape.bias)
+        self.mlp = MLP(shape)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, shape: ModelShape):
+        super().__init__()
+        check_shape(shape)
+        self.shape = shape
+        self.token_embedding = nn.Embedding(shape.vocab_size, shape.width)
+        self.position_embedding = nn.Embedding(shape.seq_len, shape.width)
+        self.blocks = nn.ModuleList(Block(shape) for _ in range(shape.depth))
+        self.final_norm = nn.LayerNorm(shape.width, bias=shape.bias)
+        # Untied: a separate (V, D) output matrix; tied: the logits reuse the token embedding.
+        self.head = (
+            None if shape.tied_embeddings else nn.Linear(shape.width, shape.vocab_size, bias=False)
+        )
+        self.apply(self._init_weights)
+        self._scale_residual_projections()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def _scale_residual_projections(self) -> None:
+        # Each block adds two residual branches: std / sqrt(2L) keeps the residual stream's
+        # variance independent of depth at initialisation (GPT-2).
+        std = INIT_STD / math.sqrt(2 * self.shape.depth)
+        for block in self.blocks:
+            nn.init.normal_(block.attn.proj.weight, mean=0.0, std=std)
+            nn.init.normal_(block.mlp.proj.weight, mean=0.0, std=std)
+
+    @property
+    def output_weight(self) -> torch.Tensor:
+        return self.token_embedding.weight if self.head is None else self.head.weight
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits (B, T, V) for tokens (B, T)."""
+        t = tokens.shape[1]
+        positions = self.position_embedding.weight[:t]  # (T, D), broadcast over B
+        x = self.token_embedding(tokens) + positions  # (B, T, D)
+        for block in self.blocks:
+            x = block(x)
+        return F.linear(self.final_norm(x), self.output_weight)  # (B, T, V)
+
+    def loss(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean next-token cross-entropy (nats) of (B, T) tokens against (B, T) targets."""
+        logits = self(tokens)
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+
+def build_model(shape: ModelShape) -> GPT:
+    """The model for ``shape``; its parameter count equals ``count_params(shape).total``."""
+    return GPT(shape)
+
+
+def compile_blocks(model: GPT) -> None:
+    """Regional compilation: compile the repeated block, not the whole model.
+
+    Every block has the same code and parameter shapes, so dynamo traces one graph and reuses
+    it for all blocks (parameters are graph inputs): compile time stays flat as depth grows.
+    """
+    for block in model.blocks:
+        block.compile()

@@ -1,0 +1,422 @@
+"""The torch trainer: one trial trains one model and reports through a callback.
+
+:func:`train_model` is the ``torch`` backend of :mod:`dwtune.backends.trial`.
+It runs anywhere (pytest,
+``dwtune train``, a Ray Tune trial) because all it needs is a ``report(metrics, checkpoint_dir)``
+callback. The training step (:class:`TrainStep`) is the one that ``dwtune bench`` times.
+
+Device choices: on CUDA, bf16 autocast, TF32 matmuls, fused AdamW and regional
+``torch.compile`` of the repeated block; on CPU, fp32, fused AdamW (faster than foreach and the
+for-loop default here, see benchmarks/README.md) and eager mode (compiling measured slower on
+CPU and costs seconds per shape). Same seed and spec on CPU: identical losses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dwtune.backends.pytorch.data import eval_batches, prepare_corpus, train_batch
+from dwtune.backends.pytorch.model import GPT, build_model, check_shape, compile_blocks
+from dwtune.backends.pytorch.perf import Peak, mfu, peak_flops, synchronize, tune_cpu_allocator
+from dwtune.core import vocabulary
+from dwtune.core.budget import ModelShape, flops_per_token
+from dwtune.core.errors import InputError
+from dwtune.core.spec import ExperimentSpec, TrainConfig
+from dwtune.storage.store import atomic_file
+
+THREADS_ENV = "DWTUNE_THREADS"  # intra-op threads; else OMP_NUM_THREADS (Ray sets it per trial)
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+CHECKPOINT_FILE = "state.pt"
+CHECKPOINT_VERSION = 1
+GPU_CHECK_EVERY = 16  # steps between loss finiteness checks on GPU (each check waits for it)
+
+Report = Callable[[dict, str | None], None]
+
+
+# --------------------------------------------------------------------------- runtime
+
+
+@dataclass(frozen=True)
+class Runtime:
+    device: torch.device
+    compile: bool
+    threads: int
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """bf16 autocast on CUDA; plain fp32 on CPU."""
+        if self.cuda:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise InputError(
+            "device: got 'cuda' but CUDA is not available on this machine; use device cpu or auto"
+        )
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name not in ("cpu", "cuda"):
+        raise InputError(f"device: got {name!r}; expected auto, cpu or cuda")
+    return torch.device(name)
+
+
+def resolve_compile(setting: str | bool | None, device: torch.device) -> bool:
+    """auto/None: compile on CUDA only (on CPU it measured slower and costs seconds)."""
+    if setting in (None, "auto"):
+        return device.type == "cuda"
+    return setting in (True, "true")
+
+
+def configure_threads() -> int:
+    """Respect the CPUs a trial was given: DWTUNE_THREADS, else OMP_NUM_THREADS, else all."""
+    for name in (THREADS_ENV, "OMP_NUM_THREADS"):
+        raw = os.environ.get(name, "")
+        if raw.strip().isdigit() and int(raw) >= 1:
+            torch.set_num_threads(int(raw))
+            break
+    return torch.get_num_threads()
+
+
+def set_inductor_cache(cache_dir: str) -> None:
+    """One inductor cache per node (shared file systems and many writers do not mix)."""
+    if INDUCTOR_CACHE_ENV not in os.environ:
+        node_dir = Path(cache_dir).expanduser() / "inductor" / socket.gethostname()
+        os.environ[INDUCTOR_CACHE_ENV] = str(node_dir)
+
+
+def configure_runtime(device: str, compile_setting: str | bool | None, cache_dir: str) -> Runtime:
+    resolved = resolve_device(device)
+    threads = configure_threads()
+    if resolved.type == "cuda":
+        torch.set_float32_matmul_precision("high")  # TF32 for what autocast leaves in fp32
+    else:
+        tune_cpu_allocator()
+    use_compile = resolve_compile(compile_setting, resolved)
+    if use_compile:
+        set_inductor_cache(cache_dir)
+    return Runtime(resolved, use_compile, threads)
+
+
+# --------------------------------------------------------------------------- the step
+
+
+def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.AdamW:
+    """Fused AdamW; weight decay on matrices and embeddings, not on LayerNorm parameters."""
+    params = list(model.parameters())
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=True)
+
+
+def _changed_keys(saved: dict, current: dict) -> list[str]:
+    return sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+
+
+class TrainStep:
+    """One update: forward and loss (autocast on CUDA), backward, clipping, AdamW."""
+
+    def __init__(
+        self, model: GPT, optimizer: torch.optim.Optimizer, runtime: Runtime, grad_clip: float
+    ):
+        self.model = model
+        self.optimizer = optimizer
+        self.runtime = runtime
+        self.params = list(model.parameters())
+        # max_norm = inf still returns the norm (reported as grad_norm) without clipping
+        self.max_norm = grad_clip if grad_clip > 0 else math.inf
+
+    def __call__(
+        self, inputs: torch.Tensor, targets: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Loss (before the update) and pre-clipping gradient norm, as device tensors."""
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.runtime.autocast():
+            loss = self.model.loss(inputs, targets)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
+        self.optimizer.step()
+        return loss.detach(), norm
+
+
+def to_device(windows: np.ndarray, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T + 1) token windows -> (inputs, targets), each (B, T), on ``device``."""
+    tokens = torch.from_numpy(windows)
+    if device.type == "cuda":
+        tokens = tokens.pin_memory().to(device, non_blocking=True)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def build_training(shape: ModelShape, cfg: TrainConfig, runtime: Runtime, seed: int) -> TrainStep:
+    """Model (initialised from ``seed``), optimizer and step; compiled blocks when enabled."""
+    check_shape(shape)
+    torch.manual_seed(seed)  # same seed, same initialisation (paired seeds)
+    model = build_model(shape).to(runtime.device)
+    optimizer = make_optimizer(model, cfg)
+    if runtime.compile:
+        compile_blocks(model)
+    return TrainStep(model, optimizer, runtime, cfg.grad_clip)
+
+
+def atomic_torch_save(state: dict, path: Path) -> None:
+    """torch.save streamed into an atomic file (a large state need not fit in memory twice)."""
+    with atomic_file(path) as handle:
+        torch.save(state, handle)
+
+
+@torch.no_grad()
+def evaluate(step: TrainStep, batches: list[np.ndarray]) -> float:
+    """Mean loss over the fixed held-out batches (nats per token)."""
+    model, runtime = step.model, step.runtime
+    model.eval()
+    total = torch.zeros((), device=runtime.device)
+    for windows in batches:
+        inputs, targets = to_device(windows, runtime.device)
+        with runtime.autocast():
+            total += model.loss(inputs, targets).float()
+    model.train()
+    return float(total / len(batches))
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+@dataclass
+class Progress:
+    """What a checkpoint restores besides model and optimizer."""
+
+    step: int = 0
+    best_val: float = math.inf
+    best_step: int = 0
+    elapsed_s: float = 0.0  # wall time of earlier segments of a resumed run
+
+
+class Interval:
+    """Training steps since the last report: loss sum on the device, wall time."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss_sum = torch.zeros((), device=self.device)
+        self.steps = 0
+        self.grad_norm = torch.zeros((), device=self.device)
+        self.start = time.perf_counter()
+
+    def add(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        self.loss_sum += loss.float()
+        self.grad_norm = grad_norm
+        self.steps += 1
+
+    def finite(self) -> bool:
+        return math.isfinite(float(self.loss_sum))
+
+    def seconds(self) -> float:
+        synchronize(self.device)
+        return time.perf_counter() - self.start
+
+
+class Trainer:
+    """One trial's model, data and progress; :meth:`run` trains to the end."""
+
+    def __init__(self, spec: ExperimentSpec, shape: ModelShape, seed: int):
+        check_shape(shape)
+        self.cfg, self.shape, self.seed = spec.train, shape, seed
+        self.runtime = configure_runtime(self.cfg.device, self.cfg.compile, spec.data.cache_dir)
+        corpus = prepare_corpus(spec.data)
+        corpus.check_fits(shape.seq_len, shape.vocab_size)
+        self.train_tokens = corpus.train()
+        self.eval_windows = eval_batches(
+            corpus.val(), self.cfg.eval_batches, self.cfg.batch_size, shape.seq_len
+        )
+        self.step_fn = build_training(shape, self.cfg, self.runtime, seed)
+        self.total_steps = self.cfg.total_steps(shape.seq_len)
+        self.tokens_per_step = self.cfg.batch_size * shape.seq_len
+        self.flops_per_token = flops_per_token(shape)
+        self.peak: Peak = peak_flops(self.runtime.device)
+        self.progress = Progress()
+        self.last_metrics: dict = {}
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save(self, directory: str) -> None:
+        state = {
+            "version": CHECKPOINT_VERSION,
+            "seed": self.seed,
+            "shape": dataclasses.asdict(self.shape),
+            "train": dataclasses.asdict(self.cfg),
+            "model": self.step_fn.model.state_dict(),
+            "optimizer": self.step_fn.optimizer.state_dict(),
+            "progress": dataclasses.asdict(self.progress),
+            "rng": torch.get_rng_state(),
+            "last_metrics": self.last_metrics,
+        }
+        atomic_torch_save(state, Path(directory) / CHECKPOINT_FILE)
+
+    def restore(self, directory: str) -> None:
+        path = Path(directory).expanduser() / CHECKPOINT_FILE
+        if not path.is_file():
+            raise InputError(
+                f"resume_from: {path} does not exist; pass a directory this "
+                f"trainer saved a checkpoint to"
+            )
+        state = self._load_checkpoint(path)
+        if state["seed"] != self.seed or state["shape"] != dataclasses.asdict(self.shape):
+            raise InputError(
+                f"resume_from: {path} holds seed {state['seed']} and shape "
+                f"{state['shape']}, not this trial's; pass this trial's checkpoint"
+            )
+        changed = _changed_keys(state.get("train", {}), dataclasses.asdict(self.cfg))
+        if changed:
+            raise InputError(
+                f"resume_from: {path} was trained with other settings (changed: "
+                f"{', '.join(changed)}); resume with the original train settings or start afresh"
+            )
+        self.step_fn.model.load_state_dict(state["model"])
+        self.step_fn.optimizer.load_state_dict(state["optimizer"])
+        self.progress = Progress(**state["progress"])
+        torch.set_rng_state(state["rng"].cpu())
+        self.last_metrics = state["last_metrics"]
+
+    def _load_checkpoint(self, path: Path) -> dict:
+        try:
+            state = torch.load(path, map_location=self.runtime.device, weights_only=True)
+            if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
+                raise ValueError("not a dwtune checkpoint of this version")
+            return state
+        except Exception as exc:  # torch raises many kinds for a damaged file
+            raise InputError(
+                f"resume_from: {path} is not a readable checkpoint ({type(exc).__name__}); "
+                f"pass another checkpoint or drop --resume-from"
+            ) from None
+
+    # ------------------------------------------------------------------ training
+
+    def train_one(self) -> tuple[torch.Tensor, torch.Tensor]:
+        step = self.progress.step
+        lr = self.cfg.lr_at(step, self.total_steps)
+        for group in self.step_fn.optimizer.param_groups:
+            group["lr"] = lr
+        windows = train_batch(
+            self.train_tokens, self.seed, step, self.cfg.batch_size, self.shape.seq_len
+        )
+        loss, norm = self.step_fn(*to_device(windows, self.runtime.device))
+        self.progress.step += 1
+        return loss, norm
+
+    def should_report(self, interval: Interval) -> tuple[bool, bool]:
+        """(report now, diverged): at evaluation steps, the end, or a non-finite loss."""
+        step = self.progress.step
+        every = GPU_CHECK_EVERY if self.runtime.cuda else 1
+        diverged = step % every == 0 and not interval.finite()
+        due = step % self.cfg.eval_every == 0 or step >= self.total_steps
+        return diverged or due, diverged
+
+    def summarise(self, interval: Interval, diverged: bool, started: float) -> dict:
+        """Evaluate (unless diverged) and build the report in the metric vocabulary."""
+        seconds = interval.seconds()
+        train_loss = float(interval.loss_sum) / max(1, interval.steps)
+        diverged = diverged or not math.isfinite(train_loss)
+        val = math.nan if diverged else evaluate(self.step_fn, self.eval_windows)
+        diverged = diverged or not math.isfinite(val)
+        if not diverged and val < self.progress.best_val:
+            self.progress.best_val, self.progress.best_step = val, self.progress.step
+        tokens_per_s = interval.steps * self.tokens_per_step / seconds
+        self.progress.elapsed_s = time.perf_counter() - started
+        step = self.progress.step
+        report = {
+            vocabulary.TRAIN_LOSS: train_loss,
+            vocabulary.VAL_LOSS: val,
+            vocabulary.VAL_BEST_LOSS: (
+                self.progress.best_val if math.isfinite(self.progress.best_val) else math.nan
+            ),
+            vocabulary.STEP: step,
+            vocabulary.TOKENS: step * self.tokens_per_step,
+            vocabulary.LR: self.cfg.lr_at(step - 1, self.total_steps),
+            vocabulary.GRAD_NORM: float(interval.grad_norm),
+            vocabulary.TOKENS_PER_S: tokens_per_s,
+            vocabulary.STEP_TIME_S: seconds / max(1, interval.steps),
+            vocabulary.MFU: mfu(self.flops_per_token, tokens_per_s, self.peak),
+            vocabulary.ELAPSED_S: self.progress.elapsed_s,
+        }
+        status = self.final_status(diverged)
+        if status:
+            report[vocabulary.STATUS] = status
+        return report
+
+    def final_status(self, diverged: bool) -> str | None:
+        if diverged:
+            return vocabulary.STATUS_DIVERGED
+        if self.progress.step >= self.total_steps:
+            return vocabulary.STATUS_FINISHED
+        patience = self.cfg.patience
+        if patience is not None and self.progress.step - self.progress.best_step >= patience:
+            return vocabulary.STATUS_EARLY_STOPPED
+        return None
+
+    def run(
+        self,
+        report: Report,
+        checkpoint_dir: str | None = None,
+        on_step: Callable[[int], None] | None = None,
+    ) -> dict:
+        """Train until finished, early stopped or diverged; returns the last report."""
+        if vocabulary.STATUS in self.last_metrics:  # restored from a final checkpoint
+            return dict(self.last_metrics)
+        started = time.perf_counter() - self.progress.elapsed_s
+        interval = Interval(self.runtime.device)
+        while True:
+            interval.add(*self.train_one())
+            if on_step:
+                on_step(self.progress.step)
+            due, diverged = self.should_report(interval)
+            if not due:
+                continue
+            self.last_metrics = self.summarise(interval, diverged, started)
+            if checkpoint_dir is not None:
+                self.save(checkpoint_dir)
+            report(dict(self.last_metrics), checkpoint_dir)
+            if vocabulary.STATUS in self.last_metrics:
+                return dict(self.last_metrics)
+            interval.reset()
+
+
+def train_model(
+    spec: ExperimentSpec,
+    shape: ModelShape,
+    seed: int,
+    report: Report,
+    *,
+    checkpoint_dir: str | None = None,
+    resume_from: str | None = None,
+    on_step: Callable[[int], None] | None = None,
+) -> dict:
+    """Train one model (the torch backend of :mod:`dwtune.backends.trial`); returns the last report.
+
+    ``report(metrics, checkpoint_dir)`` runs at every evaluation and at the end; with
+    ``checkpoint_dir`` the full state is saved there (atomically) right before each report.
+    ``resume_from`` continues such a checkpoint to the same result as an uninterrupted run.
+    ``on_step(step)`` is called after every update (progress bars).
+    """
+    trainer = Trainer(spec, shape, seed)
+    if resume_from is not None:
+        trainer.restore(resume_from)
+    return trainer.run(report, checkpoint_dir, on_step)

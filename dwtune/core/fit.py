@@ -1,0 +1,227 @@
+"""Weighted least-squares fit of the transition law ``ln dx* = a + b·L`` (pure: numpy, scipy).
+
+Each bracketed transition gives a point: the deeper net's depth ``L`` and its width ``dx*`` at
+the transition, with an uncertainty ``width_err`` (same units as the width). On the log scale the
+uncertainty is ``sigma = width_err / width`` (first-order error propagation of ``ln``), and each
+point is weighted by ``1 / sigma²``.
+
+Standard errors convention: the covariance is ``(Xᵀ W X)⁻¹`` with the uncertainties taken as
+absolute (``absolute_sigma=True`` in scipy's words), NOT rescaled by ``chi2_red``. Why:
+
+- the uncertainties are measured (bracket width and seed noise of each transition), so they
+  carry their own scale; rescaling would throw that information away;
+- with the 3-7 points a study has, ``chi2_red`` itself is very noisy (for 3 degrees of freedom
+  its standard deviation is ``sqrt(2/3) ≈ 0.8``), so scaling by it would make the intervals
+  swing by a factor ~2 from study to study, and their coverage would then need Student-t
+  quantiles rather than normal ones;
+- ``chi2_red`` is reported beside the errors as the check: near 1 (the paper's 0.854) means the
+  uncertainties describe the scatter; well above 1 means they are underestimated and the
+  intervals are too narrow.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from dwtune.core.errors import InputError
+
+# The fit has two parameters; at least one more point is needed to test it (dof >= 1).
+MIN_POINTS = 3
+
+
+@dataclass(frozen=True)
+class CensoredPair:
+    """A depth pair whose transition was not bracketed, so it is listed but not fitted.
+
+    ``status`` is ``censored_low`` (the deeper net already won at the smallest size tried),
+    ``censored_high`` (it never won inside the range) or ``undecided`` (Δ within noise).
+    ``n_low``/``n_high`` are the bracket bounds in parameters (NaN where unknown).
+    """
+
+    pair: str
+    status: str
+    depth_shallow: int
+    depth_deep: int
+    n_low: float = math.nan
+    n_high: float = math.nan
+    seeds: int = 0
+
+    @property
+    def bound(self) -> float:
+        """The finite limit on N* the censoring gives (parameters), NaN if none.
+
+        censored_high: N* lies above the largest size tried, so the larger bracket bound;
+        censored_low: N* lies below the smallest size tried, so the smaller one.
+        """
+        known = [n for n in (self.n_low, self.n_high) if math.isfinite(n) and n > 0]
+        if not known or self.status not in ("censored_low", "censored_high"):
+            return math.nan
+        return max(known) if self.status == "censored_high" else min(known)
+
+    def describe(self) -> str:
+        """One plain sentence: what was found for this pair, and on how many seeds."""
+        seeds = f"{self.seeds} seed{'s' if self.seeds != 1 else ''}"
+        if self.status == "censored_high":
+            found = f"depth {self.depth_deep} never beat depth {self.depth_shallow}"
+            where = f" up to N = {self.bound:.3g}" if math.isfinite(self.bound) else ""
+            return f"{found}{where}: transition above the range ({seeds})"
+        if self.status == "censored_low":
+            found = f"depth {self.depth_deep} already beat depth {self.depth_shallow}"
+            where = f" at N = {self.bound:.3g}" if math.isfinite(self.bound) else ""
+            return f"{found}{where}: transition below the range ({seeds})"
+        if self.status == "undecided":
+            span = f" between N = {self.n_low:.3g} and {self.n_high:.3g}" if self._bracket else ""
+            return f"undecided: Δ within seed noise{span} ({seeds})"
+        return f"status {self.status!r}: not bracketed ({seeds})"
+
+    @property
+    def _bracket(self) -> bool:
+        return math.isfinite(self.n_low) and math.isfinite(self.n_high)
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """``ln dx* = a + b·L`` fitted by weighted least squares (natural log, dx in units of width)."""
+
+    a: float
+    b: float
+    se_a: float
+    se_b: float
+    cov: tuple[tuple[float, float], tuple[float, float]]  # of (a, b), absolute sigma
+    r2: float  # weighted coefficient of determination
+    chi2_red: float  # chi² / dof with the given uncertainties
+    dof: int
+    n_points: int
+    depths: tuple[float, ...]
+    widths: tuple[float, ...]
+    width_errs: tuple[float, ...]
+    labels: tuple[str, ...]
+    censored: tuple[CensoredPair, ...] = ()
+
+    @property
+    def cov_matrix(self) -> np.ndarray:
+        return np.array(self.cov, dtype=float)
+
+    def interval(self, name: str, level: float = 0.95) -> tuple[float, float]:
+        """Two-sided normal interval for ``a`` or ``b`` (absolute sigma, see module doc)."""
+        value, se = {"a": (self.a, self.se_a), "b": (self.b, self.se_b)}[name]
+        half = z_value(level) * se
+        return value - half, value + half
+
+    def line(self, depths: Sequence[float] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Fitted ``ln dx`` at ``depths`` and its standard error (pointwise, from ``cov``)."""
+        return line_with_se(self.a, self.b, self.cov_matrix, depths)
+
+
+def z_value(level: float) -> float:
+    """Two-sided normal quantile: 0.95 -> 1.96, 0.6827 -> 1.0."""
+    if not 0.0 < level < 1.0:
+        raise InputError(f"level: got {level!r}; expected a probability between 0 and 1")
+    return float(stats.norm.ppf(0.5 + level / 2.0))
+
+
+def line_with_se(
+    a: float, b: float, cov: np.ndarray, depths: Sequence[float] | np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``a + b·L`` and its standard error ``sqrt([1, L] cov [1, L]ᵀ)`` at each depth."""
+    depth = np.asarray(depths, dtype=float)
+    value = a + b * depth
+    variance = cov[0, 0] + 2.0 * depth * cov[0, 1] + depth * depth * cov[1, 1]
+    return value, np.sqrt(np.maximum(variance, 0.0))
+
+
+def _as_array(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
+    try:
+        return np.asarray(values, dtype=float).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name}: expected numbers ({exc})") from exc
+
+
+def _check_positive(values: np.ndarray, name: str, labels: Sequence[str], fix: str) -> None:
+    """Every value finite and > 0, else one line naming the first bad point and the fix."""
+    bad = ~(np.isfinite(values) & (values > 0))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        got = float(values[i])
+        raise InputError(
+            f"{name} at {labels[i]}: got {got!r}; expected a positive finite number; {fix}"
+        )
+
+
+def _validated(depths, widths, width_errs, labels):
+    """Arrays of equal length with positive, finite entries; labels name points in errors."""
+    depth = _as_array(depths, "depth")
+    width = _as_array(widths, "width")
+    err = _as_array(width_errs, "width_err")
+    if not depth.size == width.size == err.size:
+        raise InputError(
+            f"depth, width, width_err: lengths {depth.size}, {width.size}, {err.size} differ; "
+            "give one value of each per transition"
+        )
+    names = list(labels) if labels is not None else [f"point {i + 1}" for i in range(depth.size)]
+    _check_positive(depth, "depth", names, "depths count layers")
+    _check_positive(width, "width", names, "dx* must be > 0 to take its log")
+    _check_positive(err, "width_err", names, "give each transition a measured uncertainty > 0")
+    return depth, width, err, tuple(names)
+
+
+def _check_enough(depth: np.ndarray, censored: Sequence[CensoredPair]) -> None:
+    distinct = sorted(set(depth.tolist()))
+    shown = ", ".join(f"{d:g}" for d in distinct) or "none"
+    listed = f"; {len(censored)} pair(s) censored, not fitted" if censored else ""
+    if depth.size < MIN_POINTS or len(distinct) < 2:
+        raise InputError(
+            f"fit needs at least {MIN_POINTS} bracketed transitions at 2 or more distinct depths; "
+            f"got {depth.size} at depth(s) {shown}{listed}; bracket more depth pairs "
+            "(widen the size range or add seeds)"
+        )
+
+
+def fit_transitions(
+    depths: Sequence[float] | np.ndarray,
+    widths: Sequence[float] | np.ndarray,
+    width_errs: Sequence[float] | np.ndarray,
+    *,
+    labels: Sequence[str] | None = None,
+    censored: Sequence[CensoredPair] = (),
+) -> FitResult:
+    """Weighted least squares of ``ln width = a + b·depth`` (see the module doc for the errors)."""
+    depth, width, err, names = _validated(depths, widths, width_errs, labels)
+    _check_enough(depth, censored)
+    y = np.log(width)
+    sigma = err / width  # sigma of ln(width), dimensionless
+    # Whitened system: rows divided by sigma, so ordinary least squares minimises chi².
+    design = np.column_stack([np.ones_like(depth), depth]) / sigma[:, None]
+    coef, _, _, _ = np.linalg.lstsq(design, y / sigma, rcond=None)
+    cov = np.linalg.inv(design.T @ design)
+    resid = (y - (coef[0] + coef[1] * depth)) / sigma
+    dof = depth.size - 2
+    return FitResult(
+        a=float(coef[0]),
+        b=float(coef[1]),
+        se_a=float(math.sqrt(cov[0, 0])),
+        se_b=float(math.sqrt(cov[1, 1])),
+        cov=((float(cov[0, 0]), float(cov[0, 1])), (float(cov[1, 0]), float(cov[1, 1]))),
+        r2=_weighted_r2(y, resid, sigma),
+        chi2_red=float(resid @ resid) / dof,
+        dof=dof,
+        n_points=int(depth.size),
+        depths=tuple(depth.tolist()),
+        widths=tuple(width.tolist()),
+        width_errs=tuple(err.tolist()),
+        labels=names,
+        censored=tuple(censored),
+    )
+
+
+def _weighted_r2(y: np.ndarray, whitened_resid: np.ndarray, sigma: np.ndarray) -> float:
+    """``1 - chi² / Σ w (y - ȳ_w)²``: the share of the weighted spread the line explains."""
+    weight = 1.0 / sigma**2
+    mean = float(np.sum(weight * y) / np.sum(weight))
+    total = float(np.sum(weight * (y - mean) ** 2))
+    return 1.0 - float(whitened_resid @ whitened_resid) / total if total > 0 else math.nan

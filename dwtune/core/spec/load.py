@@ -1,0 +1,273 @@
+"""Experiment specs (pure): YAML in ``search_spaces/`` parsed once into frozen, typed configs.
+
+Each concern has one small frozen dataclass; :func:`load_spec` is the only boundary where raw YAML
+is touched. Unknown keys are errors (with the closest valid key suggested). PyYAML reads ``1e6``
+and ``3e-3`` as strings: numeric fields accept such strings deliberately, and sizes also accept
+suffixes (``50M``, ``175B``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+
+import yaml
+
+from dwtune.core.errors import InputError
+from dwtune.core.spec.checks import one_of
+from dwtune.core.spec.experiment import ExperimentSpec
+from dwtune.core.spec.sections import (
+    BUILTIN_CORPORA,
+    TRAINERS,
+    DataConfig,
+    FitConfig,
+    ModelConfig,
+    RefineConfig,
+    ResourcesConfig,
+    SimulatedConfig,
+    SpaceConfig,
+    TrainConfig,
+)
+from dwtune.core.units import parse_size
+
+
+def _check_keys(section: str, raw: dict, allowed: list[str]) -> None:
+    for key in raw:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(allowed)}"
+            where = f"{section}.{key}" if section else str(key)
+            raise InputError(f"{where}: unknown key; {hint}")
+
+
+def _as_int(name: str, value: object) -> int:
+    if isinstance(value, bool):
+        raise InputError(f"{name}: got {value!r}; expected an integer")
+    if isinstance(value, int):
+        return value
+    number = parse_size(value, name) if isinstance(value, str) else value
+    if isinstance(number, float) and number.is_integer():
+        return int(number)
+    raise InputError(f"{name}: got {value!r}; expected an integer")
+
+
+def _as_float(name: str, value: object) -> float:
+    if isinstance(value, bool):
+        raise InputError(f"{name}: got {value!r}; expected a number")
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(str(value))  # "3e-3": PyYAML leaves exponents without a dot as text
+    except ValueError:
+        raise InputError(f"{name}: got {value!r}; expected a number such as 3e-3") from None
+
+
+def _as_bool(name: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise InputError(f"{name}: got {value!r}; expected true or false")
+
+
+def _as_str(name: str, value: object) -> str:
+    if isinstance(value, bool):  # YAML `compile: true` for a string field
+        return str(value).lower()
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise InputError(f"{name}: got {value!r}; expected a string")
+
+
+def _convert(name: str, hint: object, value: object) -> object:
+    """Coerce one raw YAML value to the dataclass field type ``hint``."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    converters = {int: _as_int, float: _as_float, bool: _as_bool, str: _as_str}
+    if hint in converters:
+        if value is None:
+            raise InputError(f"{name}: got null; expected a value")
+        return converters[hint](name, value)
+    raise TypeError(f"no converter for {hint}")  # programming error, not user input
+
+
+def _build(cls: type, section: str, raw: object, special: dict | None = None) -> object:
+    """Build a section's dataclass from its raw mapping; ``special`` converts listed keys."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise InputError(f"{section}: got {raw!r}; expected a mapping of keys to values")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    _check_keys(section, raw, list(fields))
+    hints = typing.get_type_hints(cls)
+    special = special or {}
+    kwargs = {}
+    for key, value in raw.items():
+        name = f"{section}.{key}"
+        kwargs[key] = (
+            special[key](name, value) if key in special else _convert(name, hints[key], value)
+        )
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a required key is missing
+        missing = [
+            f
+            for f, spec in fields.items()
+            if f not in kwargs
+            and spec.default is dataclasses.MISSING
+            and spec.default_factory is dataclasses.MISSING
+        ]
+        raise InputError(f"{section}: missing required key(s) {', '.join(missing)}") from exc
+
+
+def _list_of(name: str, value: object) -> list:
+    if not isinstance(value, list):
+        raise InputError(f"{name}: got {value!r}; expected a list")
+    return value
+
+
+def _depths(name: str, value: object) -> tuple[int, ...]:
+    return tuple(_as_int(name, v) for v in _list_of(name, value))
+
+
+def _budgets(name: str, value: object) -> tuple[float, ...]:
+    """A list of sizes, or ``{min, max, num}`` log-spaced inclusive."""
+    if isinstance(value, dict):
+        _check_keys(name, value, ["min", "max", "num"])
+        if set(value) != {"min", "max", "num"}:
+            raise InputError(f"{name}: got {value!r}; expected keys min, max and num")
+        low, high = parse_size(value["min"], f"{name}.min"), parse_size(value["max"], f"{name}.max")
+        num = _as_int(f"{name}.num", value["num"])
+        if num < 1 or high < low or (num == 1 and high != low):
+            raise InputError(f"{name}: got {value!r}; expected min <= max and num >= 1")
+        ratio = (high / low) ** (1 / (num - 1)) if num > 1 else 1.0
+        return tuple(float(f"{low * ratio**i:.6g}") for i in range(num))
+    return tuple(sorted({parse_size(v, name) for v in _list_of(name, value)}))
+
+
+def _seeds(name: str, value: object) -> tuple[int, ...]:
+    if isinstance(value, list):
+        return tuple(_as_int(name, v) for v in value)
+    count = _as_int(name, value)
+    if count < 1:
+        raise InputError(f"{name}: got {value!r}; expected a count >= 1 or a list of seeds")
+    return tuple(range(count))
+
+
+def _pairs(name: str, value: object) -> tuple[tuple[int, ...], ...]:
+    pairs = []
+    for pair in _list_of(name, value):
+        if not isinstance(pair, list):
+            raise InputError(f"{name}: got {pair!r}; expected [shallower, deeper] pairs")
+        pairs.append(tuple(_as_int(name, v) for v in pair))
+    return tuple(pairs)
+
+
+def _sizes(name: str, value: object) -> tuple[float, ...]:
+    return tuple(parse_size(v, name) for v in _list_of(name, value))
+
+
+SECTIONS = {
+    "data": (DataConfig, {}),
+    "model": (ModelConfig, {}),
+    "space": (SpaceConfig, {"depths": _depths, "budgets": _budgets, "seeds": _seeds}),
+    "train": (TrainConfig, {}),
+    "refine": (RefineConfig, {"pairs": _pairs}),
+    "fit": (FitConfig, {"budgets": _sizes}),
+    "resources": (ResourcesConfig, {}),
+    "simulated": (SimulatedConfig, {}),
+}
+TOP_LEVEL = ["name", "description", "trainer", *SECTIONS]
+
+
+def spec_from_dict(raw: object, source: str = "") -> ExperimentSpec:
+    """Validate a raw mapping (parsed YAML) into an :class:`ExperimentSpec`."""
+    if not isinstance(raw, dict):
+        raise InputError(
+            f"spec: got {type(raw).__name__}; expected a mapping with name, space, train"
+        )
+    _check_keys("", raw, TOP_LEVEL)
+    for required in ("name", "space", "train"):
+        if required not in raw:
+            raise InputError(f"{required}: missing; every spec needs name, space and train")
+    sections = {
+        key: _build(cls, key, raw.get(key), special)
+        for key, (cls, special) in SECTIONS.items()
+        if key in raw
+    }
+    spec = ExperimentSpec(
+        name=_as_str("name", raw["name"]),
+        description=_as_str("description", raw.get("description", "")),
+        trainer=_as_str("trainer", raw.get("trainer", "torch")),
+        source=source,
+        **sections,
+    )
+    return _cross_check(spec)
+
+
+def _cross_check(spec: ExperimentSpec) -> ExperimentSpec:
+    """Checks that involve more than one section."""
+    one_of("trainer", spec.trainer, TRAINERS)
+    if not spec.name.replace("-", "").replace("_", "").isalnum():
+        raise InputError(f"name: got {spec.name!r}; expected letters, digits, '-' and '_' only")
+    for pair in spec.refine.pairs:
+        for depth in pair:
+            if depth not in spec.space.depths:
+                raise InputError(
+                    f"refine.pairs: depth {depth} in {list(pair)} is not in space.depths "
+                    f"{list(spec.space.depths)}; add it there or change the pair"
+                )
+    _check_distinct_pairs(spec)
+    spec.grid()  # raises for a budget too small for a depth
+    return spec
+
+
+def _check_distinct_pairs(spec: ExperimentSpec) -> None:
+    """No pair twice; on the simulated surface a depth is the deeper one of one pair at most."""
+    pairs = [list(pair) for pair in spec.refine.pairs]
+    for i, pair in enumerate(pairs):
+        if pair in pairs[:i]:
+            raise InputError(f"refine.pairs: {pair} is listed twice; list each pair once")
+    if spec.trainer != "simulated":
+        return
+    deeper = [pair[1] for pair in pairs]
+    for depth in deeper:
+        if deeper.count(depth) > 1:
+            raise InputError(
+                f"refine.pairs: depth {depth} is the deeper depth of "
+                f"{[p for p in pairs if p[1] == depth]}; the simulated surface plants one "
+                f"transition per deeper depth, so keep one of those pairs"
+            )
+
+
+def load_spec(path: str | Path) -> ExperimentSpec:
+    """Read and validate a spec file; every failure is an InputError naming the fix."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise InputError(
+            f"{path}: is a directory; pass a spec file such as search_spaces/quickstart.yaml"
+        )
+    if not path.exists():
+        raise InputError(f"{path}: no such spec file; see search_spaces/ for examples")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(f"{path}: YAML syntax error{where}: {problem}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text file; pass a YAML spec") from None
+    spec = spec_from_dict(raw, source=str(path.resolve()))
+    return _corpus_relative_to(spec, path.resolve().parent)
+
+
+def _corpus_relative_to(spec: ExperimentSpec, folder: Path) -> ExperimentSpec:
+    """A relative corpus path means relative to the spec file, wherever dwtune is run from."""
+    corpus = spec.data.corpus
+    if corpus in BUILTIN_CORPORA or Path(corpus).expanduser().is_absolute():
+        return spec
+    data = dataclasses.replace(spec.data, corpus=str((folder / corpus).resolve()))
+    return dataclasses.replace(spec, data=data)

@@ -1,0 +1,338 @@
+"""Inputs and outputs of the fit (orchestration layer: pandas, pyarrow; no matplotlib, no torch).
+
+Reads the points to fit from an experiment directory, its ``transitions.parquet`` or a CSV of
+``depth,width,width_err`` (published tables), and writes ``fit.json`` and
+``projections.parquet`` with the conventions of :mod:`dwtune.storage.provenance`: atomic writes, and
+the resolved spec, package versions and git revision as metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from dwtune.core.errors import InputError
+from dwtune.core.fit import CensoredPair, FitResult, fit_transitions
+from dwtune.core.projection import BudgetProjection, DepthProjection, DepthWidthLaw
+from dwtune.storage.provenance import provenance, read_parquet_checked, write_parquet_atomic
+from dwtune.storage.store import atomic_write_text
+
+TRANSITIONS_FILE = "transitions.parquet"
+TRIALS_FILE = "trials.parquet"
+FIT_FILE = "fit.json"
+PROJECTIONS_FILE = "projections.parquet"
+SPEC_FILE = "spec.yaml"
+TRANSITION_COLUMNS = ("status", "depth_deep", "width_deep", "width_deep_err")
+CSV_COLUMNS = ("depth", "width", "width_err")
+TRANSITIONS_HINT = "expected the transitions schema (pair, depth_deep, status, width_deep, ...)"
+CSV_HINT = "expected a header line depth,width,width_err"
+GIT_KEY = "dwtune.git_revision"  # the provenance key that is plain text, not JSON
+
+
+@dataclass(frozen=True)
+class FitInput:
+    """Points to fit (bracketed transitions) plus the pairs listed but not fitted."""
+
+    depths: tuple[float, ...]
+    widths: tuple[float, ...]
+    width_errs: tuple[float, ...]
+    labels: tuple[str, ...]
+    censored: tuple[CensoredPair, ...]
+    simulated: bool
+    source: str
+    seeds: tuple[int, ...] = ()  # seeds behind each point, where the table says
+
+    def fit(self) -> FitResult:
+        return fit_transitions(
+            self.depths, self.widths, self.width_errs, labels=self.labels, censored=self.censored
+        )
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def read_table(path: Path, required: tuple[str, ...], hint: str) -> pd.DataFrame:
+    """A Parquet or CSV file with ``required`` columns; anything else is one-line InputError."""
+    if path.suffix != ".csv":
+        return read_parquet_checked(path, required).to_pandas()
+    if not path.is_file():
+        raise InputError(f"{path}: no such file; pass an experiment directory, a Parquet or CSV")
+    try:
+        frame = pd.read_csv(path, skipinitialspace=True)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise InputError(f"{path}: cannot read it as CSV ({_first_line(exc)})") from exc
+    require_columns(frame, required, path, hint)
+    return frame
+
+
+def require_columns(frame: pd.DataFrame, columns: tuple[str, ...], path: Path, hint: str) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)}; {hint}")
+
+
+def _numeric(frame: pd.DataFrame, column: str, path: Path) -> pd.Series:
+    """The column as floats; text that is not a number names the column and row."""
+    values = pd.to_numeric(frame[column], errors="coerce")
+    bad = values.isna() & frame[column].notna()
+    if bad.any():
+        row = int(bad.to_numpy().nonzero()[0][0])
+        raise InputError(
+            f"{path}: column {column} row {row + 1}: got {frame[column].iloc[row]!r}; "
+            "expected a number"
+        )
+    return values.astype(float)
+
+
+def _is_simulated(frame: pd.DataFrame) -> bool:
+    return "simulated" in frame.columns and bool(
+        frame["simulated"].fillna(False).astype(bool).any()
+    )
+
+
+def _row_number(row: pd.Series, name: str) -> float:
+    value = row.get(name, math.nan)
+    try:
+        return float(value) if value is not None and pd.notna(value) else math.nan
+    except (TypeError, ValueError) as exc:
+        raise InputError(
+            f"pair {row.get('pair', '?')}: {name} = {value!r} is not a number"
+        ) from exc
+
+
+def censored_pair(row: pd.Series) -> CensoredPair:
+    """A transitions row that is not bracketed, as the fit lists it (NaN where unknown)."""
+    deep, shallow, seeds = (_row_number(row, k) for k in ("depth_deep", "depth_shallow", "seeds"))
+    if not math.isfinite(deep):
+        raise InputError(f"pair {row.get('pair', '?')}: depth_deep is missing; re-export it")
+    return CensoredPair(
+        pair=str(row.get("pair", f"{shallow:g}-{deep:g}")),
+        status=str(row["status"]),
+        depth_shallow=int(shallow) if math.isfinite(shallow) else 0,
+        depth_deep=int(deep),
+        n_low=_row_number(row, "n_star_low"),
+        n_high=_row_number(row, "n_star_high"),
+        seeds=int(seeds) if math.isfinite(seeds) else 0,
+    )
+
+
+def points_from_transitions(frame: pd.DataFrame, path: Path) -> FitInput:
+    """Bracketed rows are points (depth_deep, width_deep, width_deep_err); others are listed."""
+    require_columns(frame, TRANSITION_COLUMNS, path, TRANSITIONS_HINT)
+    bracketed = frame[frame["status"] == "bracketed"]
+    labels = (
+        [f"pair {p}" for p in bracketed["pair"]]
+        if "pair" in frame.columns
+        else [f"row {i + 1}" for i in bracketed.index]
+    )
+    return FitInput(
+        depths=tuple(_numeric(bracketed, "depth_deep", path)),
+        widths=tuple(_numeric(bracketed, "width_deep", path)),
+        width_errs=tuple(_numeric(bracketed, "width_deep_err", path)),
+        labels=tuple(labels),
+        censored=tuple(
+            censored_pair(r) for _, r in frame[frame["status"] != "bracketed"].iterrows()
+        ),
+        simulated=_is_simulated(frame),
+        source=str(path),
+        seeds=tuple(_seed_counts(bracketed)),
+    )
+
+
+def _seed_counts(rows: pd.DataFrame) -> list[int]:
+    if "seeds" not in rows.columns:
+        return []
+    return [int(n) if pd.notna(n) else 0 for n in rows["seeds"]]
+
+
+def points_from_csv(frame: pd.DataFrame, path: Path) -> FitInput:
+    """A published table: one row per transition, columns depth, width, width_err."""
+    return FitInput(
+        depths=tuple(_numeric(frame, "depth", path)),
+        widths=tuple(_numeric(frame, "width", path)),
+        width_errs=tuple(_numeric(frame, "width_err", path)),
+        labels=tuple(f"{path.name} row {i + 1}" for i in range(len(frame))),
+        censored=(),
+        simulated=_is_simulated(frame),
+        source=str(path),
+    )
+
+
+def load_fit_input(target: str | Path) -> FitInput:
+    """Points from an experiment directory, a transitions Parquet file or a CSV table."""
+    path = Path(target)
+    if path.is_dir():
+        path = path / TRANSITIONS_FILE
+        if not path.is_file():
+            raise InputError(
+                f"{path}: not found; run the refine stage first (dwtune refine {path.parent}) "
+                "or pass a CSV with columns depth,width,width_err"
+            )
+    if path.suffix not in (".parquet", ".csv"):
+        raise InputError(f"{path}: expected an experiment directory, a .parquet or a .csv file")
+    if path.suffix == ".csv":
+        return points_from_csv(read_table(path, CSV_COLUMNS, CSV_HINT), path)
+    return points_from_transitions(read_table(path, TRANSITION_COLUMNS, TRANSITIONS_HINT), path)
+
+
+def law_from_json(path: Path) -> tuple[DepthWidthLaw, bool]:
+    """(law, simulated) from a ``fit.json`` written by :func:`fit_to_dict` (status 'fitted')."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: cannot read it as JSON ({_first_line(exc)})") from exc
+    if not isinstance(data, dict) or data.get("status") != "fitted":
+        reason = data.get("reason", "no 'status': 'fitted'") if isinstance(data, dict) else ""
+        raise InputError(f"{path}: holds no fit ({reason}); collect more transitions first")
+    try:
+        (c00, c01), (c10, c11) = data["cov"]
+        cov = ((float(c00), float(c01)), (float(c10), float(c11)))
+        law = DepthWidthLaw("study", float(data["a"]), float(data["b"]), cov, str(path))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(
+            f"{path}: a, b or cov (2x2) missing or not numbers ({_first_line(exc)}); "
+            "rewrite it with `dwtune fit --json` or `dwtune report`"
+        ) from exc
+    return law, bool(data.get("simulated", False))
+
+
+# ---------------------------------------------------------------- serialising
+
+
+def json_ready(value: object) -> object:
+    """JSON has no NaN or inf: write them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    return value
+
+
+def points_dicts(depths, widths, errs, labels, seeds=()) -> list[dict]:
+    """One dict per fitted point; ``seeds`` (count behind each) where the table gives it."""
+    counts = list(seeds) or [None] * len(depths)
+    return [
+        {"label": lab, "depth": d, "width": w, "width_err": e, "sigma_ln_width": e / w, "seeds": n}
+        for d, w, e, lab, n in zip(depths, widths, errs, labels, counts, strict=True)
+    ]
+
+
+def fit_to_dict(
+    fit: FitResult, level: float, simulated: bool, source: str, seeds: tuple[int, ...] = ()
+) -> dict:
+    """Everything ``dwtune fit --json`` prints and ``fit.json`` holds (NaN -> null)."""
+    return json_ready(
+        {
+            "status": "fitted",
+            "model": "ln dx* = a + b*L (natural log; N = 12*L*dx^2)",
+            "source": source,
+            "simulated": simulated,
+            "a": fit.a,
+            "b": fit.b,
+            "se_a": fit.se_a,
+            "se_b": fit.se_b,
+            "cov": fit.cov,
+            "level": level,
+            "ci_a": fit.interval("a", level),
+            "ci_b": fit.interval("b", level),
+            "r2": fit.r2,
+            "chi2_red": fit.chi2_red,
+            "dof": fit.dof,
+            "n_points": fit.n_points,
+            "errors_scaled_by_chi2_red": False,
+            "points": points_dicts(fit.depths, fit.widths, fit.width_errs, fit.labels, seeds),
+            "censored": [asdict(c) for c in fit.censored],
+        }
+    )
+
+
+def no_fit_dict(points: FitInput, reason: str) -> dict:
+    """``fit.json`` when there is nothing to fit: what was found instead."""
+    return json_ready(
+        {
+            "status": "insufficient",
+            "reason": reason,
+            "source": points.source,
+            "simulated": points.simulated,
+            "points": points_dicts(
+                points.depths, points.widths, points.width_errs, points.labels, points.seeds
+            ),
+            "censored": [asdict(c) for c in points.censored],
+        }
+    )
+
+
+# ---------------------------------------------------------------- writing
+
+
+def write_json_atomic(path: Path, data: dict) -> Path:
+    atomic_write_text(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
+    return path
+
+
+def metadata_json(spec: dict | None) -> dict:
+    """The Parquet provenance (resolved spec, versions, git revision) as plain JSON."""
+    raw = {key.decode(): value.decode() for key, value in provenance(spec).items()}
+    return {key: value if key == GIT_KEY else json.loads(value) for key, value in raw.items()}
+
+
+PROJECTION_SCHEMA = pa.schema(
+    [
+        pa.field("law", pa.string(), nullable=False),  # "study" or a reference name
+        pa.field("query", pa.string(), nullable=False),  # "budget" or "depth": the given input
+        pa.field("n_params", pa.float64()),  # budget, or transition size N* (12·L·dx²)
+        pa.field("n_params_lo", pa.float64()),
+        pa.field("n_params_hi", pa.float64()),
+        pa.field("depth", pa.float64()),  # optimal depth (layers), or the given depth
+        pa.field("depth_lo", pa.float64()),
+        pa.field("depth_hi", pa.float64()),
+        pa.field("width", pa.float64()),  # dx at the projection
+        pa.field("width_lo", pa.float64()),
+        pa.field("width_hi", pa.float64()),
+        pa.field("level", pa.float64()),  # confidence level of every _lo/_hi pair
+        pa.field("simulated", pa.bool_(), nullable=False),
+    ]
+)
+
+
+def projection_row(p: BudgetProjection | DepthProjection, simulated: bool) -> dict:
+    """One row of projections.parquet; the given input has NaN bounds (it is not estimated)."""
+    nan = math.nan
+    if isinstance(p, BudgetProjection):
+        n, n_lo, n_hi, query = p.budget, nan, nan, "budget"
+        depth, d_lo, d_hi = p.depth, p.depth_lo, p.depth_hi
+    else:
+        n, n_lo, n_hi, query = p.n_star, p.n_lo, p.n_hi, "depth"
+        depth, d_lo, d_hi = p.depth, nan, nan
+    return {
+        "law": p.law,
+        "query": query,
+        "n_params": n,
+        "n_params_lo": n_lo,
+        "n_params_hi": n_hi,
+        "depth": depth,
+        "depth_lo": d_lo,
+        "depth_hi": d_hi,
+        "width": p.width,
+        "width_lo": p.width_lo,
+        "width_hi": p.width_hi,
+        "level": p.level,
+        "simulated": simulated,
+    }
+
+
+def write_projections(path: Path, rows: list[dict], spec: dict | None) -> Path:
+    """projections.parquet with the explicit schema and the shared provenance metadata."""
+    return write_parquet_atomic(pa.Table.from_pylist(rows, schema=PROJECTION_SCHEMA), path, spec)

@@ -1,0 +1,113 @@
+"""Provenance and atomic Parquet writes shared by every exported table.
+
+Every Parquet file dwtune writes carries, as file metadata, the resolved spec, the versions of
+the packages that produced it and the git revision of the code, and is written atomically
+(temporary file, then rename) so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dwtune.storage.store import atomic_write_bytes
+
+PACKAGES = (
+    "dwtune",
+    "torch",
+    "ray",
+    "optuna",
+    "pandas",
+    "scipy",
+    "pyarrow",
+    "numpy",
+    "tensorboard",
+    "tensorboardX",
+    "matplotlib",
+    "tokenizers",
+)
+
+
+@functools.cache  # fixed for the life of the process; asked for by every file written
+def package_versions() -> dict[str, str]:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "absent"
+    return versions
+
+
+@functools.cache  # one `git` subprocess per process, not two per exported file
+def git_revision() -> str:
+    """The code's git revision (with '-dirty' for local changes), or 'unknown'."""
+    here = Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return rev + ("-dirty" if dirty else "")
+
+
+def provenance(spec_dict: dict | None) -> dict[bytes, bytes]:
+    """File metadata: ``dwtune.core.spec``, ``dwtune.versions``, ``dwtune.git_revision``."""
+    return {
+        b"dwtune.core.spec": json.dumps(spec_dict or {}, sort_keys=True).encode(),
+        b"dwtune.versions": json.dumps(package_versions(), sort_keys=True).encode(),
+        b"dwtune.git_revision": git_revision().encode(),
+    }
+
+
+def write_parquet_atomic(table: pa.Table, path: Path, spec_dict: dict | None) -> Path:
+    """Write ``table`` with provenance metadata to ``path`` atomically."""
+    existing = table.schema.metadata or {}
+    table = table.replace_schema_metadata({**existing, **provenance(spec_dict)})
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    atomic_write_bytes(Path(path), buffer.getvalue())
+    return Path(path)
+
+
+def read_parquet_checked(path: Path, required: tuple[str, ...]) -> pa.Table:
+    """Read a dwtune Parquet file; InputError naming the file if corrupt or missing columns."""
+    from dwtune.core.errors import InputError
+
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file; run `dwtune export` or `dwtune run` first")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(
+            f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]}); "
+            f"re-export it with `dwtune export`"
+        ) from None
+    missing = [c for c in required if c not in table.column_names]
+    if missing:
+        raise InputError(
+            f"{path}: missing column(s) {', '.join(missing)}; "
+            f"expected a dwtune export with {', '.join(required)}"
+        )
+    return table

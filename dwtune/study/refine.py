@@ -1,0 +1,457 @@
+"""The refine stage: Optuna drives a noise-aware bisection of each depth pair's transition.
+
+For each pair of ``refine.pairs`` the grid gives the first points
+(:func:`dwtune.core.transitions.grid_pair`)
+and an outcome: a bracket, or a censored pair. Each pair then has its own Optuna study, stored
+in the experiment directory as ``refine/<Ls>-<Ld>.journal`` (journal storage, one JSON line per
+event). Every point trained by the refine stage is one Optuna trial:
+
+- ``verify``: a point that decides the outcome (a bracket end, or a censored pair's edge) is
+  within noise with the seeds it has: the trial is enqueued at that budget and given seeds;
+- ``bisect``: :class:`BisectionSampler` proposes ``log_n``, the midpoint in ln N of the current
+  bracket, computed from the grid points and the study's finished trials alone.
+
+A trial trains both depths at its budget with paired seeds (``spec.cell`` shapes, requests of
+stage ``refine``, one ``run_trials`` batch per round of seeds), runs the sequential sign test
+of :mod:`dwtune.core.transitions`, stores the point as the trial's ``point`` user attribute and
+tells Optuna its mean Δ. So a killed stage resumes from the journal: finished trials are
+replayed, a trial left running is marked failed and asked again, and its trainings are not
+repeated because the runner reuses every recorded trial identity. ``transitions.parquet`` is
+derived at the end.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Sequence
+from pathlib import Path
+
+import optuna
+import pyarrow as pa
+from optuna.trial import TrialState
+
+from dwtune.core import transitions, vocabulary
+from dwtune.core.errors import InputError
+from dwtune.core.records import TrialRecord, TrialRequest, make_request
+from dwtune.core.spec import ExperimentSpec, RefineConfig
+from dwtune.core.transitions import PairGrid, PairPoint, Step, Transition
+from dwtune.storage.provenance import write_parquet_atomic
+from dwtune.storage.store import ExperimentStore
+
+RunTrials = Callable[[list[TrialRequest]], list[TrialRecord]]
+Progress = Callable[[str], None]
+# A pair's refinement: yields request batches, is sent their records, returns its transition.
+Rounds = Generator[list[TrialRequest], list[TrialRecord], Transition]
+
+TRANSITIONS_FILE = "transitions.parquet"
+REFINE_DIR = "refine"
+LOG_N = "log_n"  # the one Optuna parameter: ln of the budget to train both depths at
+POINT_ATTR = "point"  # trial user attribute: the PairPoint it produced
+KIND_ATTR = "kind"  # verify | bisect
+SNAP_TOLERANCE = 1e-9  # a proposal this close (in ln N) to a grid budget is that budget
+
+TRANSITION_SCHEMA = pa.schema(
+    [
+        pa.field("pair", pa.string()),
+        pa.field("depth_shallow", pa.int64()),
+        pa.field("depth_deep", pa.int64()),
+        pa.field("status", pa.string()),
+        pa.field("n_star", pa.float64()),
+        pa.field("n_star_low", pa.float64()),
+        pa.field("n_star_high", pa.float64()),
+        pa.field("width_deep", pa.float64()),
+        pa.field("width_deep_err", pa.float64()),
+        pa.field("width_shallow", pa.float64()),
+        pa.field("trials", pa.int64()),
+        pa.field("seeds", pa.int64()),
+        pa.field("rounds", pa.int64()),
+        pa.field("simulated", pa.bool_()),
+    ]
+)
+
+
+# --------------------------------------------------------------------------- Optuna seam
+
+
+def trial_points(study: optuna.Study) -> list[PairPoint]:
+    """The points of the study's finished trials, in the order they were told."""
+    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return [PairPoint.from_dict(t.user_attrs[POINT_ATTR]) for t in finished]
+
+
+def bisection_rounds(study: optuna.Study) -> int:
+    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return sum(t.user_attrs.get(KIND_ATTR) == "bisect" for t in finished)
+
+
+def plan_step(grid: Sequence[PairPoint], study: optuna.Study, refine: RefineConfig) -> Step:
+    """The next step of a pair, from its grid points and its study's history alone."""
+    points = transitions.merge_points(grid, trial_points(study))
+    return transitions.next_step(points, refine, bisection_rounds(study))
+
+
+class BisectionSampler(optuna.samplers.BaseSampler):
+    """Proposes ``log_n``: the bisection point of the pair's current bracket (see bisect)."""
+
+    def __init__(self, grid: Sequence[PairPoint], refine: RefineConfig):
+        self.grid, self.refine = tuple(grid), refine
+
+    def infer_relative_search_space(self, study, trial) -> dict:
+        return {}
+
+    def sample_relative(self, study, trial, search_space) -> dict:
+        return {}
+
+    def sample_independent(self, study, trial, param_name, param_distribution) -> float:
+        step = plan_step(self.grid, study, self.refine)
+        if param_name != LOG_N or step.kind != "bisect":
+            raise RuntimeError(f"no bisection proposal for {param_name} ({step.kind})")
+        return step.log_n
+
+
+def study_path(store: ExperimentStore, pair: tuple[int, int]) -> Path:
+    return store.root / REFINE_DIR / f"{pair[0]}-{pair[1]}.journal"
+
+
+def open_study(path: Path, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+    """Create or load the pair's study; a corrupt journal is an InputError naming the fix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        backend = optuna.storages.journal.JournalFileBackend(str(path))
+        storage = optuna.storages.JournalStorage(backend)
+        study = optuna.create_study(
+            storage=storage,
+            study_name=f"refine-{path.stem}",
+            sampler=sampler,
+            direction="minimize",
+            load_if_exists=True,
+        )
+        trial_points(study)  # every finished trial must hold a readable point
+        return study
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InputError(
+            f"{path}: corrupt Optuna journal ({type(exc).__name__}); delete it to restart this "
+            f"pair's refinement (finished trainings are kept in trials/ and reused)"
+        ) from None
+
+
+def clear_stale_trials(study: optuna.Study) -> int:
+    """Fail trials a killed driver left waiting or running; they are asked again."""
+    stale = 0
+    while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        study.tell(study.ask(), state=TrialState.FAIL)
+        stale += 1
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study.tell(trial.number, state=TrialState.FAIL)
+        stale += 1
+    return stale
+
+
+# --------------------------------------------------------------------------- one pair
+
+
+def noise_prior(spec: ExperimentSpec) -> float:
+    """Paired-difference sd assumed before any point has two seeds (see dwtune.core.transitions)."""
+    if spec.trainer == "simulated":
+        from dwtune.backends.simulated import paired_noise_sd
+
+        return paired_noise_sd(spec.simulated)
+    return transitions.PAIRED_NOISE_PRIOR
+
+
+def _completed(record: TrialRecord) -> bool:
+    return record.completed and math.isfinite(record.best_val_loss)
+
+
+class PairRefiner:
+    """Runs one pair's study to its end and derives the pair's transition."""
+
+    def __init__(self, spec: ExperimentSpec, store: ExperimentStore, grid: PairGrid, say: Progress):
+        self.spec, self.store, self.grid, self.say = spec, store, grid, say
+        self.refine = spec.refine
+        self.pair = (grid.depth_shallow, grid.depth_deep)
+        count = max(self.refine.max_seeds, len(spec.space.seeds))
+        self.seed_order = transitions.seed_sequence(spec.space.seeds, count)
+        self.prior = noise_prior(spec)
+        self.path = study_path(store, self.pair)
+        self.study = open_study(self.path, BisectionSampler(grid.points, self.refine))
+
+    # ------------------------------------------------------------------ the loop
+
+    def rounds(self) -> Rounds:
+        """Yields each batch of requests this pair needs next, is sent their records, and
+        returns the pair's transition: the stage trains the batches of all pairs together."""
+        stale = clear_stale_trials(self.study)
+        if stale:
+            self.say(f"[refine {self.grid.label}] resuming: {stale} interrupted trial(s) redone")
+        while True:
+            step = plan_step(self.grid.points, self.study, self.refine)
+            if step.kind == "bisect" and self._width_taken(step.log_n):
+                step = Step(
+                    "done",
+                    step.outcome,
+                    reason="width resolution: no legal width between the bracket ends",
+                )
+            if step.kind == "done":
+                return self._transition(step)
+            yield from self._round(step)
+
+    def _round(self, step: Step) -> Rounds:
+        if step.kind == "verify":
+            self.study.enqueue_trial(
+                {LOG_N: math.log(step.point.budget)}, user_attrs={KIND_ATTR: "verify"}
+            )
+        trial = self.study.ask()
+        log_n = trial.suggest_float(LOG_N, *self._range())
+        if step.kind == "bisect":
+            if not math.isclose(log_n, step.log_n, abs_tol=SNAP_TOLERANCE):
+                raise RuntimeError(f"sampler proposed {log_n}, expected {step.log_n}")
+            trial.set_user_attr(KIND_ATTR, "bisect")
+        start = max(self.refine.seeds, step.point.requested if step.point else 0)
+        point = yield from self._evaluate(self._snap(log_n), step.kind, start)
+        trial.set_user_attr(POINT_ATTR, point.to_dict())
+        # Optuna fails a trial told NaN; a point whose trainings all failed is still a result.
+        self.study.tell(trial, point.decision.mean if point.n else 0.0)
+        self._announce(point, trial.number + 1)
+
+    def _range(self) -> tuple[float, float]:
+        """Bounds of ``log_n``: the grid's budgets, one e-fold of margin each side."""
+        logs = [math.log(b) for b in self.spec.space.budgets]
+        logs += [p.log_n for p in self.grid.points]
+        return min(logs) - 1.0, max(logs) + 1.0
+
+    def _snap(self, log_n: float) -> float:
+        """The budget of ``log_n``; a grid budget exactly when it is one."""
+        nearest = min(self.spec.space.budgets, key=lambda b: abs(math.log(b) - log_n))
+        return nearest if abs(math.log(nearest) - log_n) < SNAP_TOLERANCE else math.exp(log_n)
+
+    def _width_taken(self, log_n: float) -> bool:
+        """A proposal whose deeper width some point already has would learn nothing new."""
+        width = self.spec.cell(self.pair[1], math.exp(log_n)).shape.width
+        points = transitions.merge_points(self.grid.points, trial_points(self.study))
+        return any(p.width_deep == width for p in points)
+
+    # ------------------------------------------------------------------ one point
+
+    def _evaluate(self, budget: float, kind: str, start: int) -> Rounds:
+        """Train both depths at ``budget`` with paired seeds until Δ's sign is decided."""
+        cells = (self.spec.cell(self.pair[1], budget), self.spec.cell(self.pair[0], budget))
+        sizes = (
+            math.log(cells[0].params_non_embedding),
+            cells[0].shape.width,
+            cells[1].shape.width,
+        )
+        records: dict[int, tuple[TrialRecord, TrialRecord]] = {}
+        wanted = start
+        while True:
+            new_seeds = [s for s in self.seed_order[:wanted] if s not in records]
+            requests = [
+                make_request(self.spec, cell, seed, "refine")
+                for seed in new_seeds
+                for cell in cells
+            ]
+            results = yield requests  # both depths x the new seeds: one batch, in parallel
+            records.update(
+                {seed: (results[2 * i], results[2 * i + 1]) for i, seed in enumerate(new_seeds)}
+            )
+            point = self._point(budget, sizes, records, kind, wanted)
+            if point.decision.decided or wanted >= self.refine.max_seeds:
+                return point
+            wanted = transitions.seeds_wanted(point.decision, wanted, self.refine)
+
+    def _point(self, budget, sizes, records, kind: str, requested: int) -> PairPoint:
+        deep = {s: pair[0] for s, pair in records.items() if _completed(pair[0])}
+        shallow = {s: pair[1] for s, pair in records.items() if _completed(pair[1])}
+        others = [
+            p.deltas
+            for p in transitions.merge_points(self.grid.points, trial_points(self.study))
+            if p.budget != budget
+        ]
+
+        def sd_of(deltas: Sequence[float]) -> float:
+            return transitions.pooled_sd([*others, deltas], self.prior)
+
+        return transitions.make_point(
+            budget,
+            sizes,
+            deep,
+            shallow,
+            self.grid.trend,
+            sd_of,
+            self.refine.noise_z,
+            kind,
+            requested,
+        )
+
+    # ------------------------------------------------------------------ reporting
+
+    def _announce(self, point: PairPoint, number: int) -> None:
+        verdict = {1: "deeper loses", -1: "deeper wins", 0: "within noise"}[point.decision.sign]
+        self.say(
+            f"[refine {self.grid.label}] trial {number} ({point.kind}): N = "
+            f"{math.exp(point.log_n):.4g} (widths {point.width_deep}/{point.width_shallow}), "
+            f"Δ = {point.decision.mean:+.4f} ± {point.decision.se:.4f} over {point.n} seed(s): "
+            f"{verdict}"
+        )
+
+    def _new_trainings(self) -> int:
+        """Trainings of this pair's refine points that the refine stage itself recorded."""
+        ids = set()
+        for point in trial_points(self.study):
+            for depth in self.pair:
+                cell = self.spec.cell(depth, point.budget)
+                ids |= {
+                    make_request(self.spec, cell, seed, "refine").trial_id
+                    for seed in self.seed_order[: point.requested]
+                }
+        records = (self.store.read_record(i) for i in ids)
+        return sum(r is not None and r.stage == "refine" for r in records)
+
+    def _transition(self, step: Step) -> Transition:
+        points = transitions.merge_points(self.grid.points, trial_points(self.study))
+        transition = transitions.make_transition(
+            self.pair,
+            step.outcome,
+            points,
+            trials=self._new_trainings(),
+            rounds=bisection_rounds(self.study),
+            simulated=self.spec.trainer == "simulated",
+            reason=step.reason,
+        )
+        self.say(f"[refine {self.grid.label}] {describe(transition)}")
+        return transition
+
+
+def describe(t: Transition) -> str:
+    """One line: status, N* and dx* with uncertainty, and the cost."""
+    cost = f"{t.trials} new training(s), {t.rounds} round(s), up to {t.seeds} seed(s)"
+    if t.status == "bracketed":
+        found = (
+            f"N* = {t.n_star:.4g} in [{t.n_star_low:.4g}, {t.n_star_high:.4g}], "
+            f"dx* = {t.width_deep:.1f} ± {t.width_deep_err:.1f}"
+        )
+        return f"bracketed: {found} ({t.reason}; {cost})"
+    hint = {
+        "censored_low": "the deeper net already wins at the smallest budget; lower "
+        "space.budgets' minimum",
+        "censored_high": "the deeper net never wins inside the range; raise space.budgets' maximum",
+        "undecided": "Δ stays within seed noise; raise refine.max_seeds",
+    }[t.status]
+    return f"{t.status}: {hint} ({cost})"
+
+
+# --------------------------------------------------------------------------- the stage
+
+
+def grid_pairs(spec: ExperimentSpec, records: Sequence[TrialRecord]) -> list[PairGrid]:
+    """Every configured pair's grid points; InputError for a depth the grid never finished."""
+    prior = noise_prior(spec)
+    return [
+        transitions.grid_pair(
+            records, tuple(pair), spec.space.budgets, spec.space.seeds, spec.refine.noise_z, prior
+        )
+        for pair in spec.refine.pairs
+    ]
+
+
+class RefineStage:
+    """The refine stage of one experiment; building it checks every pair before any training.
+
+    Bad input (a pair whose depth the grid never finished, a corrupt journal) is an InputError
+    here, before Ray starts or anything is trained.
+    """
+
+    def __init__(self, spec: ExperimentSpec, store: ExperimentStore, progress=None):
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.spec, self.store = spec, store
+        say = _say(progress)
+        grids = grid_pairs(spec, store.records())
+        self.refiners = [PairRefiner(spec, store, grid, say) for grid in grids]
+
+    def run(self, run_trials: RunTrials) -> list[Transition]:
+        """Refine every pair (or resume), write transitions.parquet, return its rows.
+
+        The pairs advance together: each call of ``run_trials`` holds the next batch of every
+        pair still refining, so trainings of different pairs run in parallel.
+        """
+        waiting: dict[int, tuple[Rounds, list[TrialRequest]]] = {}
+        done: dict[int, Transition] = {}
+        for index, refiner in enumerate(self.refiners):
+            _advance(index, refiner.rounds(), None, waiting, done)
+        while waiting:
+            batches = list(waiting.items())
+            records = run_trials([r for _, (_, requests) in batches for r in requests])
+            waiting.clear()
+            for index, (rounds, requests) in batches:
+                mine, records = records[: len(requests)], records[len(requests) :]
+                _advance(index, rounds, mine, waiting, done)
+        transitions = [done[index] for index in range(len(self.refiners))]
+        write_transitions(transitions, self.store.root / TRANSITIONS_FILE, self.spec)
+        return transitions
+
+
+def _advance(index: int, rounds: Rounds, records, waiting: dict, done: dict) -> None:
+    """Send a pair its records; file its next batch, or its transition when it is done."""
+    try:
+        waiting[index] = (rounds, rounds.send(records))
+    except StopIteration as finished:
+        done[index] = finished.value
+
+
+def run_refine(
+    spec: ExperimentSpec, store: ExperimentStore, run_trials: RunTrials, progress=None
+) -> list[Transition]:
+    """Refine every configured pair (or resume); ``run_trials`` trains batches of requests.
+
+    ``progress``: a :class:`dwtune.study.progress.StudyProgress` (lines go to its ``note``), any
+    callable taking one line, or None.
+    """
+    return RefineStage(spec, store, progress).run(run_trials)
+
+
+def _say(progress) -> Progress:
+    if progress is None:
+        return lambda _line: None
+    return getattr(progress, "note", progress)
+
+
+def transitions_table(transitions: Sequence[Transition]) -> pa.Table:
+    names = TRANSITION_SCHEMA.names
+    rows = [
+        {name: t.pair if name == "pair" else getattr(t, name) for name in names}
+        for t in transitions
+    ]
+    return pa.Table.from_pylist(rows, schema=TRANSITION_SCHEMA)
+
+
+def write_transitions(transitions: Sequence[Transition], path: Path, spec: ExperimentSpec) -> Path:
+    return write_parquet_atomic(transitions_table(transitions), path, spec.to_dict())
+
+
+# --------------------------------------------------------------------------- without Ray
+
+
+class InProcessRunner:
+    """Trains requests one after another in this process (no Ray): benchmarks and tests.
+
+    Same contract as the Ray runner: records aligned with the requests; a recorded trial is
+    reused (a failure recorded by an earlier driver is retried), a new one is recorded.
+    """
+
+    def __init__(self, spec: ExperimentSpec, store: ExperimentStore):
+        from dwtune.backends.trial import run_trial_inprocess
+
+        self.spec, self.store, self._train = spec, store, run_trial_inprocess
+        self.trained = 0  # trainings this runner ran
+
+    def run(self, requests: list[TrialRequest]) -> list[TrialRecord]:
+        return [self._one(request) for request in requests]
+
+    def _one(self, request: TrialRequest) -> TrialRecord:
+        record = self.store.read_record(request.trial_id)
+        if record is not None and record.status != vocabulary.STATUS_FAILED:
+            return record
+        record = self._train(self.spec, request)
+        self.store.write_record(record)
+        self.trained += 1
+        return record

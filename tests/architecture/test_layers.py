@@ -1,0 +1,57 @@
+"""The layer contracts in pyproject.toml hold, and they would catch a pure module importing torch."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
+
+
+def _lint(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [LINT_IMPORTS, "--config", str(root / "pyproject.toml")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": str(Path(sys.executable).parent), "PYTHONPATH": str(root)},
+    )
+
+
+def _copy_of_the_package(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    shutil.copytree(REPO / "dwtune", root / "dwtune", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def test_the_shipped_tree_keeps_every_contract():
+    result = _lint(REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "contract"),
+    [
+        ("core/fit.py", "import torch", "The pure core imports none of"),
+        ("core/budget.py", "import dwtune.study.refine", "Layers:"),
+        ("outputs/tables.py", "import ray", "Only the Ray runner imports ray"),
+        ("study/progress.py", "import torch", "Only the PyTorch backend imports torch"),
+    ],
+)
+def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract):
+    root = _copy_of_the_package(tmp_path)
+    path = root / "dwtune" / module
+    path.write_text(path.read_text() + f"\n{line}  # planted by the test\n")
+    result = _lint(root)
+    assert result.returncode != 0
+    # Only the broken contracts are listed after this heading.
+    broken_section = result.stdout.partition("Broken contracts")[2]
+    assert contract in broken_section, result.stdout

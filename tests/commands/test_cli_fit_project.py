@@ -1,0 +1,320 @@
+"""dwtune fit / project / report on the command line: outputs, bad input, import hygiene."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dwtune.cli import main
+from dwtune.core.fit import fit_transitions
+
+DEPTHS = [12, 18, 24, 30, 36]
+A, B = 5.039, 0.0555
+
+
+def write_csv(path: Path, rows: list[tuple], header: str = "depth,width,width_err") -> Path:
+    lines = [header] + [",".join(str(v) for v in row) for row in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def paper_rows() -> list[tuple]:
+    """Noise-free widths on the published law with 3 % uncertainties."""
+    return [(d, math.exp(A + B * d), 0.03 * math.exp(A + B * d)) for d in DEPTHS]
+
+
+def write_transitions(
+    exp_dir: Path, statuses: list[str] | None = None, simulated: bool = False
+) -> Path:
+    statuses = statuses or ["bracketed"] * len(DEPTHS)
+    rows = []
+    for (depth, width, err), status in zip(paper_rows(), statuses, strict=True):
+        bracketed = status == "bracketed"
+        rows.append(
+            {
+                "pair": f"{depth - 6}-{depth}",
+                "depth_shallow": depth - 6,
+                "depth_deep": depth,
+                "status": status,
+                "n_star": 12 * depth * width**2 if bracketed else math.nan,
+                "n_star_low": 0.9 * 12 * depth * width**2,
+                "n_star_high": 1.1 * 12 * depth * width**2,
+                "width_deep": width if bracketed else math.nan,
+                "width_deep_err": err if bracketed else math.nan,
+                "width_shallow": width,
+                "trials": 9,
+                "seeds": 3,
+                "simulated": simulated,
+            }
+        )
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(exp_dir / "transitions.parquet")
+    return exp_dir
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---------------------------------------------------------------- project
+
+
+def test_project_reference_prints_the_published_numbers(capsys):
+    code, out, err = run_cli(
+        capsys,
+        "project",
+        "--budget",
+        "1.75e11",
+        "--budget",
+        "1T",
+        "--depth",
+        "96",
+        "--reference",
+        "levine2020",
+    )
+    assert code == 0 and err == ""
+    assert "budget 175B (1.75e+11 params): optimal depth 80.5 layers, width 13,459" in out
+    assert "budget 1T (1e+12 params): optimal depth 94.7 layers, width 29,657" in out
+    assert "depth 96: transition size 1.16T (1.164e+12 params)" in out
+
+
+def test_project_defaults_to_the_reference(capsys):
+    code, out, _ = run_cli(capsys, "project", "--budget", "175B")
+    assert code == 0 and "law levine2020" in out
+
+
+def test_project_json_within_two_percent_of_the_paper(capsys):
+    code, out, _ = run_cli(
+        capsys, "project", "--budget", "175B", "--budget", "1e12", "--depth", "96", "--json"
+    )
+    data = json.loads(out)
+    assert code == 0 and data["law"]["name"] == "levine2020"
+    assert data["budgets"][0]["depth"] == pytest.approx(80, rel=0.02)
+    assert data["budgets"][1]["width"] == pytest.approx(30e3, rel=0.02)
+    assert data["depths"][0]["n_star"] == pytest.approx(1.17e12, rel=0.02)
+    assert data["budgets"][0]["depth_lo"] is None  # no covariance published: no interval
+
+
+def test_project_from_experiment_dir_has_intervals(capsys, tmp_path):
+    exp = write_transitions(tmp_path / "exp")
+    code, out, _ = run_cli(capsys, "project", str(exp), "--budget", "1T", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["law"]["name"] == "study"
+    row = data["budgets"][0]
+    assert row["depth_lo"] < row["depth"] < row["depth_hi"]
+    # Noise-free transitions on the published law reproduce its projection.
+    assert row["depth"] == pytest.approx(94.7469, rel=1e-4)
+
+
+def test_project_from_fit_json_and_csv_agree(capsys, tmp_path):
+    csv = write_csv(tmp_path / "paper.csv", paper_rows())
+    code, out, _ = run_cli(capsys, "fit", str(csv), "--json")
+    assert code == 0
+    fit_json = tmp_path / "fit.json"
+    fit_json.write_text(out)
+    _, from_json, _ = run_cli(capsys, "project", "--fit", str(fit_json), "--budget", "1T", "--json")
+    _, from_csv, _ = run_cli(capsys, "project", "--fit", str(csv), "--budget", "1T", "--json")
+    assert json.loads(from_json)["budgets"] == json.loads(from_csv)["budgets"]
+
+
+def test_project_from_fit_json_keeps_the_simulated_flag(capsys, tmp_path):
+    exp = write_transitions(tmp_path / "exp", simulated=True)
+    _, fit_out, _ = run_cli(capsys, "fit", str(exp), "--json")
+    (tmp_path / "fit.json").write_text(fit_out)
+    code, out, _ = run_cli(capsys, "project", "--fit", str(tmp_path / "fit.json"), "--budget", "1T")
+    assert code == 0
+    assert out.startswith("SIMULATED data: a planted law, not a measurement\n")
+
+
+# ---------------------------------------------------------------- fit
+
+
+def test_fit_csv_json_matches_the_library(capsys, tmp_path):
+    rng = np.random.default_rng(5)
+    rows = [(d, w * math.exp(rng.normal(0, 0.03)), e) for d, w, e in paper_rows()]
+    csv = write_csv(tmp_path / "table.csv", rows)
+    code, out, _ = run_cli(capsys, "fit", str(csv), "--json")
+    data = json.loads(out)
+    expected = fit_transitions(*zip(*rows, strict=True))
+    assert code == 0 and data["status"] == "fitted"
+    assert data["a"] == pytest.approx(expected.a, rel=1e-12)
+    assert data["se_b"] == pytest.approx(expected.se_b, rel=1e-12)
+    assert data["errors_scaled_by_chi2_red"] is False
+
+
+def test_fit_experiment_dir_lists_censored_pairs(capsys, tmp_path):
+    statuses = ["bracketed", "censored_high", "bracketed", "bracketed", "bracketed"]
+    exp = write_transitions(tmp_path / "exp", statuses)
+    code, out, _ = run_cli(capsys, "fit", str(exp))
+    assert code == 0
+    assert "over 4 bracketed transitions at depths 12, 24, 30, 36" in out
+    assert "a = 5.0390 ± " in out and "b = 0.05550 ± " in out
+    assert "not fitted: pair 12-18: depth 18 never beat depth 12 up to N = " in out
+    assert "(3 seeds)" in out
+
+
+def test_fit_transitions_parquet_path(capsys, tmp_path):
+    exp = write_transitions(tmp_path / "exp")
+    code, out, _ = run_cli(capsys, "fit", str(exp / "transitions.parquet"), "--json")
+    assert code == 0 and json.loads(out)["n_points"] == 5
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
+    """name -> (argv, text the one-line error must contain)."""
+    missing_cols = write_csv(tmp / "cols.csv", [(12, 300)], header="depth,width")
+    zero_width = write_csv(tmp / "zero.csv", [(12, 300, 5), (18, 0, 5), (24, 500, 5)])
+    nan_err = write_csv(tmp / "nan.csv", [(12, 300, 5), (18, 400, ""), (24, 500, 5)])
+    text_cell = write_csv(tmp / "text.csv", [(12, 300, 5), (18, "wide", 5), (24, 500, 5)])
+    two = write_csv(tmp / "two.csv", [(12, 300, 5), (18, 400, 5)])
+    garbage = tmp / "garbage.parquet"
+    garbage.write_bytes(b"not parquet at all")
+    pd.DataFrame({"pair": ["1-2"]}).to_parquet(tmp / "short.parquet")
+    (tmp / "empty_exp").mkdir()
+    (tmp / "nofit.json").write_text(json.dumps({"status": "insufficient", "reason": "2 points"}))
+    (tmp / "badcov.json").write_text(
+        json.dumps({"status": "fitted", "a": 5, "b": 0.05, "cov": [1]})
+    )
+    return {
+        "missing file": (["fit", str(tmp / "nope.csv")], "no such file"),
+        "missing columns": (["fit", str(missing_cols)], "missing column(s) width_err"),
+        "non-positive width": (["fit", str(zero_width)], "width at zero.csv row 2: got 0.0"),
+        "NaN uncertainty": (["fit", str(nan_err)], "width_err at nan.csv row 2: got nan"),
+        "text in a number column": (["fit", str(text_cell)], "column width row 2: got 'wide'"),
+        "too few points": (["fit", str(two)], "at least 3 bracketed transitions"),
+        "not parquet": (["fit", str(garbage)], "not a readable Parquet file"),
+        "parquet missing columns": (["fit", str(tmp / "short.parquet")], "missing column(s)"),
+        "dir without transitions": (["fit", str(tmp / "empty_exp")], "run the refine stage"),
+        "wrong extension": (["fit", str(tmp / "nofit.json")], "expected an experiment directory"),
+        "unparseable budget": (["project", "--budget", "175X"], "--budget: got '175X'"),
+        "negative budget": (["project", "--budget=-1e9"], "--budget: got '-1e9'"),
+        "bad depth": (["project", "--depth", "deep"], "--depth: got 'deep'"),
+        "nothing to project": (["project"], "give at least one --budget"),
+        "two laws": (
+            ["project", "--budget", "1T", "--reference", "levine2020", "--fit", "x"],
+            "choose one law",
+        ),
+        "unknown reference": (
+            ["project", "--budget", "1T", "--reference", "gpt"],
+            "expected one of",
+        ),
+        "fit.json without fit": (
+            ["project", "--budget", "1T", "--fit", str(tmp / "nofit.json")],
+            "holds no fit (2 points)",
+        ),
+        "fit.json with a broken cov": (
+            ["project", "--budget", "1T", "--fit", str(tmp / "badcov.json")],
+            "a, b or cov (2x2) missing or not numbers",
+        ),
+        "bad level": (["fit", str(tmp / "nope.csv"), "--level", "2"], "level: got 2.0"),
+        "report of empty dir": (["report", str(tmp / "empty_exp")], "no trials.parquet"),
+    }
+
+
+BAD_INPUT_NAMES = (
+    "missing file",
+    "missing columns",
+    "non-positive width",
+    "NaN uncertainty",
+    "text in a number column",
+    "too few points",
+    "not parquet",
+    "parquet missing columns",
+    "dir without transitions",
+    "wrong extension",
+    "unparseable budget",
+    "negative budget",
+    "bad depth",
+    "nothing to project",
+    "two laws",
+    "unknown reference",
+    "fit.json without fit",
+    "fit.json with a broken cov",
+    "bad level",
+    "report of empty dir",
+)
+
+
+def test_every_bad_input_case_is_run(tmp_path):
+    assert sorted(_bad_inputs(tmp_path)) == sorted(BAD_INPUT_NAMES)
+
+
+@pytest.mark.parametrize("name", BAD_INPUT_NAMES)
+def test_bad_input_is_one_line_and_exit_code_2(capsys, tmp_path, name):
+    argv, expected = _bad_inputs(tmp_path)[name]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"dwtune {argv[0]}: error: ")
+    assert expected in lines[0]
+
+
+def test_bad_input_through_the_real_entry_point(tmp_path):
+    csv = write_csv(tmp_path / "nan.csv", [(12, 300, 5), (18, 400, "nan"), (24, 500, 5)])
+    done = subprocess.run(
+        [sys.executable, "-m", "dwtune", "fit", str(csv)], capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "width_err at nan.csv row 2: got nan" in done.stderr
+
+
+# ---------------------------------------------------------------- import hygiene
+
+
+def test_fit_and_project_import_no_torch_ray_or_optuna(tmp_path):
+    csv = write_csv(tmp_path / "paper.csv", paper_rows())
+    exp = write_transitions(tmp_path / "exp")
+    script = textwrap.dedent(
+        f"""
+        import contextlib, io, json, sys
+        from dwtune.cli import main
+        with contextlib.redirect_stdout(io.StringIO()):
+            codes = [
+                main(["fit", {str(csv)!r}, "--json"]),
+                main(["fit", {str(exp)!r}]),
+                main(["project", "--budget", "175B", "--depth", "96"]),
+                main(["project", {str(exp)!r}, "--budget", "1T"]),
+            ]
+        heavy = ("torch", "ray", "optuna", "matplotlib", "dwtune.outputs.report")
+        print(json.dumps({{"codes": codes, "loaded": [m for m in heavy if m in sys.modules]}}))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result == {"codes": [0, 0, 0, 0], "loaded": []}
+
+
+def test_report_command_writes_the_report(capsys, tmp_path):
+    exp = write_transitions(tmp_path / "exp")
+    code, out, _ = run_cli(capsys, "report", str(exp))
+    assert code == 0
+    assert f"report: {exp / 'report.md'}" in out
+    assert (exp / "fit.json").is_file() and (exp / "projections.parquet").is_file()
+
+
+def test_project_flags_sub_layer_budgets_and_refuses_absurd_depths(capsys):
+    code, out, _ = run_cli(capsys, "project", "--budget", "10")
+    assert code == 0 and "below one layer" in out
+    code, out, _ = run_cli(capsys, "project", "--budget", "175B")
+    assert code == 0 and "below one layer" not in out
+    code, _, err = run_cli(capsys, "project", "--depth", "1e9")
+    assert (
+        code == 2 and "--depth: got '1e9'; expected a positive number of layers up to 10,000" in err
+    )

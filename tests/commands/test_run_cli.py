@@ -1,0 +1,277 @@
+"""`dwtune run` end to end: console, resume after SIGKILL and Ctrl-C, bad input (exit 2)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import Processes
+
+from dwtune.cli import main
+from dwtune.storage.store import ExperimentStore
+
+WAIT_S = 120
+
+
+def _env() -> dict:
+    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+
+
+def _command(spec: Path, storage: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "dwtune", "run", str(spec), "--storage", str(storage), *extra]
+
+
+def _run(spec: Path, storage: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        _command(spec, storage, *extra), capture_output=True, text=True, env=_env(), timeout=300
+    )
+
+
+def _start(spec: Path, storage: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        _command(spec, storage, "--grid-only"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+
+
+def _wait_for_records(store: ExperimentStore, count: int, driver: subprocess.Popen) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while len(list(store.trials_dir.glob("*.json"))) < count:
+        assert driver.poll() is None, driver.communicate()
+        assert time.monotonic() < deadline, "no trial finished in time"
+        time.sleep(0.1)
+
+
+def _snapshot(store) -> dict:
+    return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in store.trials_dir.iterdir()}
+
+
+# Ray's node agents outlive a SIGKILLed driver for a while (they retry the dead GCS before
+# exiting); everything that computes or holds memory (GCS, raylet, trial workers) must not.
+SLOW_TO_EXIT = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
+
+
+def _leftovers(pids: list[int], table: dict) -> list[str]:
+    """Wait for the driver's processes to exit; kill (by pid) and name any that did not."""
+    deadline = time.monotonic() + WAIT_S / 4
+    while any(Processes.alive(p) for p in pids) and time.monotonic() < deadline:
+        if all(table[p][1].startswith(SLOW_TO_EXIT) for p in pids if Processes.alive(p)):
+            break
+        time.sleep(0.2)
+    now = Processes.table()
+    # Same command line: still the process we saw (a pid is reused only after it exited).
+    left = [p for p in pids if Processes.alive(p) and now.get(p, (0, ""))[1] == table[p][1]]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return [table[p][1].split()[0] for p in left if not table[p][1].startswith(SLOW_TO_EXIT)]
+
+
+@pytest.fixture
+def slow_study(write_spec, simulated_raw, tmp_path):
+    """8 trials of ~2 s each, 4 at a time: a driver can be interrupted half way."""
+    raw = simulated_raw(name="slow", simulated={"seconds_per_step": 0.005})
+    return write_spec(raw), tmp_path, ExperimentStore(tmp_path / "slow")
+
+
+# --------------------------------------------------------------------------- with Ray
+
+
+@pytest.mark.ray
+def test_run_trains_the_grid_exports_and_shows_progress(write_spec, simulated_raw, tmp_path):
+    done = _run(write_spec(simulated_raw(name="cli")), tmp_path)
+    assert done.returncode == 0, done.stderr
+    root = tmp_path / "cli"
+    trials = pd.read_parquet(root / "trials.parquet")
+    assert len(trials) == 8 and set(trials.status) == {"finished"}
+    assert len(pd.read_parquet(root / "curves.parquet")) == 8 * 4
+    assert len(list((root / "tb").glob("L*_w*_s*-SIMULATED"))) == 8
+    assert "[grid] 8/8 done, 0 running, 0 pending, 0 failed | best val/loss L6 " in done.stderr
+    assert "TensorBoard: tensorboard --logdir" in done.stderr
+    assert "Traceback" not in done.stderr and "Trial" not in done.stderr  # no Tune tables
+
+
+def _signal_driver_after(study, records: int, sig: int, timeout: float):
+    """Start `dwtune run`, send ``sig`` once ``records`` trials are recorded; return its exit
+    code, stderr and the Ray processes it started that are still alive."""
+    spec, storage, store = study
+    driver = _start(spec, storage)
+    _wait_for_records(store, records, driver)
+    table = Processes.table()
+    ray_processes = Processes.descendants({driver.pid}, table)
+    driver.send_signal(sig)
+    _, err = driver.communicate(timeout=timeout)
+    return driver.returncode, err, _leftovers(ray_processes, table)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_killed_driver_resumes_without_repeating_finished_trials(slow_study):
+    spec, storage, store = slow_study
+    _, _, leftovers = _signal_driver_after(slow_study, 2, signal.SIGKILL, timeout=30)
+    assert leftovers == []  # Ray's reaper stops what the driver started
+    before = _snapshot(store)
+
+    done = _run(spec, storage, "--grid-only")
+    assert done.returncode == 0, done.stderr
+    assert f"{len(before)} trial(s) already recorded" in done.stderr
+    assert f"training {8 - len(before)} trial(s)" in done.stderr
+    after = _snapshot(store)
+    assert {k: after[k] for k in before} == before
+    trials = pd.read_parquet(store.root / "trials.parquet")
+    assert len(trials) == trials.trial_id.nunique() == 8
+    assert set(trials.status) == {"finished"}
+
+
+@pytest.mark.ray
+def test_ctrl_c_keeps_finished_work_and_says_how_to_resume(slow_study):
+    store = slow_study[2]
+    returncode, err, leftovers = _signal_driver_after(slow_study, 1, signal.SIGINT, timeout=60)
+    assert returncode == 130
+    assert "interrupted" in err and "rerun the same command to resume" in err
+    assert len(store.records()) >= 1 and all(r.completed for r in store.records())
+    assert leftovers == []
+
+
+@pytest.mark.ray
+def test_a_trial_size_no_node_offers_exits_2_at_once(write_spec, simulated_raw, tmp_path):
+    done = _run(write_spec(simulated_raw(name="gpu", resources={"gpu": 1})), tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [done.stderr.strip().splitlines()[-1]]
+    assert "resources: each trial asks for cpu=0.5, gpu=1 but no node" in done.stderr
+    assert not (tmp_path / "gpu" / "ray").exists()
+
+
+# --------------------------------------------------------------------------- bad input (no Ray)
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_unwritable_storage_exits_2(write_spec, simulated_raw, tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert main(["run", str(write_spec(simulated_raw())), "--storage", str(blocker / "x")]) == 2
+    assert "pass a writable --storage" in _one_line_error(capsys)
+
+
+def test_a_cloud_uri_as_storage_exits_2(write_spec, simulated_raw, capsys):
+    assert main(["run", str(write_spec(simulated_raw())), "--storage", "s3://bucket/x"]) == 2
+    assert "expected a filesystem path" in _one_line_error(capsys)
+
+
+def test_an_experiment_dir_with_a_different_spec_exits_2(
+    write_spec, simulated_raw, tmp_path, capsys
+):
+    from dwtune.core.spec import load_spec
+
+    ExperimentStore.for_spec(tmp_path, load_spec(write_spec(simulated_raw()))).initialise(
+        load_spec(write_spec(simulated_raw()))
+    )
+    changed = write_spec(simulated_raw(train={"steps": 500}))
+    assert main(["run", str(changed), "--storage", str(tmp_path)]) == 2
+    assert "holds a different spec (changed: train.steps)" in _one_line_error(capsys)
+
+
+def test_a_corrupt_trial_record_exits_2_before_ray_starts(
+    write_spec, simulated_raw, tmp_path, capsys
+):
+    from dwtune.core.spec import load_spec
+
+    spec_path = write_spec(simulated_raw())
+    store = ExperimentStore.for_spec(tmp_path, load_spec(spec_path))
+    store.initialise(load_spec(spec_path))
+    (store.trials_dir / "0123456789abcdef.json").write_text('{"trial_id": "0123')
+    assert main(["run", str(spec_path), "--storage", str(tmp_path)]) == 2
+    assert "0123456789abcdef.json: corrupt trial record" in _one_line_error(capsys)
+    assert not (store.root / "ray").exists()
+
+
+def test_a_second_driver_on_the_same_directory_exits_2(write_spec, simulated_raw, tmp_path, capsys):
+    spec_path = write_spec(simulated_raw())
+    root = tmp_path / simulated_raw()["name"]
+    root.mkdir()
+    # A first driver's lock: flock on another open file description conflicts just as
+    # another process's would.
+    with (root / ".driver.lock").open("a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.write("pid 12345 on elsewhere")
+        handle.flush()
+        assert main(["run", str(spec_path), "--storage", str(tmp_path)]) == 2
+    assert "in use by another dwtune driver" in _one_line_error(capsys)
+
+
+# --------------------------------------------------------------------------- the console
+
+
+def test_the_status_line_counts_trials_and_keeps_the_best_loss_per_depth(simulated_raw):
+    import io
+
+    from dwtune.core import vocabulary
+    from dwtune.core.records import grid_requests, record_from_result
+    from dwtune.core.spec import spec_from_dict
+    from dwtune.study.progress import StudyProgress
+
+    spec = spec_from_dict(simulated_raw())
+    requests = grid_requests(spec)
+    curve = [{vocabulary.STEP: 100, vocabulary.VAL_LOSS: 3.0}]
+    earlier = record_from_result(requests[0], spec, curve, vocabulary.STATUS_FINISHED, 1.0)
+    out = io.StringIO()
+    progress = StudyProgress(out, interval_s=0.0)
+    progress.begin("grid", requests[1:], [earlier])
+    assert "[grid] 1 trial(s) already recorded" in out.getvalue()
+    assert progress.eta_s() == float("inf")  # nothing finished yet: no estimate
+    for request in requests[1:4]:
+        progress.trial_started(request)
+    better = [{vocabulary.STEP: 100, vocabulary.VAL_LOSS: 2.5}]
+    progress.trial_finished(
+        requests[1], record_from_result(requests[1], spec, better, vocabulary.STATUS_FINISHED, 1.0)
+    )
+    progress.trial_finished(
+        requests[2],
+        record_from_result(
+            requests[2], spec, [], vocabulary.STATUS_FAILED, 0.5, error="RuntimeError: boom"
+        ),
+    )
+    line = progress.status_line()
+    assert line.startswith("[grid] 2/7 done, 1 running, 4 pending, 1 failed | ")
+    depth = requests[1].shape.depth
+    assert f"L{depth} 2.500" in line
+    assert "failed: RuntimeError: boom" in out.getvalue()
+    assert 0 < progress.eta_s() < float("inf")
+
+
+def test_a_corrupt_spec_file_in_the_experiment_dir_exits_2(
+    write_spec, simulated_raw, tmp_path, capsys
+):
+    spec_path = write_spec(simulated_raw())
+    root = tmp_path / simulated_raw()["name"]
+    root.mkdir()
+    (root / "spec.yaml").write_text("name: [unclosed\n")
+    assert main(["run", str(spec_path), "--storage", str(tmp_path)]) == 2
+    assert "spec.yaml: corrupt" in _one_line_error(capsys)
+
+
+def test_a_missing_corpus_exits_2_before_ray_starts(tmp_path):
+    spec = tmp_path / "nocorpus.yaml"
+    spec.write_text(
+        "name: nocorpus\ndata: {corpus: /nonexistent/plays.txt}\n"
+        "space: {depths: [1], budgets: [1e5]}\ntrain: {steps: 5}\n"
+    )
+    done = _run(spec, tmp_path / "experiments")
+    assert done.returncode == 2
+    assert "data.corpus: /nonexistent/plays.txt does not exist" in done.stderr
+    assert "Ray:" not in done.stderr + done.stdout  # failed before connecting to Ray
+    assert "Traceback" not in done.stderr

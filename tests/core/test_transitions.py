@@ -1,0 +1,186 @@
+"""Brackets, sign decisions and proposals of the refine stage (pure logic, no training)."""
+
+import math
+import subprocess
+import sys
+
+import pytest
+
+from dwtune.core import transitions
+from dwtune.core.errors import InputError
+from dwtune.core.records import TrialRecord
+from dwtune.core.spec import RefineConfig
+from dwtune.core.transitions import Decision, PairPoint
+
+REFINE = RefineConfig(
+    pairs=((6, 12),), tolerance=0.05, seeds=1, max_seeds=4, max_rounds=8, noise_z=2.0
+)
+
+
+def point(
+    log_n: float,
+    mean: float,
+    *,
+    decided: bool = True,
+    n: int = 1,
+    kind: str = "grid",
+    se: float = 0.001,
+) -> PairPoint:
+    return PairPoint(
+        budget=math.exp(log_n),
+        log_n=log_n,
+        width_deep=int(100 * log_n),
+        width_shallow=int(120 * log_n),
+        seeds=tuple(range(n)),
+        deltas=(mean,) * n,
+        decision=Decision(mean, se, 0.002, decided),
+        kind=kind,
+        requested=n,
+    )
+
+
+def record(depth: int, budget: float, params: int, seed: int, loss: float) -> TrialRecord:
+    return TrialRecord(
+        trial_id=f"{depth}-{budget}-{seed}",
+        stage="grid",
+        depth=depth,
+        width=int(math.sqrt(params / (12 * depth))),
+        heads=2,
+        budget=budget,
+        params_non_embedding=params,
+        params_total=params,
+        seed=seed,
+        status="finished",
+        best_val_loss=loss,
+    )
+
+
+def test_a_sign_is_decided_only_beyond_noise_z_standard_errors():
+    assert transitions.decide([0.005], sd=0.002, z=2.0).decided
+    assert not transitions.decide([0.003], sd=0.002, z=2.0).decided
+    assert transitions.decide([0.003] * 4, sd=0.002, z=2.0).decided  # se halves with 4 seeds
+    assert transitions.decide([0.0001], sd=0.0, z=2.0).decided  # no noise: any nonzero Δ
+    assert not transitions.decide([], sd=0.002, z=2.0).decided
+    assert transitions.decide([-0.005], sd=0.002, z=2.0).sign == -1
+
+
+def test_seeds_wanted_jumps_to_what_the_mean_needs_within_the_cap():
+    close = transitions.decide([0.003], sd=0.002, z=2.0)  # needs (2·0.002/0.003)² = 1.8 -> 2
+    assert transitions.seeds_wanted(close, 1, REFINE) == 2
+    tiny = transitions.decide([0.0002], sd=0.002, z=2.0)
+    assert transitions.seeds_wanted(tiny, 1, REFINE) == REFINE.max_seeds
+
+
+def test_pooled_sd_trusts_enough_repeats_and_otherwise_keeps_the_prior():
+    assert transitions.pooled_sd([[0.1], [0.2]], prior=0.003) == 0.003
+    few = [[0.0, 0.001]]  # sample sd 0.0007 on 1 dof: not trusted below the prior
+    assert transitions.pooled_sd(few, prior=0.003) == 0.003
+    many = [[0.0, 0.002]] * 12  # 12 dof, pooled sd sqrt(2)·0.001
+    assert transitions.pooled_sd(many, prior=0.003) == pytest.approx(math.sqrt(2) * 0.001)
+
+
+def test_seed_sequence_starts_with_the_grid_seeds():
+    assert transitions.seed_sequence((0, 1), 4) == (0, 1, 2, 3)
+    assert transitions.seed_sequence((5,), 3) == (5, 6, 7)
+    assert transitions.seed_sequence((0, 1, 2), 2) == (0, 1, 2)
+
+
+def test_outcomes_bracket_or_censor_by_the_first_negative_delta():
+    up = [point(15, 0.02), point(16, 0.01), point(17, -0.01), point(18, -0.02)]
+    bracketed = transitions.outcome_of(up, REFINE.max_seeds)
+    assert (bracketed.status, bracketed.low, bracketed.high) == ("bracketed", 16, 17)
+    high = transitions.outcome_of(up[:2], REFINE.max_seeds)
+    assert (high.status, high.low) == ("censored_high", 16)
+    low = transitions.outcome_of(up[2:], REFINE.max_seeds)
+    assert (low.status, low.high) == ("censored_low", 17)
+    noisy_top = [*up[:2], point(17, -0.0005, decided=False, n=4)]
+    undecided = transitions.outcome_of(noisy_top, REFINE.max_seeds)
+    assert (undecided.status, undecided.low, undecided.high) == ("undecided", 16, 17)
+
+
+def test_an_undecided_bracket_end_is_verified_before_bisecting():
+    points = [point(15, 0.02), point(16, 0.001, decided=False), point(17, -0.02)]
+    step = transitions.next_step(points, REFINE, rounds=0)
+    assert step.kind == "verify" and step.point.log_n == 16
+
+
+def test_bisection_proposes_the_midpoint_in_log_n_until_tolerance_or_rounds():
+    points = [point(15, 0.02), point(17, -0.02)]
+    step = transitions.next_step(points, REFINE, rounds=0)
+    assert (step.kind, step.log_n) == ("bisect", 16)
+    assert transitions.next_step(points, REFINE, rounds=REFINE.max_rounds).reason.startswith(
+        "max_rounds"
+    )
+    narrow = [point(15, 0.02), point(15.04, -0.02)]  # e^0.04 - 1 = 4.1% <= 5%
+    assert transitions.next_step(narrow, REFINE, rounds=0).reason == "tolerance reached"
+
+
+def test_points_within_noise_split_the_bracket_then_stop_it():
+    ends = [point(15, 0.02), point(17, -0.02)]
+    one = [*ends, point(16.5, 0.0001, decided=False, n=4, kind="bisect")]
+    step = transitions.next_step(sorted(one, key=lambda p: p.log_n), REFINE, rounds=1)
+    assert step.kind == "bisect" and step.log_n == pytest.approx(15.75)  # wider side
+    two = [*one, point(16.2, 0.0001, decided=False, n=4, kind="bisect")]
+    step = transitions.next_step(sorted(two, key=lambda p: p.log_n), REFINE, rounds=2)
+    assert step.kind == "done" and step.reason.startswith("noise floor")
+    assert (step.outcome.low, step.outcome.high) == (15, 17)
+
+
+def test_grid_pair_refuses_a_depth_without_finished_grid_trials():
+    records = [record(6, 1e6, 1_000_000, 0, 4.0), record(6, 1e7, 10_000_000, 0, 3.4)]
+    with pytest.raises(InputError) as info:
+        transitions.grid_pair(records, (6, 12), (1e6, 1e7), (0,), 2.0, 0.002)
+    assert str(info.value) == (
+        "refine pair [6, 12]: depth 12 has no finished grid trials; add it to space.depths "
+        "and rerun `dwtune run`"
+    )
+
+
+def test_delta_is_compared_at_equal_size_along_the_shallow_trend():
+    def loss(params: float) -> float:  # the same size law for both depths: Δ is 0 at equal N
+        return 3.0 - 0.25 * math.log(params / 1e6)
+
+    budgets = (1e6, 1e7, 1e8)
+    shallow = [record(6, b, int(b * 1.03), 0, loss(b * 1.03)) for b in budgets]
+    deep = [record(12, b, int(b * 0.98), 0, loss(b * 0.98)) for b in budgets]
+    grid = transitions.grid_pair(shallow + deep, (6, 12), budgets, (0,), 2.0, 0.002)
+    raw = [d.best_val_loss - s.best_val_loss for d, s in zip(deep, shallow, strict=True)]
+    assert all(r > 0.01 for r in raw)  # width rounding alone makes the deeper net look worse
+    assert all(abs(p.decision.mean) < 1e-6 for p in grid.points)
+
+
+def test_a_bracketed_transition_reports_its_midpoint_width_and_uncertainty():
+    low, high = point(16.0, 0.01, kind="bisect"), point(16.1, -0.01, kind="bisect")
+    points = [point(15, 0.03), low, high, point(17, -0.03)]
+    outcome = transitions.outcome_of(points, REFINE.max_seeds)
+    t = transitions.make_transition((6, 12), outcome, points, trials=10, rounds=3, simulated=True)
+    assert t.status == "bracketed" and t.pair == "6-12"
+    assert t.n_star == pytest.approx(math.exp(16.05))
+    assert (t.n_star_low, t.n_star_high) == (
+        pytest.approx(math.exp(16)),
+        pytest.approx(math.exp(16.1)),
+    )
+    assert t.width_deep == pytest.approx(math.sqrt(t.n_star / (12 * 12)))
+    assert t.width_shallow == pytest.approx(math.sqrt(t.n_star / (12 * 6)))
+    slope = transitions.delta_slope(points, 16.0, 16.1)
+    expected = math.hypot(0.05, 0.001 / abs(slope))
+    assert t.log_n_sigma == pytest.approx(expected)
+    assert t.width_deep_err == pytest.approx(0.5 * t.width_deep * expected)
+
+
+def test_a_censored_transition_has_no_n_star_but_keeps_its_bound():
+    points = [point(15, 0.03), point(16, 0.02)]
+    outcome = transitions.outcome_of(points, REFINE.max_seeds)
+    t = transitions.make_transition((6, 12), outcome, points, trials=0, rounds=0, simulated=False)
+    assert t.status == "censored_high"
+    assert math.isnan(t.n_star) and math.isnan(t.width_deep) and math.isnan(t.n_star_high)
+    assert t.n_star_low == pytest.approx(math.exp(16))
+
+
+def test_the_pure_modules_import_no_heavy_library():
+    code = (
+        "import sys, dwtune.core.transitions, dwtune.backends.simulated; "
+        "print(sorted(m for m in ('torch', 'ray', 'optuna', 'pyarrow') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -1,0 +1,333 @@
+"""dwtune.outputs.report on synthetic experiment directories: full, simulated, partial."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from matplotlib import image
+
+from dwtune.core.errors import InputError
+from dwtune.core.projection import LEVINE2020, DepthWidthLaw, project_budget
+from dwtune.outputs.fit_files import PROJECTION_SCHEMA
+from dwtune.outputs.report import write_report
+
+PLANTED_A, PLANTED_B = 5.0, 0.06
+DEPTHS = (6, 12, 18, 24, 30)
+BUDGETS = tuple(np.logspace(5, 10, 11))
+FIGURE_NAMES = (
+    "1_loss_vs_size.png",
+    "2_delta_per_pair.png",
+    "3_fit_width_vs_depth.png",
+    "4_projection.png",
+)
+
+
+def planted_n_star(depth: int) -> float:
+    """Transition size of the planted law: 12·L·exp(2(a + b·L))."""
+    return 12.0 * depth * math.exp(2.0 * (PLANTED_A + PLANTED_B * depth))
+
+
+def synthetic_loss(depth: int, size: float) -> float:
+    """A loss surface whose consecutive-depth Δ changes sign exactly at the planted N*.
+
+    Going from depth L_(i-1) to L_i adds -0.01·ln(N / N*(L_i)) nats: a penalty below N*,
+    a gain above it.
+    """
+    base = 1.5 + 20.0 * size**-0.15
+    steps = [d for d in DEPTHS[1:] if d <= depth]
+    return base - 0.01 * sum(math.log(size / planted_n_star(d)) for d in steps)
+
+
+def trial_rows(seeds: int, simulated: bool | None, rng: np.random.Generator) -> list[dict]:
+    rows = []
+    for depth in DEPTHS:
+        for budget in BUDGETS:
+            width = max(2, round(math.sqrt(budget / (12 * depth)) / 2) * 2)
+            size = 12 * depth * width * width
+            for seed in range(seeds):
+                loss = synthetic_loss(depth, size) + rng.normal(0.0, 0.002)
+                row = {
+                    "trial_id": f"d{depth}-n{budget:.3g}-s{seed}",
+                    "stage": "grid",
+                    "depth": depth,
+                    "width": width,
+                    "heads": 2,
+                    "budget": float(budget),
+                    "params_non_embedding": size,
+                    "params_total": size + 2000 * width,
+                    "seed": seed,
+                    "status": "finished",
+                    "final_val_loss": loss + 0.001,
+                    "best_val_loss": loss,
+                }
+                if simulated is not None:
+                    row["simulated"] = simulated
+                rows.append(row)
+    rows[0]["status"] = "diverged"  # a failed trial must be ignored, not plotted
+    rows[0]["best_val_loss"] = math.nan
+    return rows
+
+
+def transition_row(shallow: int, deep: int, status: str, rng: np.random.Generator) -> dict:
+    n_star = planted_n_star(deep)
+    width = math.sqrt(n_star / (12 * deep)) * math.exp(rng.normal(0.0, 0.03))
+    bounds = {
+        "bracketed": (0.8 * n_star, 1.25 * n_star),
+        "censored_high": (BUDGETS[-1], math.nan),
+        "censored_low": (math.nan, BUDGETS[0]),
+        "undecided": (0.5 * n_star, 2.0 * n_star),
+    }[status]
+    bracketed = status == "bracketed"
+    return {
+        "pair": f"{shallow}-{deep}",
+        "depth_shallow": shallow,
+        "depth_deep": deep,
+        "status": status,
+        "n_star": n_star if bracketed else math.nan,
+        "n_star_low": bounds[0],
+        "n_star_high": bounds[1],
+        "width_deep": width if bracketed else math.nan,
+        "width_deep_err": 0.03 * width if bracketed else math.nan,
+        "width_shallow": math.sqrt(n_star / (12 * shallow)),
+        "trials": 12,
+        "seeds": 3,
+        "simulated": True,
+    }
+
+
+def make_study(
+    root: Path,
+    statuses: tuple[str, ...] | None = ("bracketed",) * 4,
+    simulated: bool | None = True,
+    trials: bool = True,
+    spec: str | None = None,
+) -> Path:
+    """An experiment directory with trials.parquet, transitions.parquet (optional), spec.yaml."""
+    rng = np.random.default_rng(7)
+    root.mkdir(parents=True, exist_ok=True)
+    if trials:
+        pd.DataFrame(trial_rows(2, simulated, rng)).to_parquet(root / "trials.parquet")
+    if statuses is not None:
+        pairs = list(itertools.pairwise(DEPTHS))[: len(statuses)]
+        rows = [transition_row(s, d, st, rng) for (s, d), st in zip(pairs, statuses, strict=True)]
+        frame = pd.DataFrame(rows, columns=list(transition_row(6, 12, "bracketed", rng)))
+        if simulated is not True:
+            frame["simulated"] = False
+        frame.to_parquet(root / "transitions.parquet")
+    if spec is not None:
+        (root / "spec.yaml").write_text(spec)
+    return root
+
+
+def assert_png(path: Path) -> None:
+    pixels = image.imread(path)
+    assert pixels.ndim == 3 and pixels.shape[0] > 300 and pixels.shape[1] > 500
+
+
+SPEC = "name: synthetic\nfit:\n  budgets: [1e9, 1.75e11, 1T]\n"
+
+
+def test_full_study_writes_every_file(tmp_path):
+    exp = make_study(tmp_path / "exp", spec=SPEC)
+    files = write_report(exp)
+    assert files.report == exp / "report.md"
+    assert [p.name for p in files.figures] == list(FIGURE_NAMES)
+    for path in files.figures:
+        assert_png(path)
+    assert not list(exp.rglob(".*.tmp-*")), "temporary files must be renamed or removed"
+
+
+def test_fit_json_holds_the_fit_and_planted_law_is_inside(tmp_path):
+    exp = make_study(tmp_path / "exp")
+    write_report(exp)
+    record = json.loads((exp / "fit.json").read_text())
+    assert record["status"] == "fitted"
+    assert record["n_points"] == 4 and record["dof"] == 2
+    # 4 points with 3 % errors: the planted law must sit within the 95 % intervals.
+    assert record["ci_a"][0] < PLANTED_A < record["ci_a"][1]
+    assert record["ci_b"][0] < PLANTED_B < record["ci_b"][1]
+    assert record["metadata"]["dwtune.git_revision"]
+    assert "numpy" in record["metadata"]["dwtune.versions"]
+
+
+def test_projections_parquet_schema_metadata_and_values(tmp_path):
+    exp = make_study(tmp_path / "exp", spec=SPEC)
+    write_report(exp)
+    table = pq.read_table(exp / "projections.parquet")
+    assert table.schema.remove_metadata() == PROJECTION_SCHEMA
+    meta = table.schema.metadata
+    assert json.loads(meta[b"dwtune.core.spec"]) == yaml.safe_load(SPEC)
+    assert "numpy" in json.loads(meta[b"dwtune.versions"])
+    assert meta[b"dwtune.git_revision"]
+    frame = table.to_pandas()
+    assert set(frame["law"]) == {"study", "levine2020"}
+    ref = frame[(frame["law"] == "levine2020") & (frame["query"] == "budget")]
+    row = ref[np.isclose(ref["n_params"], 1.75e11)].iloc[0]
+    assert row["depth"] == pytest.approx(project_budget(LEVINE2020, 1.75e11).depth, rel=1e-12)
+    assert frame["n_params"].max() == pytest.approx(1e13)
+
+
+def test_report_numbers_match_the_records(tmp_path):
+    exp = make_study(tmp_path / "exp", spec=SPEC)
+    write_report(exp)
+    text = (exp / "report.md").read_text()
+    record = json.loads((exp / "fit.json").read_text())
+    assert f"{record['a']:.4f}" in text and f"{record['b']:.5f}" in text
+    frame = pd.read_parquet(exp / "projections.parquet")
+    study = frame[(frame["law"] == "study") & (frame["query"] == "budget")]
+    row = study[np.isclose(study["n_params"], 1e12)].iloc[0]
+    assert f"{row['depth']:.1f} [{row['depth_lo']:.1f}, {row['depth_hi']:.1f}]" in text
+    law = DepthWidthLaw("study", record["a"], record["b"], tuple(map(tuple, record["cov"])))
+    assert row["depth"] == pytest.approx(project_budget(law, 1e12).depth, rel=1e-12)
+    for name in FIGURE_NAMES:
+        assert f"(figures/{name})" in text
+
+
+def test_simulated_data_is_flagged(tmp_path):
+    exp = make_study(tmp_path / "exp", simulated=True)
+    write_report(exp)
+    text = (exp / "report.md").read_text()
+    assert "SIMULATED DATA" in text.splitlines()[2]  # right under the title
+    assert pd.read_parquet(exp / "projections.parquet").query("law == 'study'")["simulated"].all()
+
+
+def test_real_data_is_not_flagged(tmp_path):
+    exp = make_study(tmp_path / "exp", simulated=False)
+    write_report(exp)
+    assert "SIMULATED" not in (exp / "report.md").read_text()
+
+
+def test_missing_simulated_column_means_not_simulated(tmp_path):
+    exp = make_study(tmp_path / "exp", simulated=None)
+    write_report(exp)
+    assert "SIMULATED" not in (exp / "report.md").read_text()
+
+
+def test_too_few_transitions_says_what_was_found(tmp_path):
+    statuses = ("bracketed", "censored_high", "bracketed", "censored_low")
+    exp = make_study(tmp_path / "exp", statuses=statuses)
+    files = write_report(exp)
+    text = (exp / "report.md").read_text()
+    assert "**No fit.**" in text and "Found 2 bracketed transition(s)" in text
+    assert "- pair 6-12: depth 12, dx* = 311.4 ± 9.3 (3 seeds)" in text
+    assert "2 pair(s) not bracketed" in text and "(3 seeds)" in text
+    assert "depth 18 never beat depth 12 up to N = 1e+10" in text
+    names = [p.name for p in files.figures]
+    assert {"1_loss_vs_size.png", "2_delta_per_pair.png", "4_projection.png"} <= set(names)
+    record = json.loads((exp / "fit.json").read_text())
+    assert record["status"] == "insufficient" and len(record["censored"]) == 2
+    laws = set(pd.read_parquet(exp / "projections.parquet")["law"])
+    assert laws == {"levine2020"}
+
+
+def test_no_transitions_file_still_reports(tmp_path):
+    exp = make_study(tmp_path / "exp", statuses=None)
+    files = write_report(exp)
+    text = (exp / "report.md").read_text()
+    assert "No transitions yet" in text and "**No fit.**" in text
+    assert [p.name for p in files.figures] == [
+        "1_loss_vs_size.png",
+        "2_delta_per_pair.png",
+        "4_projection.png",
+    ]
+
+
+def test_empty_transitions_file_still_reports(tmp_path):
+    exp = make_study(tmp_path / "exp", statuses=())
+    write_report(exp)
+    assert "No transitions yet" in (exp / "report.md").read_text()
+
+
+def test_transitions_without_trials_still_reports(tmp_path):
+    exp = make_study(tmp_path / "exp", trials=False)
+    files = write_report(exp)
+    text = (exp / "report.md").read_text()
+    assert "trials.parquet not found" in text and "No completed trials yet" in text
+    assert len(files.figures) == 4
+
+
+def test_nan_uncertainty_is_reported_not_raised(tmp_path):
+    exp = make_study(tmp_path / "exp")
+    frame = pd.read_parquet(exp / "transitions.parquet")
+    frame.loc[1, "width_deep_err"] = math.nan
+    frame.to_parquet(exp / "transitions.parquet")
+    write_report(exp)
+    assert "width_err at pair 12-18: got nan" in (exp / "report.md").read_text()
+
+
+def test_tensorboard_summary_holds_the_fit(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    exp = make_study(tmp_path / "exp")
+    write_report(exp)
+    write_report(exp)  # a rerun replaces the summary instead of adding a second one
+    events = list((exp / "tb" / "fit").glob("events.out.tfevents.*"))
+    assert len(events) == 1
+    board = EventAccumulator(str(exp / "tb" / "fit")).Reload()
+    record = json.loads((exp / "fit.json").read_text())
+    assert board.Scalars("fit/b")[0].value == pytest.approx(record["b"], rel=1e-6)
+    assert "fit/summary/text_summary" in board.Tags()["tensors"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "budgets"),
+    [
+        ("name: one\nfit:\n  budgets: 5e11\n", ["500B"]),
+        ("name: bad\nfit:\n  budgets: [lots]\n", ["175B", "1T", "10T"]),
+        ("name: odd\nfit: [1, 2]\n", ["175B", "1T", "10T"]),
+        ("name: [unclosed\n", ["175B", "1T", "10T"]),
+    ],
+)
+def test_spec_budgets_are_used_or_defaults_with_a_note(tmp_path, spec, budgets):
+    exp = make_study(tmp_path / "exp", spec=spec)
+    write_report(exp)
+    text = (exp / "report.md").read_text()
+    projection = text.split("## Projection")[1]
+    assert re.findall(r"^\| (\S+) \(", projection, re.MULTILINE) == budgets
+    assert ("default" in text) == (budgets[0] == "175B")
+
+
+def test_not_a_directory_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="not a directory"):
+        write_report(tmp_path / "missing")
+
+
+def test_empty_directory_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match=r"no trials\.parquet or transitions\.parquet"):
+        write_report(tmp_path)
+
+
+def test_trials_missing_columns_is_an_input_error(tmp_path):
+    exp = make_study(tmp_path / "exp")
+    pd.read_parquet(exp / "trials.parquet").drop(columns=["best_val_loss"]).to_parquet(
+        exp / "trials.parquet"
+    )
+    with pytest.raises(InputError, match="missing column"):
+        write_report(exp)
+
+
+def test_loss_curves_figure_is_drawn_from_curves_parquet(tmp_path):
+    exp = make_study(tmp_path / "exp")
+    trials = pd.read_parquet(exp / "trials.parquet")
+    steps = [100, 200, 300]
+    curves = pd.DataFrame(
+        {
+            "trial_id": np.repeat(trials["trial_id"].to_numpy(), len(steps)),
+            "step": np.tile(steps, len(trials)),
+            "val_loss": np.tile([3.0, 2.5, 2.2], len(trials)),
+        }
+    )
+    curves.to_parquet(exp / "curves.parquet")
+    files = write_report(exp)
+    assert [p.name for p in files.figures][-1] == "5_loss_curves.png"
+    assert (exp / "figures" / "5_loss_curves.png").stat().st_size > 10_000
+    assert "5_loss_curves.png" in (exp / "report.md").read_text()

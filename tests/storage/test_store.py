@@ -1,0 +1,107 @@
+"""Experiment store: spec compatibility, driver lock, atomic records, corrupt files."""
+
+import json
+import multiprocessing
+import os
+import signal
+
+import pytest
+import yaml
+
+from dwtune.core.errors import InputError
+from dwtune.core.records import TrialRecord, grid_requests, record_from_result, trial_identity
+from dwtune.core.spec import spec_from_dict
+from dwtune.storage.store import ExperimentStore, atomic_write_text
+
+RAW = {
+    "name": "s",
+    "trainer": "simulated",
+    "space": {"depths": [1, 2], "budgets": [1e5, 1e6], "seeds": 2},
+    "train": {"steps": 10},
+}
+
+
+def spec_with(**changes):
+    raw = yaml.safe_load(yaml.safe_dump(RAW))
+    for section, values in changes.items():
+        raw[section].update(values)
+    return spec_from_dict(raw)
+
+
+def test_identity_ignores_stage_budget_and_resources_but_not_training():
+    spec = spec_with()
+    cell = spec.cell(2, 1e5)
+    assert trial_identity(spec, cell.shape, 0) == trial_identity(
+        spec_with(space={"budgets": [1e5, 3e6]}), cell.shape, 0
+    )
+    assert trial_identity(spec, cell.shape, 0) != trial_identity(spec, cell.shape, 1)
+    assert trial_identity(spec, cell.shape, 0) != trial_identity(
+        spec_with(train={"steps": 11}), cell.shape, 0
+    )
+
+
+def test_grid_requests_cover_every_cell_and_seed_once():
+    requests = grid_requests(spec_with())
+    assert len(requests) == 2 * 2 * 2
+    assert len({r.trial_id for r in requests}) == len(requests)
+
+
+def test_growing_the_space_is_allowed_but_changing_training_is_refused(tmp_path):
+    store = ExperimentStore.for_spec(tmp_path, spec_with())
+    store.initialise(spec_with())
+    store.initialise(spec_with(space={"depths": [1, 2, 4]}))
+    assert store.load_spec().space.depths == (1, 2, 4)
+    with pytest.raises(InputError, match=r"different spec \(changed: train.lr\).*new name"):
+        store.initialise(spec_with(train={"lr": 1e-4}))
+
+
+def test_unwritable_storage_is_an_input_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(InputError, match="pass a writable --storage"):
+        ExperimentStore.for_spec(blocker, spec_with()).initialise(spec_with())
+
+
+def _hold_lock(root, ready):
+    with ExperimentStore(root).driver_lock():
+        ready.set()
+        signal.pause()
+
+
+def test_second_driver_refuses_and_a_killed_driver_leaves_no_stale_lock(tmp_path):
+    ready = multiprocessing.Event()
+    holder = multiprocessing.Process(target=_hold_lock, args=(tmp_path, ready))
+    holder.start()
+    assert ready.wait(10)
+    pattern = f"in use by another dwtune driver \\(pid {holder.pid}"
+    with pytest.raises(InputError, match=pattern), ExperimentStore(tmp_path).driver_lock():
+        pass
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.join()
+    with ExperimentStore(tmp_path).driver_lock():
+        pass
+
+
+def test_records_round_trip_and_corrupt_records_are_named(tmp_path):
+    spec = spec_with()
+    store = ExperimentStore.for_spec(tmp_path, spec)
+    store.initialise(spec)
+    request = grid_requests(spec)[0]
+    curve = [{"val/loss": 3.0, "step": 5}, {"val/loss": 2.5, "step": 10, "status": "finished"}]
+    record = record_from_result(request, spec, curve, "finished", 1.5)
+    store.write_record(record)
+    loaded = store.read_record(request.trial_id)
+    assert json.dumps(loaded.to_json()) == json.dumps(record.to_json())  # NaN-aware equality
+    assert loaded.best_val_loss == 2.5 and loaded.final_val_loss == 2.5 and loaded.simulated
+    assert not list(store.trials_dir.glob("*.tmp"))
+    atomic_write_text(store.record_path("deadbeef"), '{"trial_id": "dead')
+    with pytest.raises(InputError, match=r"deadbeef\.json: corrupt trial record; delete it"):
+        store.records()
+    assert json.loads(store.record_path(request.trial_id).read_text())["trial_id"] == (
+        request.trial_id
+    )
+
+
+def test_record_json_round_trip_keeps_nan():
+    record = TrialRecord("id", "grid", 1, 8, 2, 1e5, 768, 900, 0, "failed", error="boom")
+    assert TrialRecord.from_json(json.loads(json.dumps(record.to_json()))).error == "boom"

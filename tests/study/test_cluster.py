@@ -1,0 +1,311 @@
+"""Clusters: cluster.yaml against Ray's schema, a real two-node Ray cluster on this machine
+driven through ``--address``, and ``ray job submit`` to a head with token authentication.
+
+Every Ray process here is started by the test (``ray start --block`` in its own temporary
+directory, on free ports, with its own HOME and token) and torn down by pid in the fixture
+finalizer; other Ray instances on the machine are never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import Processes
+
+from dwtune.storage.store import ExperimentStore
+
+REPO = Path(__file__).resolve().parents[2]
+RAY = str(Path(sys.executable).with_name("ray"))
+START_TIMEOUT_S = 90
+BANNER = "Ray runtime started"
+
+
+# --------------------------------------------------------------------------- cluster.yaml
+
+
+def _cluster_config() -> dict:
+    return yaml.safe_load((REPO / "cluster.yaml").read_text())
+
+
+def test_cluster_yaml_validates_against_the_schema_ray_ships():
+    import jsonschema
+    import ray.autoscaler
+
+    schema_path = Path(ray.autoscaler.__file__).with_name("ray-schema.json")
+    jsonschema.validate(_cluster_config(), json.loads(schema_path.read_text()))
+
+
+def test_cluster_yaml_passes_the_launchers_own_checks_after_defaults_are_filled():
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    config = prepare_config(copy.deepcopy(_cluster_config()))
+    validate_config(config)
+    gpu_types = [t for t in config["available_node_types"].values() if t["resources"].get("GPU")]
+    assert gpu_types and all(t["min_workers"] >= 1 for t in gpu_types)
+    assert config["available_node_types"][config["head_node_type"]]["resources"] == {"CPU": 0}
+
+
+def test_cluster_yaml_keeps_ray_private_and_token_authenticated():
+    config = _cluster_config()
+    starts = config["head_start_ray_commands"] + config["worker_start_ray_commands"]
+    ray_starts = [c for c in starts if "ray start" in c]
+    assert ray_starts and all("RAY_AUTH_MODE=token" in c for c in ray_starts)
+    head = next(c for c in config["head_start_ray_commands"] if "--head" in c)
+    assert "--dashboard-host=127.0.0.1" in head
+    ranges = [
+        r["CidrIp"]
+        for p in config["provider"]["security_group"]["IpPermissions"]
+        for r in p["IpRanges"]
+    ]
+    assert "0.0.0.0/0" not in ranges
+    assert any("auth_token" in remote for remote in config["file_mounts"])
+    setup = " ".join(config["setup_commands"])
+    assert "pip install -e /home/ubuntu/dwtune" in setup and "/mnt/dwtune" in setup
+
+
+# --------------------------------------------------------------------------- a local cluster
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _node_ports() -> list[str]:
+    """Every port a node listens on, free ones, so clusters started in parallel never clash."""
+    names = (
+        "node-manager-port",
+        "object-manager-port",
+        "dashboard-agent-grpc-port",
+        "dashboard-agent-listen-port",
+        "runtime-env-agent-port",
+        "metrics-export-port",
+    )
+    return [f"--{name}={_free_port()}" for name in names]
+
+
+class LocalCluster:
+    """A Ray head and extra nodes on this machine, each a ``ray start --block`` process."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.home = root / "home"
+        self.home.mkdir()
+        self.temp_dir = tempfile.mkdtemp(prefix="dwr", dir="/tmp")  # short: socket paths
+        self.token = secrets.token_hex(32)
+        self.port = _free_port()
+        self.dashboard_port = _free_port()
+        self.starters: list[subprocess.Popen] = []
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def dashboard(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def env(self, token: bool = True) -> dict:
+        """Environment of the cluster's processes and of clients (without the token if asked)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        env.update(HOME=str(self.home), RAY_USAGE_STATS_ENABLED="0")
+        if token:
+            env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.token)
+        return env
+
+    def start_head(self, num_cpus: int, dashboard: bool = False) -> None:
+        args = [
+            "--head",
+            f"--port={self.port}",
+            f"--temp-dir={self.temp_dir}",
+            f"--ray-client-server-port={_free_port()}",
+            f"--dashboard-port={self.dashboard_port}",
+            "--dashboard-host=127.0.0.1",
+            f"--include-dashboard={str(dashboard).lower()}",
+        ]
+        self._start("head", args, num_cpus)
+
+    def add_node(self, num_cpus: int, resources: dict) -> None:
+        args = [f"--address={self.address}", f"--resources={json.dumps(resources)}"]
+        self._start(f"node{len(self.starters)}", args, num_cpus)
+
+    def _start(self, name: str, args: list[str], num_cpus: int) -> None:
+        log = self.root / f"{name}.log"
+        command = [
+            RAY,
+            "start",
+            "--block",
+            "--disable-usage-stats",
+            f"--num-cpus={num_cpus}",
+            "--object-store-memory=100000000",
+            *_node_ports(),
+            *args,
+        ]
+        with log.open("w") as out:
+            self.starters.append(
+                subprocess.Popen(
+                    command,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=self.env(),
+                    start_new_session=True,
+                )
+            )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while BANNER not in log.read_text():
+            if self.starters[-1].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"ray start {name} failed:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        """SIGTERM every process this cluster started (and their children), then SIGKILL."""
+        table = Processes.table()
+        roots = {s.pid for s in self.starters}
+        roots |= {pid for pid, (_, cmdline) in table.items() if self.temp_dir in cmdline}
+        pids = Processes.descendants(roots, table)
+        _signal_all(pids, signal.SIGTERM)
+        deadline = time.monotonic() + 2  # s; Ray's graceful shutdown can take much longer
+        while any(Processes.alive(pid) for pid in pids) and time.monotonic() < deadline:
+            for starter in self.starters:
+                starter.poll()  # reap our own children so they do not linger as zombies
+            time.sleep(0.2)
+        _signal_all([pid for pid in pids if Processes.alive(pid)], signal.SIGKILL)
+        for starter in self.starters:
+            starter.wait(timeout=10)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def _study(write_spec, simulated_raw, name: str, depths: list[int]) -> Path:
+    raw = simulated_raw(
+        name=name,
+        space={"depths": depths, "budgets": [1e6, 1e7], "seeds": 1},
+        simulated={"seconds_per_step": 0.004},  # ~1.6 s per trial: both nodes get work
+        resources={"cpu": 1, "retries": 0},
+    )
+    return write_spec(raw)
+
+
+def _dwtune_run(
+    spec: Path, storage: Path, extra: list[str], env: dict
+) -> subprocess.CompletedProcess:
+    command = [
+        sys.executable,
+        "-m",
+        "dwtune",
+        "run",
+        str(spec),
+        "--storage",
+        str(storage),
+        "--grid-only",
+        *extra,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    cluster = LocalCluster(tmp_path_factory.mktemp("two_nodes"))
+    try:
+        cluster.start_head(num_cpus=1)
+        cluster.add_node(num_cpus=1, resources={"dwtune_second_node": 1})
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_study_runs_across_two_nodes_through_address(
+    two_nodes, tmp_path, write_spec, simulated_raw
+):
+    spec = _study(write_spec, simulated_raw, "twonodes", [6, 12])
+    done = _dwtune_run(spec, tmp_path, ["--address", two_nodes.address], two_nodes.env())
+    assert done.returncode == 0, done.stderr
+    assert "2 node(s)" in done.stderr
+    records = ExperimentStore(tmp_path / "twonodes").records()
+    assert len(records) == 4 and all(r.completed for r in records)
+    assert len({r.node for r in records}) == 2
+    assert (tmp_path / "twonodes" / "trials.parquet").exists()
+    assert len(list((tmp_path / "twonodes" / "tb").iterdir())) == 4
+
+
+@pytest.mark.ray
+def test_an_unreachable_address_is_refused_at_once(tmp_path, write_spec, simulated_raw):
+    spec = _study(write_spec, simulated_raw, "nowhere", [6])
+    done = _dwtune_run(spec, tmp_path, ["--address", f"127.0.0.1:{_free_port()}"], dict(os.environ))
+    assert done.returncode == 2
+    assert "cannot reach a Ray cluster" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- ray job submit
+
+
+@pytest.fixture(scope="module")
+def token_head(tmp_path_factory):
+    cluster = LocalCluster(tmp_path_factory.mktemp("token_head"))
+    try:
+        cluster.start_head(num_cpus=2, dashboard=True)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _submit(cluster: LocalCluster, entrypoint: list[str], token: bool):
+    command = [RAY, "job", "submit", "--address", cluster.dashboard, "--", *entrypoint]
+    return subprocess.run(
+        command, capture_output=True, text=True, env=cluster.env(token), timeout=300
+    )
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_job_submit_runs_a_study_on_a_token_authenticated_head(
+    token_head, tmp_path, write_spec, simulated_raw
+):
+    spec = _study(write_spec, simulated_raw, "jobstudy", [6])
+    entrypoint = [
+        sys.executable,
+        "-m",
+        "dwtune",
+        "run",
+        str(spec),
+        "--storage",
+        str(tmp_path),
+        "--grid-only",
+    ]
+    done = _submit(token_head, entrypoint, token=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = ExperimentStore(tmp_path / "jobstudy").records()
+    assert len(records) == 2 and all(r.completed for r in records)
+    assert (tmp_path / "jobstudy" / "curves.parquet").exists()
+
+
+@pytest.mark.ray
+def test_ray_job_submit_without_the_token_is_refused(token_head, tmp_path):
+    marker = tmp_path / "ran"
+    done = _submit(token_head, ["touch", str(marker)], token=False)
+    assert done.returncode != 0
+    assert "401" in done.stdout + done.stderr or "Unauthorized" in done.stdout + done.stderr
+    assert not marker.exists()

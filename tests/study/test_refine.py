@@ -1,0 +1,207 @@
+"""The refine stage on the simulated backend, through an in-process runner (no Ray)."""
+
+import copy
+import math
+from pathlib import Path
+
+import optuna
+import pyarrow.parquet as pq
+import pytest
+
+from dwtune.backends.simulated import planted_transition
+from dwtune.core.errors import InputError
+from dwtune.core.records import grid_requests
+from dwtune.core.spec import load_spec, spec_from_dict
+from dwtune.storage.store import ExperimentStore
+from dwtune.study import refine as refine_stage
+
+SIMULATED_YAML = Path(__file__).resolve().parents[2] / "search_spaces" / "simulated.yaml"
+
+# Depths 6 and 12; 4 grid sizes 1e6..1e9 bracket N*(12) = 1.3e7 between 1e7 and 1e8. Widths
+# are multiples of 2, so width rounding never stops the bisection before the tolerance.
+BASE = {
+    "name": "refine_test",
+    "trainer": "simulated",
+    "data": {"tokenizer": "bpe", "vocab_size": 2000, "seq_len": 128},
+    "model": {"heads": 2, "width_multiple": 2},
+    "space": {"depths": [6, 12], "budgets": {"min": 1e6, "max": 1e9, "num": 4}, "seeds": 1},
+    "train": {"steps": 200, "batch_size": 8, "eval_every": 100},
+    "refine": {"pairs": [[6, 12]], "tolerance": 0.05, "seeds": 1, "max_seeds": 4, "max_rounds": 12},
+    "simulated": {"noise": 0.0},
+}
+
+
+def make_spec(**sections):
+    raw = copy.deepcopy(BASE)
+    for key, values in sections.items():
+        raw[key] = {**raw[key], **values}
+    return spec_from_dict(raw)
+
+
+def grid_done(root: Path, spec):
+    """An experiment directory whose grid stage has finished (in-process)."""
+    store = ExperimentStore.for_spec(root, spec)
+    store.initialise(spec)
+    refine_stage.InProcessRunner(spec, store).run(grid_requests(spec))
+    return store
+
+
+def study_points(store, pair):
+    study = refine_stage.open_study(
+        refine_stage.study_path(store, pair), optuna.samplers.RandomSampler()
+    )
+    return refine_stage.trial_points(study)
+
+
+class KilledRunner(refine_stage.InProcessRunner):
+    """Dies (like a killed driver) instead of starting training number ``limit + 1``."""
+
+    def __init__(self, spec, store, limit: int):
+        super().__init__(spec, store)
+        self.limit, self.ids = limit, []
+
+    def _one(self, request):
+        if self.store.read_record(request.trial_id) is None:
+            if self.trained >= self.limit:
+                raise RuntimeError("driver killed")
+            self.ids.append(request.trial_id)
+        return super()._one(request)
+
+
+def test_without_noise_bisection_reaches_tolerance_in_log2_rounds(tmp_path):
+    spec = make_spec()
+    store = grid_done(tmp_path, spec)
+    [t] = refine_stage.run_refine(spec, store, refine_stage.InProcessRunner(spec, store).run)
+    grid = refine_stage.grid_pairs(spec, store.records())[0]
+    initial = next(p.log_n for p in grid.points if p.decision.mean < 0) - max(
+        p.log_n for p in grid.points if p.decision.mean > 0
+    )
+    expected = math.ceil(math.log2(initial / math.log1p(spec.refine.tolerance)))
+    planted = planted_transition(spec.simulated, 12)
+    assert t.status == "bracketed" and t.reason == "tolerance reached"
+    assert t.n_star_low <= planted <= t.n_star_high
+    assert t.n_star_high / t.n_star_low - 1 <= spec.refine.tolerance
+    assert abs(t.rounds - expected) <= 1
+    assert (t.seeds, t.trials) == (1, 2 * t.rounds)  # no noise: one paired seed per round
+    assert (
+        abs(math.log(t.width_deep / math.exp(spec.simulated.a + 12 * spec.simulated.b)))
+        <= t.width_deep_err / t.width_deep
+    )
+
+
+def test_with_noise_seeds_are_added_only_near_the_transition(tmp_path):
+    spec = make_spec(simulated={"noise": 0.002}, refine={"tolerance": 0.02})
+    store = grid_done(tmp_path, spec)
+    [t] = refine_stage.run_refine(spec, store, refine_stage.InProcessRunner(spec, store).run)
+    planted = math.log(planted_transition(spec.simulated, 12))
+    points = study_points(store, (6, 12))
+    extra = [p for p in points if p.requested > spec.refine.seeds]
+    assert extra, "this setting should need extra seeds somewhere"
+    # |Δ| = 0.05·tanh(d/0.5) is 0.017 at d = 0.17: well above any undecided 1-seed mean there.
+    assert all(abs(p.log_n - planted) < 0.17 for p in extra)
+    far = [p for p in points if abs(p.log_n - planted) > 0.3]
+    assert far and all(p.requested == spec.refine.seeds for p in far)
+    assert t.status == "bracketed" and t.seeds == max(p.n for p in points) > 1
+    assert abs(math.log(t.n_star) - planted) <= t.log_n_sigma
+
+
+def test_pairs_outside_the_range_are_censored_with_a_bound(tmp_path):
+    # N*(12) = 1.3e7 lies below both sizes, N*(18) = 3.8e7 above both.
+    spec = make_spec(
+        space={"depths": [6, 12, 18], "budgets": [1.5e7, 3e7]},
+        refine={"pairs": [[6, 12], [12, 18]]},
+        simulated={"noise": 0.002},
+    )
+    store = grid_done(tmp_path, spec)
+    runner = refine_stage.InProcessRunner(spec, store)
+    low, high = refine_stage.run_refine(spec, store, runner.run)
+    assert (low.status, high.status) == ("censored_low", "censored_high")
+    assert runner.trained == 0 and low.trials == high.trials == low.rounds == 0
+    assert math.isnan(low.n_star) and math.isnan(high.width_deep)
+    assert low.n_star_high == pytest.approx(1.5e7, rel=0.02) and math.isnan(low.n_star_low)
+    assert high.n_star_low == pytest.approx(3e7, rel=0.02) and math.isnan(high.n_star_high)
+    assert "lower space.budgets' minimum" in refine_stage.describe(low)
+    assert "raise space.budgets' maximum" in refine_stage.describe(high)
+
+
+def test_delta_within_noise_at_the_range_edge_is_undecided(tmp_path):
+    # The top size lies 4% below N*(12): Δ = +0.004 there, under a paired noise of 0.01.
+    spec = make_spec(space={"budgets": [1e6, 1.25e7]}, simulated={"noise": 0.01})
+    store = grid_done(tmp_path, spec)
+    runner = refine_stage.InProcessRunner(spec, store)
+    [t] = refine_stage.run_refine(spec, store, runner.run)
+    assert t.status == "undecided" and math.isnan(t.n_star)
+    assert t.seeds == spec.refine.max_seeds and t.rounds == 0
+    assert t.trials == runner.trained == 2 * (spec.refine.max_seeds - 1)  # seeds beyond the grid's
+    assert t.n_star_high == pytest.approx(1.25e7, rel=0.01)
+    assert "raise refine.max_seeds" in refine_stage.describe(t)
+
+
+@pytest.mark.parametrize("limit", [1, 6])
+def test_a_killed_stage_resumes_to_the_same_transitions_without_retraining(tmp_path, limit):
+    spec = make_spec(simulated={"noise": 0.002}, refine={"tolerance": 0.02})
+    whole_store = grid_done(tmp_path / "whole", spec)
+    whole_runner = refine_stage.InProcessRunner(spec, whole_store)
+    whole = refine_stage.run_refine(spec, whole_store, whole_runner.run)
+
+    store = grid_done(tmp_path / "killed", spec)
+    killed = KilledRunner(spec, store, limit)
+    with pytest.raises(RuntimeError, match="driver killed"):
+        refine_stage.run_refine(spec, store, killed.run)
+    resumed = KilledRunner(spec, store, limit=10**6)
+    again = refine_stage.run_refine(spec, store, resumed.run)
+
+    assert again == whole
+    assert killed.trained == limit
+    assert killed.trained + resumed.trained == whole_runner.trained
+    assert not set(killed.ids) & set(resumed.ids)  # nothing trained twice
+
+
+def test_a_corrupt_journal_is_an_input_error_and_deleting_it_restarts_that_pair(tmp_path):
+    spec = make_spec(space={"depths": [6, 12, 18]}, refine={"pairs": [[6, 12], [12, 18]]})
+    store = grid_done(tmp_path, spec)
+    first = refine_stage.run_refine(spec, store, refine_stage.InProcessRunner(spec, store).run)
+    journal, other = (
+        refine_stage.study_path(store, (6, 12)),
+        refine_stage.study_path(store, (12, 18)),
+    )
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(b"".join([lines[0], b"{not json\n", *lines[1:]]))
+    before = {p.name: p.read_bytes() for p in (store.root / "trials").iterdir()}
+    other_before = other.read_bytes()
+    runner = refine_stage.InProcessRunner(spec, store)
+    with pytest.raises(InputError, match=rf"{journal}: corrupt Optuna journal.*delete it"):
+        refine_stage.run_refine(spec, store, runner.run)
+    assert runner.trained == 0
+    assert {p.name: p.read_bytes() for p in (store.root / "trials").iterdir()} == before
+    assert other.read_bytes() == other_before
+    journal.unlink()
+    assert refine_stage.run_refine(spec, store, runner.run) == first
+    assert runner.trained == 0  # the restarted pair's trainings were all recorded
+
+
+def test_transitions_parquet_has_exactly_the_documented_columns(tmp_path):
+    spec = make_spec()
+    store = grid_done(tmp_path, spec)
+    [t] = refine_stage.run_refine(spec, store, refine_stage.InProcessRunner(spec, store).run)
+    table = pq.read_table(store.root / refine_stage.TRANSITIONS_FILE)
+    assert table.schema.remove_metadata() == refine_stage.TRANSITION_SCHEMA
+    row = table.to_pylist()[0]
+    assert row["pair"] == "6-12" and row["status"] == "bracketed" and row["simulated"] is True
+    assert row["width_deep"] == t.width_deep and row["trials"] == t.trials
+    assert b"dwtune.core.spec" in table.schema.metadata
+
+
+def test_simulated_yaml_recovers_every_planted_transition_within_its_uncertainty(tmp_path):
+    spec = load_spec(SIMULATED_YAML)
+    store = grid_done(tmp_path, spec)
+    transitions = refine_stage.run_refine(
+        spec, store, refine_stage.InProcessRunner(spec, store).run
+    )
+    assert [t.status for t in transitions] == ["bracketed"] * len(spec.refine.pairs)
+    for t in transitions:
+        planted = planted_transition(spec.simulated, t.depth_deep)
+        assert abs(math.log(t.n_star / planted)) <= t.log_n_sigma, t
+        planted_width = math.exp(spec.simulated.a + spec.simulated.b * t.depth_deep)
+        assert abs(t.width_deep - planted_width) <= t.width_deep_err * 1.01, t
+        assert t.simulated
