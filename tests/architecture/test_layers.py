@@ -1,4 +1,4 @@
-"""The layer contracts in pyproject.toml hold, and they would catch a pure module importing torch."""
+"""The layer contracts in pyproject.toml hold, and they catch a pure module importing torch."""
 
 from __future__ import annotations
 
