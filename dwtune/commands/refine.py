@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     with store.driver_lock():
         transitions = _refine(spec, store, args.address)
         _export_and_report(store)
-    from dwtune.study.refine import TRANSITIONS_FILE, describe
+    from dwtune.core.vocabulary import TRANSITIONS_FILE
+    from dwtune.study.refine import describe
 
     for transition in transitions:
         print(f"{transition.pair}: {describe(transition)}")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from dwtune.core import vocabulary
 from dwtune.core.budget import GridCell, ModelShape
 from dwtune.core.spec import ExperimentSpec
+from dwtune.core.vocabulary import Stage
 
 IDENTITY_VERSION = 1  # bump when the trainer changes what a given identity produces
 
@@ -54,7 +55,7 @@ class TrialRequest:
     """One training to run: a grid cell (shape at a budget) and a seed."""
 
     trial_id: str
-    stage: str  # "grid" or "refine"
+    stage: str  # a vocabulary.Stage
     cell: GridCell
     seed: int
 
@@ -77,7 +78,7 @@ def grid_requests(spec: ExperimentSpec) -> list[TrialRequest]:
     requests: dict[str, TrialRequest] = {}
     for cell in spec.grid():
         for seed in spec.space.seeds:
-            request = make_request(spec, cell, seed, "grid")
+            request = make_request(spec, cell, seed, Stage.GRID)
             requests.setdefault(request.trial_id, request)
     return list(requests.values())
 

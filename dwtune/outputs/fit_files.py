@@ -19,14 +19,13 @@ import pyarrow as pa
 from dwtune.core.errors import InputError
 from dwtune.core.fit import CensoredPair, FitResult, fit_transitions
 from dwtune.core.projection import BudgetProjection, DepthProjection, DepthWidthLaw
+from dwtune.core.vocabulary import (
+    TRANSITIONS_FILE,
+    TransitionStatus,
+)
 from dwtune.storage.provenance import provenance, read_parquet_checked, write_parquet_atomic
 from dwtune.storage.store import atomic_write_text
 
-TRANSITIONS_FILE = "transitions.parquet"
-TRIALS_FILE = "trials.parquet"
-FIT_FILE = "fit.json"
-PROJECTIONS_FILE = "projections.parquet"
-SPEC_FILE = "spec.yaml"
 TRANSITION_COLUMNS = ("status", "depth_deep", "width_deep", "width_deep_err")
 CSV_COLUMNS = ("depth", "width", "width_err")
 TRANSITIONS_HINT = "expected the transitions schema (pair, depth_deep, status, width_deep, ...)"
@@ -129,7 +128,7 @@ def censored_pair(row: pd.Series) -> CensoredPair:
 def points_from_transitions(frame: pd.DataFrame, path: Path) -> FitInput:
     """Bracketed rows are points (depth_deep, width_deep, width_deep_err); others are listed."""
     require_columns(frame, TRANSITION_COLUMNS, path, TRANSITIONS_HINT)
-    bracketed = frame[frame["status"] == "bracketed"]
+    bracketed = frame[frame["status"] == TransitionStatus.BRACKETED]
     labels = (
         [f"pair {p}" for p in bracketed["pair"]]
         if "pair" in frame.columns
@@ -141,7 +140,8 @@ def points_from_transitions(frame: pd.DataFrame, path: Path) -> FitInput:
         width_errs=tuple(_numeric(bracketed, "width_deep_err", path)),
         labels=tuple(labels),
         censored=tuple(
-            censored_pair(r) for _, r in frame[frame["status"] != "bracketed"].iterrows()
+            censored_pair(r)
+            for _, r in frame[frame["status"] != TransitionStatus.BRACKETED].iterrows()
         ),
         simulated=_is_simulated(frame),
         source=str(path),

@@ -23,12 +23,9 @@ import pyarrow as pa
 
 from dwtune.core import vocabulary
 from dwtune.core.records import TrialRecord
+from dwtune.core.vocabulary import CURVES_FILE, TB_DIR, TRIALS_FILE
 from dwtune.storage.provenance import write_parquet_atomic
 from dwtune.storage.store import ExperimentStore
-
-TRIALS_FILE = "trials.parquet"
-CURVES_FILE = "curves.parquet"
-TB_DIR = "tb"
 
 TRIALS_SCHEMA = pa.schema(
     [

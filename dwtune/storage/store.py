@@ -29,6 +29,7 @@ import yaml
 from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord
 from dwtune.core.spec import ExperimentSpec, spec_from_dict
+from dwtune.core.vocabulary import SPEC_FILE, TRIAL_RECORDS_DIR
 
 # Sections whose change would change what a trial computes: a directory refuses such a spec.
 # space, refine, fit and resources may change (that is how a study grows).
@@ -79,7 +80,7 @@ class ExperimentStore:
 
     def __init__(self, root: str | Path):
         self.root = Path(root).expanduser().resolve()
-        self.trials_dir = self.root / "trials"
+        self.trials_dir = self.root / TRIAL_RECORDS_DIR
         self._lock_handle = None
 
     @classmethod
@@ -90,7 +91,7 @@ class ExperimentStore:
 
     @property
     def spec_path(self) -> Path:
-        return self.root / "spec.yaml"
+        return self.root / SPEC_FILE
 
     def initialise(self, spec: ExperimentSpec) -> None:
         """Create the directory for ``spec``, or check that it holds a compatible spec."""

@@ -35,6 +35,14 @@ from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord, TrialRequest, make_request
 from dwtune.core.spec import ExperimentSpec, RefineConfig
 from dwtune.core.transitions import PairGrid, PairPoint, Step, Transition
+from dwtune.core.vocabulary import (
+    JOURNAL_SUFFIX,
+    REFINE_DIR,
+    TRANSITIONS_FILE,
+    Stage,
+    StepKind,
+    TransitionStatus,
+)
 from dwtune.storage.provenance import write_parquet_atomic
 from dwtune.storage.store import ExperimentStore
 
@@ -43,8 +51,6 @@ Progress = Callable[[str], None]
 # A pair's refinement: yields request batches, is sent their records, returns its transition.
 Rounds = Generator[list[TrialRequest], list[TrialRecord], Transition]
 
-TRANSITIONS_FILE = "transitions.parquet"
-REFINE_DIR = "refine"
 LOG_N = "log_n"  # the one Optuna parameter: ln of the budget to train both depths at
 POINT_ATTR = "point"  # trial user attribute: the PairPoint it produced
 KIND_ATTR = "kind"  # verify | bisect
@@ -81,7 +87,7 @@ def trial_points(study: optuna.Study) -> list[PairPoint]:
 
 def bisection_rounds(study: optuna.Study) -> int:
     finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    return sum(t.user_attrs.get(KIND_ATTR) == "bisect" for t in finished)
+    return sum(t.user_attrs.get(KIND_ATTR) == StepKind.BISECT for t in finished)
 
 
 def plan_step(grid: Sequence[PairPoint], study: optuna.Study, refine: RefineConfig) -> Step:
@@ -104,13 +110,13 @@ class BisectionSampler(optuna.samplers.BaseSampler):
 
     def sample_independent(self, study, trial, param_name, param_distribution) -> float:
         step = plan_step(self.grid, study, self.refine)
-        if param_name != LOG_N or step.kind != "bisect":
+        if param_name != LOG_N or step.kind != StepKind.BISECT:
             raise RuntimeError(f"no bisection proposal for {param_name} ({step.kind})")
         return step.log_n
 
 
 def study_path(store: ExperimentStore, pair: tuple[int, int]) -> Path:
-    return store.root / REFINE_DIR / f"{pair[0]}-{pair[1]}.journal"
+    return store.root / REFINE_DIR / f"{pair[0]}-{pair[1]}{JOURNAL_SUFFIX}"
 
 
 def open_study(path: Path, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
@@ -186,27 +192,27 @@ class PairRefiner:
             self.say(f"[refine {self.grid.label}] resuming: {stale} interrupted trial(s) redone")
         while True:
             step = plan_step(self.grid.points, self.study, self.refine)
-            if step.kind == "bisect" and self._width_taken(step.log_n):
+            if step.kind == StepKind.BISECT and self._width_taken(step.log_n):
                 step = Step(
-                    "done",
+                    StepKind.DONE,
                     step.outcome,
                     reason="width resolution: no legal width between the bracket ends",
                 )
-            if step.kind == "done":
+            if step.kind == StepKind.DONE:
                 return self._transition(step)
             yield from self._round(step)
 
     def _round(self, step: Step) -> Rounds:
-        if step.kind == "verify":
+        if step.kind == StepKind.VERIFY:
             self.study.enqueue_trial(
-                {LOG_N: math.log(step.point.budget)}, user_attrs={KIND_ATTR: "verify"}
+                {LOG_N: math.log(step.point.budget)}, user_attrs={KIND_ATTR: str(StepKind.VERIFY)}
             )
         trial = self.study.ask()
         log_n = trial.suggest_float(LOG_N, *self._range())
-        if step.kind == "bisect":
+        if step.kind == StepKind.BISECT:
             if not math.isclose(log_n, step.log_n, abs_tol=SNAP_TOLERANCE):
                 raise RuntimeError(f"sampler proposed {log_n}, expected {step.log_n}")
-            trial.set_user_attr(KIND_ATTR, "bisect")
+            trial.set_user_attr(KIND_ATTR, str(StepKind.BISECT))
         start = max(self.refine.seeds, step.point.requested if step.point else 0)
         point = yield from self._evaluate(self._snap(log_n), step.kind, start)
         trial.set_user_attr(POINT_ATTR, point.to_dict())
@@ -246,7 +252,7 @@ class PairRefiner:
         while True:
             new_seeds = [s for s in self.seed_order[:wanted] if s not in records]
             requests = [
-                make_request(self.spec, cell, seed, "refine")
+                make_request(self.spec, cell, seed, Stage.REFINE)
                 for seed in new_seeds
                 for cell in cells
             ]
@@ -301,11 +307,11 @@ class PairRefiner:
             for depth in self.pair:
                 cell = self.spec.cell(depth, point.budget)
                 ids |= {
-                    make_request(self.spec, cell, seed, "refine").trial_id
+                    make_request(self.spec, cell, seed, Stage.REFINE).trial_id
                     for seed in self.seed_order[: point.requested]
                 }
         records = (self.store.read_record(i) for i in ids)
-        return sum(r is not None and r.stage == "refine" for r in records)
+        return sum(r is not None and r.stage == Stage.REFINE for r in records)
 
     def _transition(self, step: Step) -> Transition:
         points = transitions.merge_points(self.grid.points, trial_points(self.study))
@@ -325,17 +331,18 @@ class PairRefiner:
 def describe(t: Transition) -> str:
     """One line: status, N* and dx* with uncertainty, and the cost."""
     cost = f"{t.trials} new training(s), {t.rounds} round(s), up to {t.seeds} seed(s)"
-    if t.status == "bracketed":
+    if t.status == TransitionStatus.BRACKETED:
         found = (
             f"N* = {t.n_star:.4g} in [{t.n_star_low:.4g}, {t.n_star_high:.4g}], "
             f"dx* = {t.width_deep:.1f} ± {t.width_deep_err:.1f}"
         )
         return f"bracketed: {found} ({t.reason}; {cost})"
     hint = {
-        "censored_low": "the deeper net already wins at the smallest budget; lower "
+        TransitionStatus.CENSORED_LOW: "the deeper net already wins at the smallest budget; lower "
         "space.budgets' minimum",
-        "censored_high": "the deeper net never wins inside the range; raise space.budgets' maximum",
-        "undecided": "Δ stays within seed noise; raise refine.max_seeds",
+        TransitionStatus.CENSORED_HIGH: "the deeper net never wins inside the range; raise "
+        "space.budgets' maximum",
+        TransitionStatus.UNDECIDED: "Δ stays within seed noise; raise refine.max_seeds",
     }[t.status]
     return f"{t.status}: {hint} ({cost})"
 

@@ -28,14 +28,22 @@ from dwtune.core.errors import InputError
 from dwtune.core.fit import CensoredPair, FitResult
 from dwtune.core.projection import LEVINE2020, DepthWidthLaw, project_budget, project_depth
 from dwtune.core.units import format_size, parse_size
-from dwtune.core.vocabulary import COMPLETED_STATUSES
-from dwtune.outputs.fit_files import (
+from dwtune.core.vocabulary import (
+    COMPLETED_STATUSES,
+    CURVES_FILE,
+    FIGURES_DIR,
     FIT_FILE,
-    GIT_KEY,
     PROJECTIONS_FILE,
+    REPORT_FILE,
     SPEC_FILE,
+    TB_DIR,
+    TB_FIT_DIR,
     TRANSITIONS_FILE,
     TRIALS_FILE,
+    TransitionStatus,
+)
+from dwtune.outputs.fit_files import (
+    GIT_KEY,
     FitInput,
     censored_pair,
     fit_to_dict,
@@ -47,13 +55,10 @@ from dwtune.outputs.fit_files import (
     write_json_atomic,
     write_projections,
 )
-from dwtune.outputs.tables import CURVES_FILE
 from dwtune.storage.store import atomic_write_bytes, atomic_write_text
 
 LEVEL = 0.95
-REPORT_FILE = "report.md"
-FIGURES_DIR = "figures"
-TB_DIR = Path("tb") / "fit"
+TB_FIT = Path(TB_DIR) / TB_FIT_DIR
 # Budgets (parameters) tabulated when the spec names none: GPT-3, 1T, the curve's end.
 DEFAULT_BUDGETS = (1.75e11, 1e12, 1e13)
 GPT3 = {"budget": 1.75e11, "depth": 96, "width": 12288}
@@ -411,7 +416,7 @@ def _mark_transition(ax, row: pd.Series | None) -> str:
     if row is None:
         return "no refine result"
     status = str(row["status"])
-    if status == "bracketed":
+    if status == TransitionStatus.BRACKETED:
         lo, hi, n = (float(row.get(c, math.nan)) for c in ("n_star_low", "n_star_high", "n_star"))
         if math.isfinite(lo) and math.isfinite(hi):
             ax.axvspan(lo, hi, color="tab:red", alpha=0.15, label="N* bracket")
@@ -420,7 +425,7 @@ def _mark_transition(ax, row: pd.Series | None) -> str:
         return f"bracketed, N* = {n:.3g}"
     pair = censored_pair(row)
     if math.isfinite(pair.bound):
-        side = ">" if status == "censored_high" else "<"
+        side = ">" if status == TransitionStatus.CENSORED_HIGH else "<"
         ax.axvline(pair.bound, color="tab:orange", ls="--", label=f"N* {side} {pair.bound:.3g}")
     return status.replace("_", " ")
 
@@ -513,7 +518,7 @@ def _draw_transition_points(ax, points: FitInput | None, bounds: list) -> None:
             label="bracketed transitions (±1σ)",
         )
     for depth, value, status in bounds:
-        marker = "^" if status == "censored_high" else "v"
+        marker = "^" if status == TransitionStatus.CENSORED_HIGH else "v"
         ax.plot([depth], [value], marker, color="tab:orange", ms=9, ls="none")
     if bounds:
         ax.plot([], [], "^", color="tab:orange", label="censored: dx* above (▲) / below (▼)")
@@ -740,7 +745,7 @@ def _measured_section(study: Study, cells: pd.DataFrame) -> list[str]:
 
 def _transition_cells(row: pd.Series) -> list[str]:
     get = row.get
-    if row["status"] == "bracketed":
+    if row["status"] == TransitionStatus.BRACKETED:
         found = (
             f"N* = {_num(get('n_star'))} in [{_num(get('n_star_low'))}, {_num(get('n_star_high'))}]"
             f"; dx* = {_num(get('width_deep'), '.1f')} ± {_num(get('width_deep_err'), '.1f')}"
@@ -921,7 +926,7 @@ def _figures_section(figures: tuple[Path, ...], exp_dir: Path) -> list[str]:
 
 
 def _files_section(meta: dict, tb: Path | None) -> list[str]:
-    board = f"`{TB_DIR.as_posix()}` (TensorBoard text + scalars)" if tb else "no TensorBoard"
+    board = f"`{TB_FIT.as_posix()}` (TensorBoard text + scalars)" if tb else "no TensorBoard"
     return [
         "## Files",
         "",
@@ -940,7 +945,7 @@ def write_tensorboard(exp_dir: Path, record: dict, fit_text: str) -> Path | None
         from tensorboardX import SummaryWriter
     except ImportError:
         return None
-    folder = exp_dir / TB_DIR
+    folder = exp_dir / TB_FIT
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("events.out.tfevents.*"):
         old.unlink()  # one summary per report, not a history of reruns

@@ -433,7 +433,7 @@ class TuneRunner:
         """Records for ``requests`` (same order); only those not yet recorded are trained."""
         reused = {r.trial_id: rec for r in requests if (rec := self._reusable(r)) is not None}
         todo = list({r.trial_id: r for r in requests if r.trial_id not in reused}.values())
-        stage = requests[0].stage if requests else "grid"
+        stage = requests[0].stage if requests else vocabulary.Stage.GRID
         if self.progress:
             costs = {r.trial_id: self._cost(r) for r in todo}
             self.progress.begin(stage, todo, list(reused.values()), costs)
