@@ -407,7 +407,7 @@ def proposal(low: float, high: float, within_noise: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class Transition:
-    """One row of transitions.parquet (see dwtune.study.refine.TRANSITION_SCHEMA)."""
+    """One row of transitions.parquet (see dwtune.outputs.schemas.TRANSITION_SCHEMA)."""
 
     depth_shallow: int
     depth_deep: int

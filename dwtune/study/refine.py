@@ -43,6 +43,7 @@ from dwtune.core.vocabulary import (
     StepKind,
     TransitionStatus,
 )
+from dwtune.outputs.schemas import TRANSITION_SCHEMA
 from dwtune.storage.provenance import write_parquet_atomic
 from dwtune.storage.store import ExperimentStore
 
@@ -55,26 +56,6 @@ LOG_N = "log_n"  # the one Optuna parameter: ln of the budget to train both dept
 POINT_ATTR = "point"  # trial user attribute: the PairPoint it produced
 KIND_ATTR = "kind"  # verify | bisect
 SNAP_TOLERANCE = 1e-9  # a proposal this close (in ln N) to a grid budget is that budget
-
-TRANSITION_SCHEMA = pa.schema(
-    [
-        pa.field("pair", pa.string()),
-        pa.field("depth_shallow", pa.int64()),
-        pa.field("depth_deep", pa.int64()),
-        pa.field("status", pa.string()),
-        pa.field("n_star", pa.float64()),
-        pa.field("n_star_low", pa.float64()),
-        pa.field("n_star_high", pa.float64()),
-        pa.field("width_deep", pa.float64()),
-        pa.field("width_deep_err", pa.float64()),
-        pa.field("width_shallow", pa.float64()),
-        pa.field("trials", pa.int64()),
-        pa.field("seeds", pa.int64()),
-        pa.field("rounds", pa.int64()),
-        pa.field("simulated", pa.bool_()),
-    ]
-)
-
 
 # --------------------------------------------------------------------------- Optuna seam
 
