@@ -21,6 +21,9 @@ from dwtune.core.spec import ExperimentSpec
 from dwtune.core.vocabulary import Stage
 
 IDENTITY_VERSION = 1  # bump when the trainer changes what a given identity produces
+# Layout of a trial record's JSON (trials/<id>.json): bump when a field changes meaning or is
+# removed, and teach storage.store.migrate_record to read the older version.
+RECORD_SCHEMA_VERSION = 1
 
 
 def trial_identity(spec: ExperimentSpec, shape: ModelShape, seed: int) -> str:
@@ -116,6 +119,16 @@ class TrialRecord:
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def required_fields(cls) -> set[str]:
+        """Fields without a default: a record lacking one cannot be read."""
+        missing = dataclasses.MISSING
+        return {
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is missing and f.default_factory is missing
+        }
 
     @classmethod
     def from_json(cls, raw: dict) -> TrialRecord:

@@ -30,8 +30,8 @@ def fields_schema(record_type: type, exclude: tuple[str, ...] = ()) -> list[pa.F
     ]
 
 
-# Not columns: the curve goes to curves.parquet; the schema version belongs to the JSON record.
-TRIAL_RECORD_ONLY = ("curve", "schema_version")
+# Not a column: the curve goes to curves.parquet.
+TRIAL_RECORD_ONLY = ("curve",)
 TRIALS_SCHEMA = pa.schema(fields_schema(TrialRecord, exclude=TRIAL_RECORD_ONLY))
 
 # The pair label first; the stop reason is for the console and the report, not a column.

@@ -22,6 +22,7 @@ derived at the end.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
@@ -113,13 +114,24 @@ def open_study(path: Path, sampler: optuna.samplers.BaseSampler) -> optuna.Study
             direction="minimize",
             load_if_exists=True,
         )
-        trial_points(study)  # every finished trial must hold a readable point
-        return study
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # a damaged line of the journal
         raise InputError(
             f"{path}: corrupt Optuna journal ({type(exc).__name__}); delete it to restart this "
             f"pair's refinement (finished trainings are kept in trials/ and reused)"
         ) from None
+    unreadable = [
+        t.number for t in _finished(study) if not isinstance(t.user_attrs.get(POINT_ATTR), dict)
+    ]
+    if unreadable:
+        raise InputError(
+            f"{path}: trial(s) {unreadable} hold no refine point (not written by dwtune's refine "
+            f"stage?); restore the journal or move it aside to restart this pair's refinement"
+        )
+    return study
+
+
+def _finished(study: optuna.Study) -> list:
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
 
 
 def clear_stale_trials(study: optuna.Study) -> int:
