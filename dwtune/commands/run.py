@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from dwtune.core import vocabulary
-from dwtune.core.errors import InputError
 
 DEFAULT_STORAGE = "experiments"
 
@@ -36,30 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def storage_root(storage: str) -> Path:
-    """The experiment root as an absolute path (trials and Tune change working dirs)."""
-    if "://" in storage:
-        raise InputError(
-            f"--storage: got {storage!r}; expected a filesystem path (dwtune keeps its records "
-            f"as files); on a cluster mount shared storage (EFS, NFS) on every node and pass "
-            f"its path"
-        )
-    return Path(storage).expanduser().resolve()
-
-
-def _refine(spec, store, runner, progress) -> None:
-    if not spec.refine.pairs:
-        return
-    from dwtune.study.refine import run_refine
-
-    run_refine(spec, store, runner.run, progress=progress)
-
-
-def answer_lines(files) -> list[str]:
-    """The study's answer in a few lines: transitions, fit, where the report is."""
-    import json
-
-    fit = json.loads(files.fit_json.read_text())
+def answer_lines(results) -> list[str]:
+    """The study's answer in a few lines: the fit and where the report is."""
+    fit = results.fit
     tag = " (SIMULATED)" if fit.get("simulated") else ""
     if fit.get("status") == "fitted":
         lines = [
@@ -69,25 +46,7 @@ def answer_lines(files) -> list[str]:
         ]
     else:
         lines = [f"fit{tag}: {fit.get('status')}: {fit.get('reason', 'see the report')}"]
-    return [*lines, f"report: {files.report}"]
-
-
-def _study(args: argparse.Namespace, spec, store, progress) -> None:
-    from dwtune.core.records import grid_requests
-    from dwtune.outputs.tables import export_experiment
-    from dwtune.study.runners.ray_tune import TuneRunner
-
-    with TuneRunner(spec, store, address=args.address, progress=progress) as runner:
-        runner.run(grid_requests(spec))
-        if not args.grid_only:
-            _refine(spec, store, runner, progress)
-    trials_path, curves_path = export_experiment(store)
-    progress.note(f"wrote {trials_path} and {curves_path}")
-    if not args.grid_only:
-        from dwtune.outputs.report import write_report
-
-        for line in answer_lines(write_report(store.root)):
-            progress.note(line)
+    return [*lines, f"report: {results.report}"]
 
 
 def _summary(store) -> str:
@@ -98,25 +57,23 @@ def _summary(store) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dwtune.core.spec import load_spec
-    from dwtune.storage.store import ExperimentStore
+    from dwtune.study.pipeline import Study, storage_root
     from dwtune.study.progress import StudyProgress
 
-    spec = load_spec(args.spec)
-    store = ExperimentStore.for_spec(storage_root(args.storage), spec)
+    study = Study.from_yaml(args.spec)
+    storage = storage_root(args.storage)  # a URL is refused before anything starts
     progress = StudyProgress()
-    # Lock first: a refused second driver must not touch the running experiment's spec.yaml.
-    with store.driver_lock():
-        store.initialise(spec)
-        store.records()  # a corrupt record stops us here, before Ray starts
-        try:
-            _study(args, spec, store, progress)
-        except KeyboardInterrupt:
-            print(
-                f"\ndwtune run: interrupted; {_summary(store)}; rerun the same command to "
-                f"resume (finished trials are not trained again)",
-                file=sys.stderr,
-            )
-            return 130
-    progress.note(_summary(store))
+    try:
+        results = study.run(storage, args.address, args.grid_only, progress)
+    except KeyboardInterrupt:
+        print(
+            f"\ndwtune run: interrupted; {_summary(study.store)}; rerun the same command to "
+            f"resume (finished trials are not trained again)",
+            file=sys.stderr,
+        )
+        return 130
+    if not args.grid_only:
+        for line in answer_lines(results):
+            progress.note(line)
+    progress.note(_summary(study.store))
     return 0

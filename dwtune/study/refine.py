@@ -22,7 +22,6 @@ derived at the end.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
@@ -114,7 +113,9 @@ def open_study(path: Path, sampler: optuna.samplers.BaseSampler) -> optuna.Study
             direction="minimize",
             load_if_exists=True,
         )
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # a damaged line of the journal
+    # Only Optuna's replay of the file runs in here: a garbled line raises ValueError
+    # (JSONDecodeError, UnicodeDecodeError), a line missing a key KeyError or TypeError.
+    except (ValueError, KeyError, TypeError) as exc:
         raise InputError(
             f"{path}: corrupt Optuna journal ({type(exc).__name__}); delete it to restart this "
             f"pair's refinement (finished trainings are kept in trials/ and reused)"
