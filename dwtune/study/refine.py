@@ -30,7 +30,7 @@ import optuna
 import pyarrow as pa
 from optuna.trial import TrialState
 
-from dwtune.core import transitions, vocabulary
+from dwtune.core import transitions
 from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord, TrialRequest, make_request
 from dwtune.core.spec import ExperimentSpec, RefineConfig
@@ -46,6 +46,7 @@ from dwtune.core.vocabulary import (
 from dwtune.outputs.schemas import TRANSITION_SCHEMA
 from dwtune.storage.provenance import write_parquet_atomic
 from dwtune.storage.store import ExperimentStore
+from dwtune.study.runners.local import LocalRunner
 
 RunTrials = Callable[[list[TrialRequest]], list[TrialRecord]]
 Progress = Callable[[str], None]
@@ -429,30 +430,5 @@ def write_transitions(transitions: Sequence[Transition], path: Path, spec: Exper
     return write_parquet_atomic(transitions_table(transitions), path, spec.to_dict())
 
 
-# --------------------------------------------------------------------------- without Ray
-
-
-class InProcessRunner:
-    """Trains requests one after another in this process (no Ray): benchmarks and tests.
-
-    Same contract as the Ray runner: records aligned with the requests; a recorded trial is
-    reused (a failure recorded by an earlier driver is retried), a new one is recorded.
-    """
-
-    def __init__(self, spec: ExperimentSpec, store: ExperimentStore):
-        from dwtune.backends.trial import run_trial_inprocess
-
-        self.spec, self.store, self._train = spec, store, run_trial_inprocess
-        self.trained = 0  # trainings this runner ran
-
-    def run(self, requests: list[TrialRequest]) -> list[TrialRecord]:
-        return [self._one(request) for request in requests]
-
-    def _one(self, request: TrialRequest) -> TrialRecord:
-        record = self.store.read_record(request.trial_id)
-        if record is not None and record.status != vocabulary.STATUS_FAILED:
-            return record
-        record = self._train(self.spec, request)
-        self.store.write_record(record)
-        self.trained += 1
-        return record
+# The in-process runner moved to dwtune.study.runners.local; the old name keeps working.
+InProcessRunner = LocalRunner
