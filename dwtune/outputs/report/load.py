@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from dwtune.core.errors import InputError
 from dwtune.core.fit import FitResult
@@ -108,8 +109,6 @@ def _read_spec(exp_dir: Path) -> tuple[dict | None, str]:
     path = exp_dir / SPEC_FILE
     if not path.is_file():
         return None, ""
-    import yaml
-
     try:
         spec = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import ray
+import yaml
 
 from dwtune.core.errors import InputError
 from dwtune.core.spec import ExperimentSpec
@@ -21,8 +22,6 @@ def _node_types_from_bootstrap() -> list[dict]:
     path = BOOTSTRAP_CONFIG.expanduser()
     if not path.exists():
         return []
-    import yaml
-
     config = yaml.safe_load(path.read_text()) or {}
     types = config.get("available_node_types") or {}
     return [dict(t.get("resources") or {}) for t in types.values()]
