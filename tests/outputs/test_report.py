@@ -338,3 +338,23 @@ def test_loss_curves_figure_is_drawn_from_curves_parquet(tmp_path):
     assert [p.name for p in files.figures][-1] == "5_loss_curves.png"
     assert (exp / "figures" / "5_loss_curves.png").stat().st_size > 10_000
     assert "5_loss_curves.png" in (exp / "report.md").read_text()
+
+
+def test_dwtune_report_fits_a_directory_without_fit_files_then_only_reads_them(tmp_path, capsys):
+    from dwtune.cli import main
+
+    exp = make_study(tmp_path / "exp", spec=SPEC)
+    assert not (exp / "fit.json").exists()
+    assert main(["report", str(exp)]) == 0
+    assert "fit stage: wrote" in capsys.readouterr().out
+    fit_bytes = (exp / "fit.json").read_bytes()
+    assert json.loads(fit_bytes)["status"] == "fitted"
+    assert main(["report", str(exp)]) == 0  # fit files newer than the tables: only drawn
+    assert "fit stage" not in capsys.readouterr().out
+    assert (exp / "fit.json").read_bytes() == fit_bytes
+
+
+def test_the_report_alone_refuses_a_directory_the_fit_stage_never_saw(tmp_path):
+    exp = make_study(tmp_path / "exp", spec=SPEC)
+    with pytest.raises(InputError, match=r"fit\.json: no such file; the fit stage writes it"):
+        write_report(exp)
