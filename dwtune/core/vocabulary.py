@@ -67,11 +67,13 @@ class StepKind(StrEnum):
     DONE = "done"
 
 
-# Backwards-compatible names for the trial statuses.
-STATUS_FINISHED = TrialStatus.FINISHED
-STATUS_EARLY_STOPPED = TrialStatus.EARLY_STOPPED
-STATUS_DIVERGED = TrialStatus.DIVERGED
-STATUS_FAILED = TrialStatus.FAILED
+# The trial statuses as plain strings, for what trainers put in their metric dicts: those end
+# up in checkpoints, and torch.load(weights_only=True) refuses any class it does not know,
+# an enum included.
+STATUS_FINISHED = TrialStatus.FINISHED.value
+STATUS_EARLY_STOPPED = TrialStatus.EARLY_STOPPED.value
+STATUS_DIVERGED = TrialStatus.DIVERGED.value
+STATUS_FAILED = TrialStatus.FAILED.value
 # A training that produced a usable final validation loss.
 COMPLETED_STATUSES = (TrialStatus.FINISHED, TrialStatus.EARLY_STOPPED)
 
