@@ -106,6 +106,7 @@ class TrialRecord:
     node: str = ""
     error: str = ""
     simulated: bool = False
+    surface: str = ""  # the simulated surface (simulated.surface) of a simulated trial, else ""
     # One dict per report: metric name -> value (metrics vocabulary); not a trials.parquet column.
     curve: list[dict] = field(default_factory=list, repr=False)
 
@@ -156,5 +157,6 @@ def record_from_result(
         node=node,
         error=error,
         simulated=spec.trainer == "simulated",
+        surface=spec.simulated.surface if spec.trainer == "simulated" else "",
         curve=list(curve),
     )

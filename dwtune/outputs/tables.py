@@ -52,6 +52,7 @@ TRIALS_SCHEMA = pa.schema(
         ("node", pa.string()),
         ("error", pa.string()),
         ("simulated", pa.bool_()),
+        ("surface", pa.string()),  # simulated.surface of a simulated trial, "" for torch
     ]
 )
 

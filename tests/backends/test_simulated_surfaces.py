@@ -33,6 +33,7 @@ from dwtune.core.errors import InputError
 from dwtune.core.records import grid_requests, trial_identity
 from dwtune.core.spec import SimulatedConfig, load_spec, spec_from_dict
 from dwtune.core.spec.sections import SIMULATED_SURFACES
+from dwtune.outputs.tables import trials_table
 
 SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
 PAIRS = ((6, 12), (12, 18), (18, 24))
@@ -278,6 +279,7 @@ def test_the_shipped_hard_spec_runs_on_every_surface():
         raw["simulated"] = {**raw["simulated"], "surface": name, "lr_penalty": penalty}
         spec = spec_from_dict(raw)
         record = run_trial_inprocess(spec, grid_requests(spec)[-1])
+        assert trials_table([record]).column("surface").to_pylist() == [name]
         assert record.simulated and record.status in (
             *vocabulary.COMPLETED_STATUSES,
             vocabulary.STATUS_DIVERGED,
