@@ -110,7 +110,9 @@ transition_scale`` (positive below N*, where the deeper net loses) and ``σ = no
 On every surface T(Ld, x*(Ld)) = 0 exactly, so ``planted_transition`` is the crossing of each
 configured pair (the real one on non_monotone); only the lr penalty moves it. The noiseless
 Δ of a configured pair at equal ``n`` is ``pair_delta_mean(config, Ls, Ld, n, lr=None)``; the
-per-seed outcome at real-valued width (for the coverage benchmark) is ``seed_outcome``.
+per-seed outcome at real-valued width (for the coverage benchmark) is ``seed_outcome``, and
+``pair_seed_outcomes(config, Ls, Ld, n, seed, lr=None)`` gives both nets of one paired seed.
+A diverging training follows its noise-free mean curve until it blows up.
 
 The curve: a validation report every ``train.eval_every`` steps up to the total (the last one
 always), decreasing from ``ln(vocab_size)`` (at least one nat above the end) to the final loss;
@@ -139,6 +141,7 @@ from dwtune.backends.simulated_surface import (
     mean_loss_at,
     mean_sign_changes,
     pair_delta_mean,
+    pair_seed_outcomes,
     paired_noise_sd,
     planted_transition,
     planted_width,
@@ -162,6 +165,7 @@ __all__ = [
     "mean_loss",
     "mean_sign_changes",
     "pair_delta_mean",
+    "pair_seed_outcomes",
     "paired_noise_sd",
     "planted_chain",
     "planted_transition",

@@ -20,6 +20,7 @@ from dwtune.backends.simulated import (
     mean_loss,
     mean_sign_changes,
     pair_delta_mean,
+    pair_seed_outcomes,
     paired_noise_sd,
     planted_chain,
     planted_transition,
@@ -137,6 +138,20 @@ def test_the_pair_delta_is_the_loss_difference_of_the_backend_at_equal_size(spec
             assert loss_deep - loss_shallow == pytest.approx(
                 pair_delta_mean(config, shallow, deep, n, lr=3e-3), abs=1e-12
             )
+
+
+@pytest.mark.parametrize("name", ["default", "depth_noise", "lr_mistuned"])
+def test_paired_seed_outcomes_scatter_around_the_pair_delta_with_the_paired_sd(name):
+    config = surface(name, noise=0.01)
+    n = planted_transition(config, 12) / 2
+    draws = [pair_seed_outcomes(config, 6, 12, n, s, lr=6e-3) for s in SEEDS]
+    delta = np.array([deep.loss - shallow.loss for shallow, deep in draws])
+    sd = paired_noise_sd(config, 6, 12)
+    assert delta.std() == pytest.approx(sd, rel=0.06)
+    mean = pair_delta_mean(config, 6, 12, n, lr=6e-3)
+    assert abs(delta.mean() - mean) < 4 * sd / math.sqrt(len(SEEDS))
+    again = pair_seed_outcomes(config, 6, 12, n, 17, lr=6e-3)
+    assert again == draws[17]
 
 
 def test_non_monotone_dips_below_zero_once_before_the_real_crossing():
