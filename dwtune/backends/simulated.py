@@ -285,6 +285,17 @@ def _last_step(outcome: SeedOutcome, total: int) -> int:
     return max(1, min(total, round(outcome.diverged_at * total)))
 
 
+def _curve_ends(
+    spec: ExperimentSpec, shape: ModelShape, outcome: SeedOutcome, lr: float | None
+) -> tuple[float, float]:
+    """(start, final) of the reported curve; a diverging run follows its noise-free mean."""
+    if outcome.diverged:
+        final = mean_loss(spec, shape.depth, shape.width, spec.train.lr if lr is None else lr)
+    else:
+        final = outcome.loss
+    return max(math.log(spec.data.vocab_size), final + 1.0), final
+
+
 def simulate_training(
     spec: ExperimentSpec,
     shape: ModelShape,
@@ -299,11 +310,7 @@ def simulate_training(
     its end. ``lr`` is the trial's learning rate (``spec.train.lr`` when None)."""
     total = spec.train.total_steps(spec.data.seq_len)
     outcome = trial_outcome(spec, shape, seed, lr)
-    if outcome.diverged:  # the curve it follows until it blows up: its noise-free mean
-        final = mean_loss(spec, shape.depth, shape.width, spec.train.lr if lr is None else lr)
-    else:
-        final = outcome.loss
-    losses = (max(math.log(spec.data.vocab_size), final + 1.0), final)
+    losses = _curve_ends(spec, shape, outcome, lr)
     end = _last_step(outcome, total)
     done = _resume_step(resume_from)
     started = time.perf_counter()
