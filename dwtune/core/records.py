@@ -37,7 +37,7 @@ def trial_identity(spec: ExperimentSpec, shape: ModelShape, seed: int) -> str:
         "trainer": spec.trainer,
     }
     if spec.trainer == "simulated":
-        payload["simulated"] = dataclasses.asdict(spec.simulated)
+        payload["simulated"] = spec.simulated.identity()
         # the simulated surface of a depth depends on the pairs it belongs to
         payload["planted_chain"] = list(planted_chain(spec.refine.pairs, shape.depth))
     blob = json.dumps(payload, sort_keys=True, default=str).encode()
@@ -110,6 +110,7 @@ class TrialRecord:
     node: str = ""
     error: str = ""
     simulated: bool = False
+    surface: str = ""  # the simulated surface (simulated.surface) of a simulated trial, else ""
     # One dict per report: metric name -> value (metrics vocabulary); not a trials.parquet column.
     curve: list[dict] = field(default_factory=list, repr=False)
 
@@ -170,5 +171,6 @@ def record_from_result(
         node=node,
         error=error,
         simulated=spec.trainer == "simulated",
+        surface=spec.simulated.surface if spec.trainer == "simulated" else "",
         curve=list(curve),
     )
