@@ -220,26 +220,31 @@ def text_pieces(data: DataConfig, files: list[Path]) -> Iterator[str]:
             raise InputError(f"data.corpus: {path} cannot be read ({exc}); fix or remove it") from None
 
 
+def _line_cut(text: str, chunk_chars: int) -> int:
+    """Where a chunk of ``text`` ends: after its last newline within ``chunk_chars``, else after
+    the first newline past it; 0 when no newline is in sight yet (wait for more text)."""
+    cut = text.rfind("\n", 0, chunk_chars) + 1
+    if cut == 0:
+        cut = text.find("\n", chunk_chars) + 1
+    if cut == 0 and len(text) >= 4 * chunk_chars:
+        cut = chunk_chars  # one very long line: cut it
+    return cut
+
+
 def iter_chunks(pieces: Iterable[str], chunk_chars: int | None = None) -> Iterator[str]:
-    """Chunks of about ``chunk_chars`` characters (default CHUNK_CHARS), each ending at the
-    last newline it holds; a line longer than 4 chunks is cut at ``chunk_chars``. The cuts
-    depend on the text (and the fixed read block) only."""
+    """Chunks of at most about ``chunk_chars`` characters (default CHUNK_CHARS), each ending at
+    a newline (a longer line makes a longer chunk; one over 4 chunks is cut). The cuts depend
+    on the text and the fixed read block only, so every pass sees the same chunks."""
     chunk_chars = chunk_chars or CHUNK_CHARS
-    buffer: list[str] = []
-    size = 0
+    rest = ""
     for piece in pieces:
-        buffer.append(piece)
-        size += len(piece)
-        while size >= chunk_chars:
-            text = "".join(buffer)
-            cut = text.rfind("\n") + 1
+        text = rest + piece
+        while len(text) >= chunk_chars:
+            cut = _line_cut(text, chunk_chars)
             if cut == 0:
-                if len(text) < 4 * chunk_chars:
-                    buffer, size = [text], len(text)
-                    break
-                cut = chunk_chars
+                break
             yield text[:cut]
-            rest = text[cut:]
-            buffer, size = ([rest] if rest else []), len(rest)
-    if size:
-        yield "".join(buffer)
+            text = text[cut:]
+        rest = text
+    if rest:
+        yield rest
