@@ -207,7 +207,9 @@ class TokenWriter:
             os.fsync(handle.fileno())
         self.chunks_done = chunks_done
         counts = {f"{s}_tokens": n for s, n in self.tokens.items()}
-        atomic_write_text(self.build / "journal.json", json.dumps({"chunks_done": chunks_done, **counts}))
+        atomic_write_text(
+            self.build / "journal.json", json.dumps({"chunks_done": chunks_done, **counts})
+        )
 
     def close(self) -> None:
         for handle in self.files.values():

@@ -217,7 +217,9 @@ def text_pieces(data: DataConfig, files: list[Path]) -> Iterator[str]:
         except (OSError, EOFError) as exc:
             if isinstance(exc, FileNotFoundError):
                 raise
-            raise InputError(f"data.corpus: {path} cannot be read ({exc}); fix or remove it") from None
+            raise InputError(
+                f"data.corpus: {path} cannot be read ({exc}); fix or remove it"
+            ) from None
 
 
 def _line_cut(text: str, chunk_chars: int) -> int:
