@@ -97,12 +97,22 @@ def _summary(store) -> str:
     return line + (f", {len(failed)} failed (rerun to retry them)" if failed else "")
 
 
+def _check_scale(spec) -> None:
+    """Refuse, before anything starts: a missing corpus, too many epochs, a trial too big for
+    its share of a GPU (see dwtune.commands.planning)."""
+    from dwtune.commands.planning import check_packing, check_scale
+
+    check_scale(spec)
+    check_packing(spec)
+
+
 def run(args: argparse.Namespace) -> int:
     from dwtune.core.spec import load_spec
     from dwtune.storage.store import ExperimentStore
     from dwtune.study.progress import StudyProgress
 
     spec = load_spec(args.spec)
+    _check_scale(spec)
     store = ExperimentStore.for_spec(storage_root(args.storage), spec)
     progress = StudyProgress()
     # Lock first: a refused second driver must not touch the running experiment's spec.yaml.

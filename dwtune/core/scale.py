@@ -9,6 +9,7 @@ cache's manifest (exact) or, before preparation, from the corpus's size on disk 
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -43,7 +44,7 @@ def bytes_per_token(tokenizer: str, vocab_size: int) -> float:
         return 1.0
     points = BPE_BYTES_PER_TOKEN
     x = math.log(min(max(vocab_size, points[0][0]), points[-1][0]))
-    for (v0, b0), (v1, b1) in zip(points, points[1:], strict=False):
+    for (v0, b0), (v1, b1) in itertools.pairwise(points):
         if x <= math.log(v1):
             t = (x - math.log(v0)) / (math.log(v1) - math.log(v0))
             return b0 + t * (b1 - b0)
@@ -108,7 +109,7 @@ def study_pairs(spec: ExperimentSpec) -> list[tuple[int, int]]:
     if spec.refine.pairs:
         return [tuple(p) for p in spec.refine.pairs]
     depths = sorted(spec.space.depths)
-    return list(zip(depths, depths[1:], strict=False))
+    return list(itertools.pairwise(depths))
 
 
 def coverage_warnings(spec: ExperimentSpec, law: DepthWidthLaw) -> list[str]:

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from dwtune import cli
-from dwtune.backends.pytorch.data import prepare
 from dwtune.backends.pytorch.data import (
     eval_batches,
+    prepare,
     prepare_corpus,
     resolve_data_config,
     split_text,

@@ -19,7 +19,7 @@ from dwtune.backends.pytorch.data.sources import iter_chunks, stripped
 from dwtune.backends.pytorch.data.tokenize import token_dtype
 from dwtune.core.spec import DataConfig
 
-SYLLABLES = "ka lo mi ne ru sa ti vo an er is ul".split()
+SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "an", "er", "is", "ul"]
 
 
 def lines(count: int, seed: int) -> list[str]:

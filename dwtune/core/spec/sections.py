@@ -181,6 +181,8 @@ class ResourcesConfig:
     gpu: float = 0.0  # per trial; fractions must divide 1 (0.5, 0.25, ...)
     max_concurrent: int | None = None  # None: as many as resources allow
     retries: int = 1  # re-runs of a failed trial before it is recorded as failed
+    # Memory of one GPU (GiB) for packing checks; None: from `dwtune plan --device`.
+    gpu_memory_gb: float | None = None
 
     def __post_init__(self) -> None:
         positive("resources.cpu", self.cpu)
@@ -194,6 +196,8 @@ class ResourcesConfig:
         if self.max_concurrent is not None:
             at_least("resources.max_concurrent", self.max_concurrent, 1)
         at_least("resources.retries", self.retries, 0)
+        if self.gpu_memory_gb is not None:
+            positive("resources.gpu_memory_gb", self.gpu_memory_gb)
 
 
 @dataclass(frozen=True)

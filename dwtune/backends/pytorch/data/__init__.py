@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from dwtune.backends.pytorch.data.batches import eval_batches, train_batch
-from dwtune.backends.pytorch.data.cache import PreparedCorpus, entry_for, load_entry
+from dwtune.backends.pytorch.data.cache import PreparedCorpus, entry_for, find_prepared, load_entry
 from dwtune.backends.pytorch.data.prepare import prepare_corpus, split_text
 from dwtune.backends.pytorch.data.sources import (
     corpus_files,
@@ -25,6 +25,7 @@ __all__ = [
     "corpus_files",
     "entry_for",
     "eval_batches",
+    "find_prepared",
     "load_entry",
     "np",
     "prepare_corpus",

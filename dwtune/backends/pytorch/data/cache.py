@@ -154,3 +154,14 @@ def entry_for(data: DataConfig, files: list[Path]) -> tuple[str, Path]:
     cache_dir = Path(data.cache_dir)
     key = cache_key(data, content_hash(data, files, cache_dir))
     return key, cache_dir / "tokens" / key
+
+
+def find_prepared(data: DataConfig, files: list[Path]) -> PreparedCorpus | None:
+    """The prepared entry of ``data``'s corpus if one is complete, without reading the corpus
+    (only its memoised fingerprint): cheap enough for ``dwtune plan``."""
+    cache_dir = Path(data.cache_dir)
+    memo = cache_dir / "fingerprints" / _stat_signature(data, files)
+    if not memo.exists():
+        return None
+    key = cache_key(data, memo.read_text().strip())
+    return load_entry(cache_dir / "tokens" / key, cache_hit=True)

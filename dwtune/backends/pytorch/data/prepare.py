@@ -96,7 +96,7 @@ class Scan:
 def split_chunk(text: str, offset: int, last: bool) -> tuple[str, str]:
     """The chunk cut at the first newline at or after ``offset`` (kept in the training part)."""
     newline = text.find("\n", offset)
-    if 0 <= newline and not (last and newline == len(text) - 1):
+    if newline >= 0 and not (last and newline == len(text) - 1):
         offset = newline + 1
     return text[:offset], text[offset:]
 
