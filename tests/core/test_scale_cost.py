@@ -39,3 +39,21 @@ def test_a_trial_bigger_than_its_share_of_a_gpu_is_named():
     assert problem.startswith("resources.gpu: got 0.25; trial X needs about 20.0 GiB")
     assert problem.endswith("use resources.gpu >= 0.333333")
     assert memory.packing_problem(20 * gib, 0.0, 80 * gib, "trial X") is None
+
+
+def test_new_data_fields_at_their_defaults_keep_recorded_trial_identities():
+    """2c7eb6be9e631038 is what dwtune recorded for this trial before bpe_sample_mb and
+    max_epochs existed: experiments from then must resume without retraining."""
+    import dataclasses
+    from pathlib import Path
+
+    from dwtune.core.records import trial_identity
+    from dwtune.core.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[2] / "search_spaces" / "quickstart.yaml")
+    shape = spec.grid()[0].shape
+    assert trial_identity(spec, shape, 0) == "2c7eb6be9e631038"
+    guarded = dataclasses.replace(spec, data=dataclasses.replace(spec.data, max_epochs=100.0))
+    assert trial_identity(guarded, shape, 0) == "2c7eb6be9e631038"  # a guard, not a result
+    sampled = dataclasses.replace(spec, data=dataclasses.replace(spec.data, bpe_sample_mb=5.0))
+    assert trial_identity(sampled, shape, 0) != "2c7eb6be9e631038"
