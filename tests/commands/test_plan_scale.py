@@ -43,6 +43,12 @@ def test_run_refuses_before_anything_is_written(tmp_path, capsys):
     assert main(["run", missing, "--storage", str(tmp_path / "exp")]) == 2
     assert "dwtune prepare SPEC" in capsys.readouterr().err
     assert not (tmp_path / "exp").exists()
+    assert main(["prepare", missing]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dwtune prepare: error: data.corpus: ") and "\n" not in err
+    assert "does not exist" in err and "download a web corpus" in err
+    assert main(["plan", missing]) == 0  # the plan still plans, and says so
+    assert "corpus MISSING" in capsys.readouterr().out
 
 
 def test_a_prepared_corpus_is_counted_from_its_manifest(tmp_path, capsys):
