@@ -56,11 +56,21 @@ def _summary(store) -> str:
     return line + (f", {len(failed)} failed (rerun to retry them)" if failed else "")
 
 
+def _check_scale(spec) -> None:
+    """Refuse, before anything starts: a missing corpus, too many epochs, a trial too big for
+    its share of a GPU (see dwtune.commands.planning)."""
+    from dwtune.commands.planning import check_packing, check_scale
+
+    check_scale(spec)
+    check_packing(spec)
+
+
 def run(args: argparse.Namespace) -> int:
     from dwtune.study.pipeline import Study, storage_root
     from dwtune.study.progress import StudyProgress
 
     study = Study.from_yaml(args.spec)
+    _check_scale(study.spec)
     storage = storage_root(args.storage)  # a URL is refused before anything starts
     progress = StudyProgress()
     try:

@@ -32,7 +32,7 @@ def trial_identity(spec: ExperimentSpec, shape: ModelShape, seed: int) -> str:
         "v": IDENTITY_VERSION,
         "shape": dataclasses.asdict(shape),
         "train": dataclasses.asdict(spec.train),
-        "data": {k: v for k, v in dataclasses.asdict(spec.data).items() if k != "cache_dir"},
+        "data": data_identity(spec.data),
         "seed": seed,
         "trainer": spec.trainer,
     }
@@ -42,6 +42,21 @@ def trial_identity(spec: ExperimentSpec, shape: ModelShape, seed: int) -> str:
         payload["planted_chain"] = list(planted_chain(spec.refine.pairs, shape.depth))
     blob = json.dumps(payload, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+# Data fields that never change a result (where files live, guards) stay out of the identity.
+_DATA_NOT_IDENTITY = ("cache_dir", "max_epochs")
+# Fields added after trials were recorded: in the identity only when set off their default,
+# so experiments recorded before they existed still resume without retraining.
+_DATA_ADDED_DEFAULTS = {"bpe_sample_mb": 100.0}
+
+
+def data_identity(data) -> dict:
+    payload = {k: v for k, v in dataclasses.asdict(data).items() if k not in _DATA_NOT_IDENTITY}
+    for name, default in _DATA_ADDED_DEFAULTS.items():
+        if payload.get(name) == default:
+            del payload[name]
+    return payload
 
 
 def planted_chain(pairs: Sequence[Sequence[int]], depth: int) -> tuple[int, ...]:

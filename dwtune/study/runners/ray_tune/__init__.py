@@ -213,7 +213,7 @@ class TuneRunner:
             return
         from dwtune.backends.pytorch.data import prepare_corpus
 
-        prepare_corpus(self.trial_spec.data)
+        prepare_corpus(self.trial_spec.data, progress=None)  # bars on a terminal only
         self._corpus_ready = True
 
     def _experiment_name(self, stage: str) -> str:
