@@ -145,102 +145,110 @@ def point_means(points: Sequence[DeltaPoint]) -> np.ndarray:
     return np.asarray(means)
 
 
-def _signs(means: np.ndarray, se: np.ndarray, z: float) -> np.ndarray:
-    signs = np.zeros(means.size, dtype=int)
-    signs[means > z * se] = 1
-    signs[means < -z * se] = -1
-    return signs
+def _signs(means: np.ndarray, se: np.ndarray, z: float) -> tuple[np.ndarray, np.ndarray]:
+    """Sign of each point (+1, −1, 0 within noise) and whether it is beyond Z_CONFIRM."""
+    ratio = means / se
+    signs = np.where(ratio > z, 1, np.where(ratio < -z, -1, 0))
+    return signs, np.abs(ratio) >= Z_CONFIRM
 
 
-def _runs(signs: np.ndarray) -> list[tuple[int, int, int]]:
-    """(sign, first index, last index) of each run of decided points, within-noise skipped."""
-    runs: list[tuple[int, int, int]] = []
-    for i in np.flatnonzero(signs):
-        if runs and runs[-1][0] == signs[i]:
-            runs[-1] = (runs[-1][0], runs[-1][1], int(i))
+def _runs(signs: Sequence[int], strong: Sequence[bool]) -> list[list]:
+    """[sign, first index, last index, any strong] of each run of decided points."""
+    runs: list[list] = []
+    for i, sign in enumerate(signs):
+        if sign == 0:
+            continue
+        if runs and runs[-1][0] == sign:
+            runs[-1][2], runs[-1][3] = i, runs[-1][3] or strong[i]
         else:
-            runs.append((int(signs[i]), int(i), int(i)))
+            runs.append([sign, i, i, bool(strong[i])])
     return runs
 
 
-def _clean(runs, means, se) -> list[tuple[int, int, int]]:
+def _clean(runs: list[list]) -> list[list]:
     """Drop runs that are not beyond noise unless the pattern is the expected + then −."""
     if [r[0] for r in runs] in ([1, -1], [1], [-1]):
         return runs
-    z = np.abs(means) / se
-    kept = [r for r in runs if z[r[1] : r[2] + 1].max() >= Z_CONFIRM]
-    merged: list[tuple[int, int, int]] = []
-    for run in kept:
+    merged: list[list] = []
+    for run in (r for r in runs if r[3]):
         if merged and merged[-1][0] == run[0]:
-            merged[-1] = (run[0], merged[-1][1], run[2])
+            merged[-1][2] = run[2]
         else:
-            merged.append(run)
+            merged.append(list(run))
     return merged
-
-
-def _root(x: np.ndarray, means: np.ndarray, se: np.ndarray, before: int, after: int) -> float:
-    """ln N where the window's weighted line crosses zero (module doc)."""
-    lo, hi = max(before - EXTEND, 0), min(after + EXTEND, x.size - 1)
-    xs, ys, ws = x[lo : hi + 1], means[lo : hi + 1], 1.0 / se[lo : hi + 1]
-    slope, intercept = np.polyfit(xs, ys, 1, w=ws)
-    if slope >= 0 or not math.isfinite(slope):
-        return 0.5 * (x[before] + x[after])
-    return float(np.clip(-intercept / slope, x[lo], x[hi]))
 
 
 @dataclass(frozen=True)
 class _Shape:
     status: str
-    roots: tuple[float, ...]  # ln N of each crossing
     windows: tuple[tuple[int, int], ...]  # innermost point indices around each crossing
 
 
-def classify(x: np.ndarray, means: np.ndarray, se: np.ndarray, z: float) -> _Shape:
-    """Status and crossings of sorted points (module doc)."""
-    signs = _signs(means, se, z)
-    runs = _clean(_runs(signs), means, se)
+def classify(signs: Sequence[int], strong: Sequence[bool]) -> _Shape:
+    """Status and crossing windows of sorted points' signs (module doc)."""
+    runs = _clean(_runs(signs, strong))
     pattern = [r[0] for r in runs]
-    noisy = np.flatnonzero(signs == 0)
+    noisy = [i for i, s in enumerate(signs) if s == 0]
     if not runs:
-        return _Shape(vocabulary.TRANSITION_UNDECIDED, (), ())
+        return _Shape(vocabulary.TRANSITION_UNDECIDED, ())
     if set(pattern) == {1}:
-        above = noisy.size and noisy.max() > runs[-1][2]
+        above = bool(noisy) and noisy[-1] > runs[-1][2]
         status = vocabulary.TRANSITION_UNDECIDED if above else vocabulary.TRANSITION_CENSORED_HIGH
-        return _Shape(status, (), ())
+        return _Shape(status, ())
     if set(pattern) == {-1}:
-        below = noisy.size and noisy.min() < runs[0][1]
+        below = bool(noisy) and noisy[0] < runs[0][1]
         status = vocabulary.TRANSITION_UNDECIDED if below else vocabulary.TRANSITION_CENSORED_LOW
-        return _Shape(status, (), ())
+        return _Shape(status, ())
     windows = tuple((runs[k][2], runs[k + 1][1]) for k in range(len(runs) - 1))
-    roots = tuple(_root(x, means, se, *w) for w in windows)
-    status = (
-        vocabulary.TRANSITION_BRACKETED
-        if pattern == [1, -1]
-        else vocabulary.TRANSITION_NON_MONOTONE
-    )
-    return _Shape(status, roots, windows)
+    bracketed = pattern == [1, -1]
+    status = vocabulary.TRANSITION_BRACKETED if bracketed else vocabulary.TRANSITION_NON_MONOTONE
+    return _Shape(status, windows)
+
+
+def roots(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int]):
+    """ln N where the window's weighted line crosses zero, for each row of ``means``/``se``
+    (module doc): one closed-form weighted least-squares line per row."""
+    before, after = window
+    lo, hi = max(before - EXTEND, 0), min(after + EXTEND, x.size - 1)
+    xs = x[lo : hi + 1]
+    ys, w = np.atleast_2d(means)[:, lo : hi + 1], np.atleast_2d(se)[:, lo : hi + 1] ** -2.0
+    total = w.sum(axis=1)
+    x_bar = (w * xs).sum(axis=1) / total
+    y_bar = (w * ys).sum(axis=1) / total
+    dx = xs - x_bar[:, None]
+    slope = (w * dx * (ys - y_bar[:, None])).sum(axis=1) / (w * dx**2).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        zero = np.clip(x_bar - y_bar / slope, xs[0], xs[-1])
+    falling = np.isfinite(slope) & (slope < 0)
+    return np.where(falling, zero, 0.5 * (x[before] + x[after]))
 
 
 # --------------------------------------------------------------------------- the interval
 
 
-def _replicate_roots(
-    x, means, se_of, noise: Noise, shape: _Shape, z: float, n_boot: int, rng
-) -> np.ndarray:
-    """ln N* of each parametric bootstrap replicate (module doc)."""
-    target = shape.roots[0]
-    fallback = 0.5 * (x[shape.windows[0][0]] + x[shape.windows[0][1]])
+def _replicate_roots(x, means, se_of, noise: Noise, target: float, z: float, n_boot, rng):
+    """ln N* of each parametric bootstrap replicate (module doc): replicates that share a
+    sign pattern share their windows, so each pattern is classified once."""
     if math.isfinite(noise.dof):
         scale = np.sqrt(noise.dof / rng.chisquare(noise.dof, size=n_boot))
     else:
         scale = np.ones(n_boot)
-    roots = np.empty(n_boot)
-    for b in range(n_boot):
-        se = se_of(noise.sd * scale[b])
-        drawn = means + rng.standard_normal(means.size) * se
-        found = classify(x, drawn, se, z).roots
-        roots[b] = min(found, key=lambda r: abs(r - target)) if found else fallback
-    return roots
+    se = se_of(noise.sd[None, :] * scale[:, None])
+    drawn = means + rng.standard_normal(se.shape) * se
+    signs, strong = _signs(drawn, se, z)
+    keys = np.concatenate([signs + 1, strong.astype(int)], axis=1)
+    patterns, inverse = np.unique(keys, axis=0, return_inverse=True)
+    found = np.full(n_boot, np.nan)
+    half = x.size
+    for k, key in enumerate(patterns):
+        rows = np.flatnonzero(inverse.reshape(-1) == k)
+        windows = classify(list(key[:half] - 1), list(key[half:].astype(bool))).windows
+        if not windows:
+            continue
+        candidates = np.stack([roots(x, drawn[rows], se[rows], w) for w in windows])
+        nearest = np.argmin(np.abs(candidates - target), axis=0)
+        found[rows] = candidates[nearest, np.arange(rows.size)]
+    return found
 
 
 def _empty(status: str, crossings=(), source: str = vocabulary.NOISE_MEASURED):
@@ -268,13 +276,17 @@ def estimate_crossing(
         return np.sqrt(sd**2 / counts + extra**2)
 
     means = point_means(points)
-    shape = classify(x, means, se_of(noise.sd), z)
-    crossings = tuple(math.exp(r) for r in shape.roots)
+    se = se_of(noise.sd)
+    shape = classify(*_signs(means, se, z))
+    found = tuple(float(roots(x, means, se, w)[0]) for w in shape.windows)
+    crossings = tuple(math.exp(r) for r in found)
     if shape.status != vocabulary.TRANSITION_BRACKETED:
         return _empty(shape.status, crossings, noise.source)
     rng = np.random.default_rng(seed)
-    roots = _replicate_roots(x, means, se_of, noise, shape, z, n_boot, rng)
-    q = np.percentile(roots, [2.5, 16.0, 84.0, 97.5])
+    replicates = _replicate_roots(x, means, se_of, noise, found[0], z, n_boot, rng)
+    window = shape.windows[0]
+    replicates[np.isnan(replicates)] = 0.5 * (x[window[0]] + x[window[1]])
+    q = np.percentile(replicates, [2.5, 16.0, 84.0, 97.5])
     return CrossingEstimate(
         status=shape.status,
         n_star=crossings[0],
