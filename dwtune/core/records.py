@@ -33,7 +33,7 @@ def trial_identity(spec: ExperimentSpec, shape: ModelShape, seed: int) -> str:
         "trainer": spec.trainer,
     }
     if spec.trainer == "simulated":
-        payload["simulated"] = dataclasses.asdict(spec.simulated)
+        payload["simulated"] = spec.simulated.identity()
         # the simulated surface of a depth depends on the pairs it belongs to
         payload["planted_chain"] = list(planted_chain(spec.refine.pairs, shape.depth))
     blob = json.dumps(payload, sort_keys=True, default=str).encode()
