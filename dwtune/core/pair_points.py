@@ -14,11 +14,14 @@ taken seed by seed and its noise is that of a paired difference. The noise model
 the seeds at every point, allowed to change with size; a prior only as a labelled fallback) is
 :func:`dwtune.core.crossing.estimate_noise`.
 
-Failures are outcomes. At a seed where the deeper net diverged or failed and the shallower one
-completed, Δ = +inf (the deeper net loses there); the reverse gives Δ = −inf; a seed where both
-failed carries no sign and is dropped. Every failure is counted on its point
-(``failures_deep``/``failures_shallow``) and on the pair's transition. For means and estimates
-an infinite Δ stands for the pair's most extreme finite Δ of that sign
+Failures are outcomes. A training that diverged or failed at a seed where the other depth
+completed takes the worst (largest) loss its depth completed at that point, so it counts against
+its shape without outweighing the seeds that trained; where its depth completed nothing at that
+point, Δ is +inf (the deeper net failed: it loses there) or −inf (the shallower one failed). A
+seed where both failed carries no sign and is dropped. Every failure is counted on its point
+(``failures_deep``/``failures_shallow``) and on the pair's transition. An infinite Δ decides a
+sign only once the point has ``max_seeds`` seeds (more seeds are trained first), and in means
+and estimates stands for the pair's most extreme finite Δ of that sign
 (:func:`dwtune.core.crossing.point_means`); a budget where one depth failed at every seed is a
 point, never absent.
 
@@ -153,27 +156,37 @@ def _eval_error(records: Iterable[TrialRecord]) -> float:
     return float(np.mean(errors)) if errors else 0.0
 
 
+def _loss_or_worst(records: dict[int, TrialRecord], seed: int) -> float:
+    """The seed's loss; for a failed training the worst completed loss of that depth at this
+    point, +inf when none completed (module doc)."""
+    if _usable(records[seed]):
+        return records[seed].best_val_loss
+    completed = [r.best_val_loss for r in records.values() if _usable(r)]
+    return max(completed, default=math.inf)
+
+
 def paired_deltas(
     deep: dict[int, TrialRecord],
     shallow: dict[int, TrialRecord],
     trend: SizeTrend,
     convention: str = "non_embedding",
 ) -> PairedDeltas:
-    """Δ at the deeper net's size of every seed both depths ran; failures as ±inf."""
+    """Δ at the deeper net's size of every seed both depths ran; failures count (module doc)."""
     seeds, deltas, failed_deep, failed_shallow = [], [], 0, 0
     for seed in sorted(s for s in deep if s in shallow):
         ok_deep, ok_shallow = _usable(deep[seed]), _usable(shallow[seed])
         failed_deep += not ok_deep
         failed_shallow += not ok_shallow
-        if ok_deep and ok_shallow:
+        if not (ok_deep or ok_shallow):
+            continue  # both failed: no sign
+        loss_deep, loss_shallow = _loss_or_worst(deep, seed), _loss_or_worst(shallow, seed)
+        if math.isinf(loss_deep) or math.isinf(loss_shallow):
+            deltas.append(math.inf if math.isinf(loss_deep) else -math.inf)
+        else:
             x_deep = math.log(size_of(deep[seed], convention))
             x_shallow = math.log(size_of(shallow[seed], convention))
             moved = trend.slope_at(x_shallow) * (x_deep - x_shallow)
-            deltas.append(deep[seed].best_val_loss - shallow[seed].best_val_loss - moved)
-        elif ok_deep != ok_shallow:
-            deltas.append(math.inf if ok_shallow else -math.inf)
-        else:
-            continue
+            deltas.append(loss_deep - loss_shallow - moved)
         seeds.append(seed)
     extra = math.sqrt(_eval_error(deep.values()) + _eval_error(shallow.values()))
     return PairedDeltas(tuple(seeds), tuple(deltas), failed_deep, failed_shallow, extra)

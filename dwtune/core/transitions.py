@@ -79,7 +79,10 @@ def decide_points(
             decision = decide([], float(sd), z)
         else:
             se = math.sqrt(sd**2 / point.n + point.extra_sd**2)
-            decision = Decision(float(mean), se, float(sd), bool(abs(mean) > z * se), z)
+            beyond = bool(abs(mean) > z * se)
+            if not any(math.isfinite(d) for d in point.deltas):  # failures alone (module doc)
+                beyond = beyond and point.n >= refine.max_seeds
+            decision = Decision(float(mean), se, float(sd), beyond, z)
         decided.append(replace(point, decision=decision))
     return decided
 
