@@ -32,15 +32,16 @@ or a single change from − to +) → ``non_monotone`` with every crossing liste
 
 Estimate. Each sign change is located by a weighted (1/se²) straight line of mean Δ on ln N
 through the window from the last point of the run before the change to the first point of the
-run after it, extended by ``EXTEND`` points on each side within those runs (its slope then rests on points
-that are clearly decided, which are less biased by the sequential test's selection than the innermost
-ones); its zero is ``ln N*``, kept between the two innermost points (whose signs are decided). A
-line that does not fall (slope ≥ 0) gives their geometric midpoint.
+run after it, extended by ``EXTEND`` points on each side within those runs (the slope then
+rests on points that are clearly decided, which the sequential test's selection biases less
+than the innermost ones); its zero is ``ln N*``, kept between the two innermost points (whose
+signs are decided). A line that does not fall (slope ≥ 0) gives their geometric midpoint.
 
-Interval: a parametric bootstrap of the whole procedure (signs, runs, window, line). Each
+Interval: a model-based parametric bootstrap of the whole procedure (signs, runs, window,
+line). The centre is the data with the window's points replaced by their fitted line. Each
 replicate draws the noise sd from its own sampling distribution (``σ* = σ·sqrt(ν/χ²_ν)``: the
-noise is measured, not known) and every point's mean from ``N(m_i, se*_i²)``, and re-runs the
-estimate; the crossing nearest the original one is kept, the bracketing window's innermost
+noise is measured, not known) and every point's mean from ``N(centre_i, se*_i²)``, and re-runs
+the estimate; the crossing nearest the original one is kept, the bracketing window's innermost
 midpoint when the replicate has none. 68% and 95% intervals are the percentiles of ``ln N*``;
 ``σ(ln N*)`` is half the 68% interval's width. Coverage of these intervals is measured, not
 assumed: ``benchmarks/coverage.py``.
