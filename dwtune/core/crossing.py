@@ -30,12 +30,14 @@ within noise lie above them), only negative → ``censored_low`` (``undecided`` 
 points lie below), one change from + to − → ``bracketed``, anything else (two or more changes,
 or a single change from − to +) → ``non_monotone`` with every crossing listed and no N*.
 
-Estimate. Each sign change is located by a weighted (1/se²) straight line of mean Δ on ln N
-through the window from the last point of the run before the change to the first point of the
-run after it, extended by ``EXTEND`` points on each side within those runs (the slope then
-rests on points that are clearly decided, which the sequential test's selection biases less
-than the innermost ones); its zero is ``ln N*``, kept between the two innermost points (whose
-signs are decided). A line that does not fall (slope ≥ 0) gives their geometric midpoint.
+Estimate. Each sign change lies between the last point of the run before it and the first
+point of the run after it (the innermost bracket, whose signs are decided). Where the mean Δ of
+the points in that bracket changes sign once, ``ln N*`` is the linear interpolation between the
+two points around that change: local, so a kinked or asymmetric Δ biases it only within their
+spacing. Where it changes sign several times (points within noise), ``ln N*`` is the zero of a
+weighted (1/se²) straight line of mean Δ on ln N through the bracket's points (``EXTEND``
+points more on each side within those runs), kept inside the bracket; a line that does not
+fall gives the bracket's geometric midpoint.
 
 Interval: a model-based parametric bootstrap of the whole procedure (signs, runs, window,
 line). The centre is the data with the window's points replaced by their fitted line. Each
@@ -61,7 +63,7 @@ DEFAULT_NOISE_PRIOR = 0.003  # nats: sd of a paired difference when nothing meas
 MIN_DOF = 6  # degrees of freedom of the noise below which the prior is a floor
 DECIDE_Z = 2.0  # |m|/se beyond which a point's sign counts
 Z_CONFIRM = 3.0  # strongest |m|/se a run needs to count when the pattern is not + then −
-EXTEND = 1  # points added on each side of a crossing's window
+EXTEND = 0  # points added on each side of a crossing's window
 NOISE_BANDWIDTH = 1.0  # e-folds of N: the sd of the Gaussian kernel that pools variances locally
 SHRINK_DOF = 4.0  # degrees of freedom the pair-wide pool weighs in each local variance
 MIN_SE = 1e-12  # nats: floor of a standard error (noise-free surfaces)
@@ -240,14 +242,24 @@ def fitted(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, 
 
 
 def roots(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]):
-    """ln N where the window's weighted line crosses zero, for each row of ``means``/``se``
-    (module doc): one closed-form weighted least-squares line per row."""
+    """ln N* of each row of ``means``/``se`` at a crossing (module doc): interpolated where
+    the means change sign once inside the bracket, else the window's weighted line."""
     before, after = window[:2]
-    x_bar, y_bar, slope = _lines(x, means, se, window)
+    rows = np.atleast_2d(means)
+    x_bar, y_bar, slope = _lines(x, rows, se, window)
     with np.errstate(divide="ignore", invalid="ignore"):
-        zero = np.clip(x_bar - y_bar / slope, x[before], x[after])
-    falling = np.isfinite(slope) & (slope < 0)
-    return np.where(falling, zero, 0.5 * (x[before] + x[after]))
+        line = np.where(
+            np.isfinite(slope) & (slope < 0), x_bar - y_bar / slope, 0.5 * (x[before] + x[after])
+        )
+        inner = rows[:, before : after + 1]
+        falls = (inner[:, :-1] > 0) & (inner[:, 1:] <= 0)
+        j = np.argmax(falls, axis=1)
+        take = np.arange(rows.shape[0])
+        m0, m1 = inner[take, j], inner[take, j + 1]
+        x0, x1 = x[before + j], x[before + j + 1]
+        between = x0 + m0 / (m0 - m1) * (x1 - x0)
+    zero = np.where(falls.sum(axis=1) == 1, between, line)
+    return np.clip(zero, x[before], x[after])
 
 
 # --------------------------------------------------------------------------- the interval

@@ -169,12 +169,13 @@ def clear_stale_trials(study: optuna.Study) -> int:
 # --------------------------------------------------------------------------- one pair
 
 
-def noise_prior(spec: ExperimentSpec) -> float:
-    """Paired-difference sd assumed before any point has two seeds (see dwtune.core.transitions)."""
+def noise_prior(spec: ExperimentSpec, pair: tuple[int, int] = (1, 1)) -> float:
+    """Paired-difference sd assumed until the seeds measure it (dwtune.core.crossing): the
+    simulated surface's own for the pair's depths, else the paper's third-digit stability."""
     if spec.trainer == "simulated":
         from dwtune.backends.simulated import paired_noise_sd
 
-        return paired_noise_sd(spec.simulated)
+        return paired_noise_sd(spec.simulated, *pair)
     return transitions.PAIRED_NOISE_PRIOR
 
 
@@ -187,7 +188,7 @@ class PairRefiner:
         self.pair = (grid.depth_shallow, grid.depth_deep)
         count = max(self.refine.max_seeds, len(spec.space.seeds))
         self.seed_order = transitions.seed_sequence(spec.space.seeds, count)
-        self.prior = noise_prior(spec)
+        self.prior = noise_prior(spec, self.pair)
         self.path = study_path(store, self.pair)
         sampler = BisectionSampler(grid.points, self.refine, self.prior)
         self.study = open_study(self.path, sampler)
@@ -358,10 +359,11 @@ def describe(t: Transition) -> str:
 def grid_pairs(spec: ExperimentSpec, records: Sequence[TrialRecord]) -> list[PairGrid]:
     """Every configured pair's grid points; InputError for a depth the grid never finished."""
     budgets, seeds = spec.space.budgets, spec.space.seeds
-    convention, prior = spec.model.size_convention, noise_prior(spec)
+    convention = spec.model.size_convention
     grids = []
     for pair in spec.refine.pairs:
         grid = pair_points.grid_pair(records, tuple(pair), budgets, seeds, convention)
+        prior = noise_prior(spec, tuple(pair))
         decided = transitions.decide_points(grid.points, spec.refine, prior)
         grids.append(dataclasses.replace(grid, points=tuple(decided)))
     return grids
