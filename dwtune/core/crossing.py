@@ -39,10 +39,10 @@ weighted (1/se²) straight line of mean Δ on ln N through the bracket's points 
 points more on each side within those runs), kept inside the bracket; a line that does not
 fall gives the bracket's geometric midpoint.
 
-Interval: a model-based parametric bootstrap of the whole procedure (signs, runs, window,
-line). The centre is the data with the window's points replaced by their fitted line. Each
-replicate draws the noise sd from its own sampling distribution (``σ* = σ·sqrt(ν/χ²_ν)``: the
-noise is measured, not known) and every point's mean from ``N(centre_i, se*_i²)``, and re-runs
+Interval: a parametric bootstrap of the whole procedure (signs, runs, bracket, interpolation).
+Each replicate draws the noise sd from its own sampling distribution (``σ* = σ·sqrt(ν/χ²_ν)``:
+the noise is measured, not known) and every point's mean from ``N(m_i, se*_i²)`` around the
+observed means (a centre on a fitted line understated the spread where Δ is kinked), and re-runs
 the estimate; the crossing nearest the original one is kept, the bracketing window's innermost
 midpoint when the replicate has none. 68% and 95% intervals are the percentiles of ``ln N*``;
 ``σ(ln N*)`` is half the 68% interval's width. Coverage of these intervals is measured, not
@@ -232,15 +232,6 @@ def _lines(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, 
     return x_bar, y_bar, slope
 
 
-def fitted(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]):
-    """The means with the window's points replaced by their line (the bootstrap's centre)."""
-    x_bar, y_bar, slope = _lines(x, means, se, window)
-    centre = means.astype(float).copy()
-    span = _span(window, x.size)
-    centre[span] = y_bar[0] + slope[0] * (x[span] - x_bar[0])
-    return centre
-
-
 def roots(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]):
     """ln N* of each row of ``means``/``se`` at a crossing (module doc): interpolated where
     the means change sign once inside the bracket, else the window's weighted line."""
@@ -323,8 +314,7 @@ def estimate_crossing(
         return _empty(shape.status, crossings, noise.source)
     rng = np.random.default_rng(seed)
     window = shape.windows[0]
-    centre = fitted(x, means, se, window)
-    replicates = _replicate_roots(x, centre, se_of, noise, found[0], z, n_boot, rng)
+    replicates = _replicate_roots(x, means, se_of, noise, found[0], z, n_boot, rng)
     replicates[np.isnan(replicates)] = 0.5 * (x[window[0]] + x[window[1]])
     q = np.percentile(replicates, [2.5, 16.0, 84.0, 97.5])
     return CrossingEstimate(

@@ -100,3 +100,24 @@ def test_total_size_convention_compares_at_equal_total_size():
     assert total.points[0].log_n == pytest.approx(math.log(1.02e6), abs=1e-6)
     paper = pair_points.grid_pair(shallow + deep, (6, 12), budgets, (0,), "non_embedding")
     assert all(p.deltas[0] > 0.01 for p in paper.points)  # the old correction: a false Δ
+
+
+def test_points_from_journals_written_before_issue_10_still_load():
+    old = {  # a PairPoint as the refine stage stored it before (no failure or verify fields)
+        "budget": 1e7, "log_n": 16.1, "width_deep": 300, "width_shallow": 420,
+        "seeds": [0, 1], "deltas": [0.01, 0.012],
+        "decision": {"mean": 0.011, "se": 0.0014, "sd": 0.002, "decided": True},
+        "kind": "bisect", "requested": 2,
+    }  # fmt: skip
+    loaded = pair_points.PairPoint.from_dict(old)
+    assert loaded.deltas == (0.01, 0.012) and not loaded.verified and loaded.failures_deep == 0
+    [redecided] = transitions.decide_points([loaded], REFINE, prior=0.002)
+    assert redecided.decision.decided and redecided.decision.boundary > 2.0
+
+
+def test_refine_alpha_must_be_a_probability_below_one_half():
+    from dwtune.core.errors import InputError
+    from dwtune.core.spec import RefineConfig
+
+    with pytest.raises(InputError, match=r"refine.alpha: got 0.7; expected a number in \(0, 0.5\)"):
+        RefineConfig(alpha=0.7)
