@@ -17,7 +17,13 @@ of :mod:`dwtune.core.transitions`, stores the point as the trial's ``point`` use
 tells Optuna its mean Δ. So a killed stage resumes from the journal: finished trials are
 replayed, a trial left running is marked failed and asked again, and its trainings are not
 repeated because the runner reuses every recorded trial identity. ``transitions.parquet`` is
-derived at the end.
+derived at the end, with N* and its intervals from every point
+(:func:`dwtune.core.crossing.estimate_crossing`).
+
+Journal format: unchanged. Points written before the α-spending rule load (their new fields
+take defaults: no failures, not re-verified), and every decision is recomputed from the stored
+Δ under the current rule, so such a journal resumes without retraining a finished trial; its
+decisive points may then be re-verified, which trains only the added seeds.
 """
 
 from __future__ import annotations
