@@ -242,6 +242,7 @@ def _report_at(
         vocabulary.TOKENS: step * tokens_per_step,
         vocabulary.TRAIN_LOSS: val - TRAIN_GAP * step / total,
         vocabulary.VAL_LOSS: val,
+        vocabulary.VAL_LOSS_SE: 0.0,  # the surface's noise is all seed noise: no eval sampling
         vocabulary.VAL_BEST_LOSS: val,  # the curve only decreases
         vocabulary.LR: spec.train.lr_at(step, total),
         vocabulary.GRAD_NORM: math.nan,

@@ -38,6 +38,7 @@ class Backend(Protocol):
         *,
         checkpoint_dir: str | None = None,
         resume_from: str | None = None,
+        lr: float | None = None,  # the trial's own learning rate; None = spec.train.lr
     ) -> dict: ...
 
 
@@ -59,10 +60,11 @@ def run_training(
     *,
     checkpoint_dir: str | None = None,
     resume_from: str | None = None,
+    lr: float | None = None,
 ) -> dict:
     backend = backend_for(spec)
     return backend(
-        spec, shape, seed, report, checkpoint_dir=checkpoint_dir, resume_from=resume_from
+        spec, shape, seed, report, checkpoint_dir=checkpoint_dir, resume_from=resume_from, lr=lr
     )
 
 

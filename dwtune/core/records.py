@@ -126,6 +126,7 @@ class TrialRecord:
     error: str = ""
     simulated: bool = False
     surface: str = ""  # the simulated surface (simulated.surface) of a simulated trial, else ""
+    val_loss_se: float = float("nan")  # standard error of the final val/loss over eval batches
     # One dict per report: metric name -> value (metrics vocabulary); not a trials.parquet column.
     curve: list[dict] = field(default_factory=list, repr=False)
 
@@ -187,5 +188,6 @@ def record_from_result(
         error=error,
         simulated=spec.trainer == "simulated",
         surface=spec.simulated.surface if spec.trainer == "simulated" else "",
+        val_loss_se=float(last.get(vocabulary.VAL_LOSS_SE, float("nan"))),
         curve=list(curve),
     )

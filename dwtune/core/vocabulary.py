@@ -45,6 +45,9 @@ class TransitionStatus(StrEnum):
     BRACKETED = "bracketed"  # the deeper net loses below a size and wins above it
     CENSORED_LOW = "censored_low"  # the deeper net already wins at the smallest size tried
     CENSORED_HIGH = "censored_high"  # the deeper net never wins inside the range
+    NON_MONOTONE = (
+        "non_monotone"  # Δ changes sign more than once (or − to +): every crossing listed
+    )
     UNDECIDED = "undecided"  # Δ within seed noise where it would decide
 
 
@@ -77,8 +80,23 @@ STATUS_FAILED = TrialStatus.FAILED.value
 # A training that produced a usable final validation loss.
 COMPLETED_STATUSES = (TrialStatus.FINISHED, TrialStatus.EARLY_STOPPED)
 
+# Standard error of val/loss over its evaluation batches (nats): the evaluation's own sampling
+# error, reported beside val/loss by the trainers.
+VAL_LOSS_SE = "val/loss_se"
+
 # Scalars written to TensorBoard and curves.parquet, in this order.
-CURVE_SCALARS = (TRAIN_LOSS, VAL_LOSS, VAL_BEST_LOSS, LR, GRAD_NORM, TOKENS_PER_S, STEP_TIME_S, MFU)
+CURVE_SCALARS = (
+    TRAIN_LOSS,
+    VAL_LOSS,
+    VAL_BEST_LOSS,
+    LR,
+    GRAD_NORM,
+    TOKENS_PER_S,
+    STEP_TIME_S,
+    MFU,
+    VAL_LOSS_SE,
+)
+
 
 # --------------------------------------------------------------------------- experiment files
 # Names inside an experiment directory (<storage>/<spec name>/).
@@ -95,3 +113,7 @@ TRIAL_RECORDS_DIR = "trials"  # one JSON record per trial
 REFINE_DIR = "refine"  # one Optuna journal per pair
 JOURNAL_SUFFIX = ".journal"
 SPEC_FILE = "spec.yaml"
+
+# Where a pair's paired-Δ noise came from (transitions.parquet `noise_source`).
+NOISE_MEASURED = "measured"
+NOISE_PRIOR = "prior (fallback)"

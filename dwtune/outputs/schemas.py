@@ -17,7 +17,13 @@ from dwtune.core import vocabulary
 from dwtune.core.records import TrialRecord
 from dwtune.core.transitions import Transition
 
-ARROW_TYPES = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
+ARROW_TYPES = {
+    int: pa.int64(),
+    float: pa.float64(),
+    str: pa.string(),
+    bool: pa.bool_(),
+    tuple[float, ...]: pa.list_(pa.float64()),  # e.g. every crossing of a non-monotone pair
+}
 
 
 def fields_schema(record_type: type, exclude: tuple[str, ...] = ()) -> list[pa.Field]:

@@ -17,11 +17,18 @@ of :mod:`dwtune.core.transitions`, stores the point as the trial's ``point`` use
 tells Optuna its mean Δ. So a killed stage resumes from the journal: finished trials are
 replayed, a trial left running is marked failed and asked again, and its trainings are not
 repeated because the runner reuses every recorded trial identity. ``transitions.parquet`` is
-derived at the end.
+derived at the end, with N* and its intervals from every point
+(:func:`dwtune.core.crossing.estimate_crossing`).
+
+Journal format: unchanged. Points written before the α-spending rule load (their new fields
+take defaults: no failures, not re-verified), and every decision is recomputed from the stored
+Δ under the current rule, so such a journal resumes without retraining a finished trial; its
+decisive points may then be re-verified, which trains only the added seeds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
@@ -30,11 +37,12 @@ import optuna
 import pyarrow as pa
 from optuna.trial import TrialState
 
-from dwtune.core import transitions
+from dwtune.core import pair_points, transitions, vocabulary
 from dwtune.core.errors import InputError
+from dwtune.core.pair_points import PairGrid, PairPoint
 from dwtune.core.records import TrialRecord, TrialRequest, make_request
 from dwtune.core.spec import ExperimentSpec, RefineConfig
-from dwtune.core.transitions import PairGrid, PairPoint, Step, Transition
+from dwtune.core.transitions import Step, Transition
 from dwtune.core.vocabulary import (
     JOURNAL_SUFFIX,
     REFINE_DIR,
@@ -72,17 +80,27 @@ def bisection_rounds(study: optuna.Study) -> int:
     return sum(t.user_attrs.get(KIND_ATTR) == StepKind.BISECT for t in finished)
 
 
-def plan_step(grid: Sequence[PairPoint], study: optuna.Study, refine: RefineConfig) -> Step:
+def decided_points(
+    grid: Sequence[PairPoint], study: optuna.Study, refine: RefineConfig, prior: float
+) -> list[PairPoint]:
+    """Grid and study points, sorted, each sign tested under the pair's current noise."""
+    points = pair_points.merge_points(grid, trial_points(study))
+    return transitions.decide_points(points, refine, prior)
+
+
+def plan_step(
+    grid: Sequence[PairPoint], study: optuna.Study, refine: RefineConfig, prior: float
+) -> Step:
     """The next step of a pair, from its grid points and its study's history alone."""
-    points = transitions.merge_points(grid, trial_points(study))
+    points = decided_points(grid, study, refine, prior)
     return transitions.next_step(points, refine, bisection_rounds(study))
 
 
 class BisectionSampler(optuna.samplers.BaseSampler):
     """Proposes ``log_n``: the bisection point of the pair's current bracket (see bisect)."""
 
-    def __init__(self, grid: Sequence[PairPoint], refine: RefineConfig):
-        self.grid, self.refine = tuple(grid), refine
+    def __init__(self, grid: Sequence[PairPoint], refine: RefineConfig, prior: float):
+        self.grid, self.refine, self.prior = tuple(grid), refine, prior
 
     def infer_relative_search_space(self, study, trial) -> dict:
         return {}
@@ -91,7 +109,7 @@ class BisectionSampler(optuna.samplers.BaseSampler):
         return {}
 
     def sample_independent(self, study, trial, param_name, param_distribution) -> float:
-        step = plan_step(self.grid, study, self.refine)
+        step = plan_step(self.grid, study, self.refine, self.prior)
         if param_name != LOG_N or step.kind != StepKind.BISECT:
             raise RuntimeError(f"no bisection proposal for {param_name} ({step.kind})")
         return step.log_n
@@ -151,17 +169,14 @@ def clear_stale_trials(study: optuna.Study) -> int:
 # --------------------------------------------------------------------------- one pair
 
 
-def noise_prior(spec: ExperimentSpec) -> float:
-    """Paired-difference sd assumed before any point has two seeds (see dwtune.core.transitions)."""
+def noise_prior(spec: ExperimentSpec, pair: tuple[int, int] = (1, 1)) -> float:
+    """Paired-difference sd assumed until the seeds measure it (dwtune.core.crossing): the
+    simulated surface's own for the pair's depths, else the paper's third-digit stability."""
     if spec.trainer == "simulated":
         from dwtune.backends.simulated import paired_noise_sd
 
-        return paired_noise_sd(spec.simulated)
+        return paired_noise_sd(spec.simulated, *pair)
     return transitions.PAIRED_NOISE_PRIOR
-
-
-def _completed(record: TrialRecord) -> bool:
-    return record.completed and math.isfinite(record.best_val_loss)
 
 
 class PairRefiner:
@@ -173,9 +188,10 @@ class PairRefiner:
         self.pair = (grid.depth_shallow, grid.depth_deep)
         count = max(self.refine.max_seeds, len(spec.space.seeds))
         self.seed_order = transitions.seed_sequence(spec.space.seeds, count)
-        self.prior = noise_prior(spec)
+        self.prior = noise_prior(spec, self.pair)
         self.path = study_path(store, self.pair)
-        self.study = open_study(self.path, BisectionSampler(grid.points, self.refine))
+        sampler = BisectionSampler(grid.points, self.refine, self.prior)
+        self.study = open_study(self.path, sampler)
 
     # ------------------------------------------------------------------ the loop
 
@@ -186,13 +202,10 @@ class PairRefiner:
         if stale:
             self.say(f"[refine {self.grid.label}] resuming: {stale} interrupted trial(s) redone")
         while True:
-            step = plan_step(self.grid.points, self.study, self.refine)
+            step = plan_step(self.grid.points, self.study, self.refine, self.prior)
             if step.kind == StepKind.BISECT and self._width_taken(step.log_n):
-                step = Step(
-                    StepKind.DONE,
-                    step.outcome,
-                    reason="width resolution: no legal width between the bracket ends",
-                )
+                reason = "width resolution: no legal width between the bracket ends"
+                step = transitions.close(step.outcome, self.refine, reason)
             if step.kind == StepKind.DONE:
                 return self._transition(step)
             yield from self._round(step)
@@ -207,9 +220,10 @@ class PairRefiner:
         if step.kind == StepKind.BISECT:
             if not math.isclose(log_n, step.log_n, abs_tol=SNAP_TOLERANCE):
                 raise RuntimeError(f"sampler proposed {log_n}, expected {step.log_n}")
-            trial.set_user_attr(KIND_ATTR, str(StepKind.BISECT))
-        start = max(self.refine.seeds, step.point.requested if step.point else 0)
-        point = yield from self._evaluate(self._snap(log_n), step.kind, start)
+            trial.set_user_attr(KIND_ATTR, StepKind.BISECT)
+        start = max(self.refine.seeds, step.seeds, step.point.requested if step.point else 0)
+        verified = step.reason == "re-verify"
+        point = yield from self._evaluate(self._snap(log_n), step.kind, start, verified)
         trial.set_user_attr(POINT_ATTR, point.to_dict())
         # Optuna fails a trial told NaN; a point whose trainings all failed is still a result.
         self.study.tell(trial, point.decision.mean if point.n else 0.0)
@@ -229,19 +243,17 @@ class PairRefiner:
     def _width_taken(self, log_n: float) -> bool:
         """A proposal whose deeper width some point already has would learn nothing new."""
         width = self.spec.cell(self.pair[1], math.exp(log_n)).shape.width
-        points = transitions.merge_points(self.grid.points, trial_points(self.study))
+        points = pair_points.merge_points(self.grid.points, trial_points(self.study))
         return any(p.width_deep == width for p in points)
 
     # ------------------------------------------------------------------ one point
 
-    def _evaluate(self, budget: float, kind: str, start: int) -> Rounds:
+    def _evaluate(self, budget: float, kind: str, start: int, verified: bool = False) -> Rounds:
         """Train both depths at ``budget`` with paired seeds until Δ's sign is decided."""
         cells = (self.spec.cell(self.pair[1], budget), self.spec.cell(self.pair[0], budget))
-        sizes = (
-            math.log(cells[0].params_non_embedding),
-            cells[0].shape.width,
-            cells[1].shape.width,
-        )
+        total = self.spec.model.size_convention == "total"
+        size = cells[0].params_total if total else cells[0].params_non_embedding
+        sizes = (math.log(size), cells[0].shape.width, cells[1].shape.width)
         records: dict[int, tuple[TrialRecord, TrialRecord]] = {}
         wanted = start
         while True:
@@ -255,34 +267,25 @@ class PairRefiner:
             records.update(
                 {seed: (results[2 * i], results[2 * i + 1]) for i, seed in enumerate(new_seeds)}
             )
-            point = self._point(budget, sizes, records, kind, wanted)
+            point = self._point(budget, sizes, records, kind, wanted, verified)
             if point.decision.decided or wanted >= self.refine.max_seeds:
                 return point
             wanted = transitions.seeds_wanted(point.decision, wanted, self.refine)
 
-    def _point(self, budget, sizes, records, kind: str, requested: int) -> PairPoint:
-        deep = {s: pair[0] for s, pair in records.items() if _completed(pair[0])}
-        shallow = {s: pair[1] for s, pair in records.items() if _completed(pair[1])}
-        others = [
-            p.deltas
-            for p in transitions.merge_points(self.grid.points, trial_points(self.study))
-            if p.budget != budget
-        ]
-
-        def sd_of(deltas: Sequence[float]) -> float:
-            return transitions.pooled_sd([*others, deltas], self.prior)
-
-        return transitions.make_point(
-            budget,
-            sizes,
-            deep,
-            shallow,
-            self.grid.trend,
-            sd_of,
-            self.refine.noise_z,
-            kind,
-            requested,
+    def _point(self, budget, sizes, records, kind: str, requested: int, verified: bool):
+        """The point of ``records`` (failed trainings included: they count against their
+        depth), sign-tested together with the pair's other points."""
+        deep = {seed: pair[0] for seed, pair in records.items()}
+        shallow = {seed: pair[1] for seed, pair in records.items()}
+        convention = self.spec.model.size_convention
+        trend = self.grid.trend
+        point = pair_points.make_point(
+            budget, sizes, deep, shallow, trend, kind, requested, convention
         )
+        point = dataclasses.replace(point, verified=verified)
+        points = pair_points.merge_points(self.grid.points, [*trial_points(self.study), point])
+        decided = transitions.decide_points(points, self.refine, self.prior)
+        return next(p for p in decided if p.budget == budget)
 
     # ------------------------------------------------------------------ reporting
 
@@ -309,7 +312,7 @@ class PairRefiner:
         return sum(r is not None and r.stage == Stage.REFINE for r in records)
 
     def _transition(self, step: Step) -> Transition:
-        points = transitions.merge_points(self.grid.points, trial_points(self.study))
+        points = decided_points(self.grid.points, self.study, self.refine, self.prior)
         transition = transitions.make_transition(
             self.pair,
             step.outcome,
@@ -318,6 +321,9 @@ class PairRefiner:
             rounds=bisection_rounds(self.study),
             simulated=self.spec.trainer == "simulated",
             reason=step.reason,
+            prior=self.prior,
+            z=self.refine.noise_z,
+            convention=self.spec.model.size_convention,
         )
         self.say(f"[refine {self.grid.label}] {describe(transition)}")
         return transition
@@ -326,12 +332,18 @@ class PairRefiner:
 def describe(t: Transition) -> str:
     """One line: status, N* and dx* with uncertainty, and the cost."""
     cost = f"{t.trials} new training(s), {t.rounds} round(s), up to {t.seeds} seed(s)"
-    if t.status == TransitionStatus.BRACKETED:
+    failures = f", failed trainings {t.failures_deep}/{t.failures_shallow} (deeper/shallower)"
+    cost += failures if t.failures_deep or t.failures_shallow else ""
+    if t.status == vocabulary.TransitionStatus.BRACKETED:
         found = (
-            f"N* = {t.n_star:.4g} in [{t.n_star_low:.4g}, {t.n_star_high:.4g}], "
-            f"dx* = {t.width_deep:.1f} ± {t.width_deep_err:.1f}"
+            f"N* = {t.n_star:.4g}, 68% [{t.n_star_low_68:.4g}, {t.n_star_high_68:.4g}], "
+            f"95% [{t.n_star_low:.4g}, {t.n_star_high:.4g}], σ(ln N*) = {t.sigma_ln:.3f}, "
+            f"dx* = {t.width_deep:.1f} ± {t.width_deep_err:.1f}; noise {t.noise_source}"
         )
         return f"bracketed: {found} ({t.reason}; {cost})"
+    if t.status == vocabulary.TransitionStatus.NON_MONOTONE:
+        listed = ", ".join(f"{n:.4g}" for n in t.crossings)
+        return f"non_monotone: Δ changes sign more than once, at N ≈ {listed}; no N* ({cost})"
     hint = {
         TransitionStatus.CENSORED_LOW: "the deeper net already wins at the smallest budget; lower "
         "space.budgets' minimum",
@@ -347,13 +359,15 @@ def describe(t: Transition) -> str:
 
 def grid_pairs(spec: ExperimentSpec, records: Sequence[TrialRecord]) -> list[PairGrid]:
     """Every configured pair's grid points; InputError for a depth the grid never finished."""
-    prior = noise_prior(spec)
-    return [
-        transitions.grid_pair(
-            records, tuple(pair), spec.space.budgets, spec.space.seeds, spec.refine.noise_z, prior
-        )
-        for pair in spec.refine.pairs
-    ]
+    budgets, seeds = spec.space.budgets, spec.space.seeds
+    convention = spec.model.size_convention
+    grids = []
+    for pair in spec.refine.pairs:
+        grid = pair_points.grid_pair(records, tuple(pair), budgets, seeds, convention)
+        prior = noise_prior(spec, tuple(pair))
+        decided = transitions.decide_points(grid.points, spec.refine, prior)
+        grids.append(dataclasses.replace(grid, points=tuple(decided)))
+    return grids
 
 
 class RefineStage:

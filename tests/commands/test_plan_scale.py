@@ -29,7 +29,8 @@ def test_quickstart_on_the_plays_at_the_papers_length_is_refused(tmp_path, capsy
     assert main(["plan", spec]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("dwtune plan: error: data.corpus:")
-    assert "6.55e+10 tokens (1,000,000 steps x 512 x 128)" in err
+    seq_len = yaml.safe_load(QUICKSTART.read_text())["data"]["seq_len"]
+    assert f"{1_000_000 * 512 * seq_len:.2e} tokens (1,000,000 steps x 512 x {seq_len})" in err
     assert "above data.max_epochs = 4" in err and "train.steps <= " in err
     assert main(["plan", str(QUICKSTART)]) == 0  # the quickstart itself reads < 1 epoch
 

@@ -192,17 +192,20 @@ def atomic_torch_save(state: dict, path: Path) -> None:
 
 
 @torch.no_grad()
-def evaluate(step: TrainStep, batches: list[np.ndarray]) -> float:
-    """Mean loss over the fixed held-out batches (nats per token)."""
+def evaluate(step: TrainStep, batches: list[np.ndarray]) -> tuple[float, float]:
+    """Mean loss over the fixed held-out batches and its standard error over them (nats per
+    token; the error is NaN with one batch)."""
     model, runtime = step.model, step.runtime
     model.eval()
-    total = torch.zeros((), device=runtime.device)
+    losses = []
     for windows in batches:
         inputs, targets = to_device(windows, runtime.device)
         with runtime.autocast():
-            total += lm_loss(model, inputs, targets).float()
+            losses.append(lm_loss(model, inputs, targets).float())
     model.train()
-    return float(total / len(batches))
+    per_batch = torch.stack(losses)
+    se = per_batch.std() / math.sqrt(len(batches)) if len(batches) > 1 else math.nan
+    return float(per_batch.mean()), float(se)
 
 
 # --------------------------------------------------------------------------- the loop
@@ -345,7 +348,8 @@ class Trainer:
         seconds = interval.seconds()
         train_loss = float(interval.loss_sum) / max(1, interval.steps)
         diverged = diverged or not math.isfinite(train_loss)
-        val = math.nan if diverged else evaluate(self.step_fn, self.eval_windows)
+        no_eval = (math.nan, math.nan)
+        val, val_se = no_eval if diverged else evaluate(self.step_fn, self.eval_windows)
         diverged = diverged or not math.isfinite(val)
         if not diverged and val < self.progress.best_val:
             self.progress.best_val, self.progress.best_step = val, self.progress.step
@@ -355,6 +359,7 @@ class Trainer:
         report = {
             vocabulary.TRAIN_LOSS: train_loss,
             vocabulary.VAL_LOSS: val,
+            vocabulary.VAL_LOSS_SE: val_se,
             vocabulary.VAL_BEST_LOSS: (
                 self.progress.best_val if math.isfinite(self.progress.best_val) else math.nan
             ),
@@ -417,6 +422,7 @@ def train_model(
     *,
     checkpoint_dir: str | None = None,
     resume_from: str | None = None,
+    lr: float | None = None,
     on_step: Callable[[int], None] | None = None,
 ) -> dict:
     """Train one model (the torch backend of :mod:`dwtune.backends.trial`); returns the last report.
@@ -424,8 +430,11 @@ def train_model(
     ``report(metrics, checkpoint_dir)`` runs at every evaluation and at the end; with
     ``checkpoint_dir`` the full state is saved there (atomically) right before each report.
     ``resume_from`` continues such a checkpoint to the same result as an uninterrupted run.
-    ``on_step(step)`` is called after every update (progress bars).
+    ``lr`` replaces ``spec.train.lr`` (a rate found for this shape). ``on_step(step)`` is
+    called after every update (progress bars).
     """
+    if lr is not None:
+        spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, lr=lr))
     trainer = Trainer(spec, shape, seed)
     if resume_from is not None:
         trainer.restore(resume_from)

@@ -162,7 +162,11 @@ class RefineConfig:
     seeds: int = 1  # paired seeds trained at each proposed size
     max_seeds: int = 3  # seeds added while |Δ| is within noise
     max_rounds: int = 8  # bisection rounds per pair
-    noise_z: float = 2.0  # |mean Δ| must exceed noise_z standard errors to decide its sign
+    # |mean Δ|/se beyond which a point's sign counts in the final N* estimate (crossing.py)
+    noise_z: float = 2.0
+    # two-sided false-sign rate of the sequential sign test at a true Δ of 0 over all its looks
+    # (one look per added seed up to max_seeds; Pocock-type α-spending, core/sequential.py)
+    alpha: float = 0.05
 
     def __post_init__(self) -> None:
         positive("refine.tolerance", self.tolerance)
@@ -170,6 +174,8 @@ class RefineConfig:
         at_least("refine.max_seeds", self.max_seeds, self.seeds)
         at_least("refine.max_rounds", self.max_rounds, 0)
         positive("refine.noise_z", self.noise_z)
+        if not 0 < self.alpha < 0.5:
+            raise InputError(f"refine.alpha: got {self.alpha}; expected a number in (0, 0.5)")
         for pair in self.pairs:
             if len(pair) != 2 or pair[0] >= pair[1]:
                 raise InputError(

@@ -1,0 +1,347 @@
+"""The transition N* of a depth pair from every measured point (pure: numpy, scipy).
+
+Input: points ``(N_i, Δ_i1..Δ_ik)``, one paired Δ = loss(deeper) − loss(shallower) per seed,
+in nats, at sizes ``N_i`` on the pair's size axis. Output: a :class:`CrossingEstimate`.
+
+Noise (the sd of one paired Δ, nats). Each point with two or more finite Δ gives a sum of
+squares ``ss_i`` on ``ν_i = k_i − 1`` degrees of freedom. With ``ν = Σ ν_i ≥ MIN_DOF`` the noise
+is *measured* and may change with size: at each point the variance is pooled locally, weighting
+every point's ``ss_j`` and ``ν_j`` by a Gaussian kernel of ``NOISE_BANDWIDTH`` e-folds in ln N,
+and shrunk towards the pair-wide pool by ``SHRINK_DOF`` degrees of freedom::
+
+    σ²(N_i) = (Σ_j w_ij ss_j + SHRINK_DOF · σ²_pool) / (Σ_j w_ij ν_j + SHRINK_DOF)
+
+(the pair is one depth pair, so the noise is per depth as well as per size). With fewer degrees
+of freedom the pooled sd is used when it is at least the prior; otherwise the prior, labelled
+``prior (fallback)``: the fallback is never smaller than what the data show. A point's standard
+error is ``sqrt(σ(N_i)² / k_i + extra_sd_i²)``; ``extra_sd`` carries errors shared by every seed
+at the point (the evaluation's own sampling error, a size-trend correction).
+
+Failures. A Δ of ``+inf`` (the deeper net diverged or failed, the shallower one did not) or
+``−inf`` (the reverse) counts for the sign: it is replaced by the largest (smallest) finite Δ
+of the pair, so a failure is the worst outcome the data show for that net, never absent. A point
+whose every Δ is infinite (its net failed at every seed) has a sign but is never *beyond noise*
+(below): failures alone do not make a pair non_monotone.
+
+Signs. A point is positive (deeper loses) when ``m_i > z·se_i``, negative when
+``m_i < −z·se_i``, else within noise. Consecutive points of one sign form a run. The expected
+pattern is one positive run followed by one negative run. Any other pattern is first cleaned:
+a run whose strongest point has ``|m|/se < Z_CONFIRM`` is not beyond noise and is dropped. What
+remains decides the status: only positive runs → ``censored_high`` (``undecided`` if points
+within noise lie above them), only negative → ``censored_low`` (``undecided`` if within-noise
+points lie below), one change from + to − → ``bracketed``, anything else (two or more changes,
+or a single change from − to +) → ``non_monotone`` with every crossing listed and no N*.
+
+Estimate. Each sign change lies between the last point of the run before it and the first
+point of the run after it (the innermost bracket, whose signs are decided). Where the mean Δ of
+the points in that bracket changes sign once, ``ln N*`` is the linear interpolation between the
+two points around that change: local, so a kinked or asymmetric Δ biases it only within their
+spacing. Where it changes sign several times (points within noise), ``ln N*`` is the zero of a
+weighted (1/se²) straight line of mean Δ on ln N through the bracket's points (``EXTEND``
+points more on each side within those runs), kept inside the bracket; a line that does not
+fall gives the bracket's geometric midpoint.
+
+Interval: a parametric bootstrap of the whole procedure (signs, runs, bracket, interpolation).
+Each replicate draws the noise sd from its own sampling distribution (``σ* = σ·sqrt(ν/χ²_ν)``:
+the noise is measured, not known) and every point's mean from ``N(m_i, se*_i²)`` around the
+observed means (a centre on a fitted line understated the spread where Δ is kinked), and re-runs
+the estimate; the crossing nearest the original one is kept, the bracketing window's innermost
+midpoint when the replicate has none. 68% and 95% intervals are the percentiles of ``ln N*``;
+``σ(ln N*)`` is half the 68% interval's width. Coverage of these intervals is measured, not
+assumed: ``benchmarks/coverage.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dwtune.core import vocabulary
+
+DEFAULT_NOISE_PRIOR = 0.003  # nats: sd of a paired difference when nothing measures it
+MIN_DOF = 6  # degrees of freedom of the noise below which the prior is a floor
+DECIDE_Z = 2.0  # |m|/se beyond which a point's sign counts
+Z_CONFIRM = 3.0  # strongest |m|/se a run needs to count when the pattern is not + then −
+EXTEND = 0  # points added on each side of a crossing's window
+NOISE_BANDWIDTH = 1.0  # e-folds of N: the sd of the Gaussian kernel that pools variances locally
+SHRINK_DOF = 4.0  # degrees of freedom the pair-wide pool weighs in each local variance
+MIN_SE = 1e-12  # nats: floor of a standard error (noise-free surfaces)
+
+
+@dataclass(frozen=True)
+class DeltaPoint:
+    """Paired Δ of one size: one value per seed (nats); ±inf for a failed training."""
+
+    n: float  # size compared at (the pair's size axis; N* is in the same units)
+    deltas: tuple[float, ...]  # Δ = loss(deeper) − loss(shallower) per paired seed, nats
+    extra_sd: float = 0.0  # sd of an error shared by every Δ at this point, nats
+    seeds: tuple[int, ...] = ()  # seed ids aligned with deltas (joint resampling across pairs)
+    failures_deep: int = 0  # trainings of the deeper net that diverged/failed here
+    failures_shallow: int = 0
+
+
+@dataclass(frozen=True)
+class CrossingEstimate:
+    """Status, N* with 95% and 68% intervals, σ(ln N*), every crossing, the noise's source."""
+
+    status: str  # a transition status of dwtune.core.vocabulary
+    n_star: float | None
+    n_star_low: float | None  # 95% interval
+    n_star_high: float | None
+    n_star_low_68: float | None  # 68% interval
+    n_star_high_68: float | None
+    sigma_ln: float | None  # σ(ln N*)
+    crossings: tuple[float, ...]  # every sign change found (non_monotone lists them all)
+    noise_source: str  # vocabulary.NOISE_MEASURED or vocabulary.NOISE_PRIOR
+
+
+# --------------------------------------------------------------------------- noise
+
+
+@dataclass(frozen=True)
+class Noise:
+    """sd of one paired Δ at each point (nats), its degrees of freedom and its source."""
+
+    sd: np.ndarray
+    dof: float  # math.inf when the prior alone sets it
+    source: str
+
+
+def _finite_groups(points: Sequence[DeltaPoint]) -> list[np.ndarray]:
+    return [np.asarray([d for d in p.deltas if math.isfinite(d)], dtype=float) for p in points]
+
+
+def estimate_noise(points: Sequence[DeltaPoint], prior: float | None) -> Noise:
+    """The noise model of the module doc: local pooling in ln N, shrunk to the pair's pool."""
+    x = np.log([p.n for p in points])
+    groups = _finite_groups(points)
+    dof = np.array([max(g.size - 1, 0) for g in groups], dtype=float)
+    ss = np.array([float(np.sum((g - g.mean()) ** 2)) if g.size > 1 else 0.0 for g in groups])
+    total = float(dof.sum())
+    pooled = math.sqrt(ss.sum() / total) if total > 0 else 0.0
+    floor = DEFAULT_NOISE_PRIOR if prior is None else prior
+    if total < MIN_DOF and not (total > 0 and pooled >= floor):
+        return Noise(np.full(len(points), floor), math.inf, vocabulary.NOISE_PRIOR)
+    if total < MIN_DOF:
+        return Noise(np.full(len(points), pooled), total, vocabulary.NOISE_MEASURED)
+    near = np.exp(-0.5 * ((x[:, None] - x[None, :]) / NOISE_BANDWIDTH) ** 2)
+    local_ss, local_dof = near @ ss, near @ dof
+    variance = (local_ss + SHRINK_DOF * pooled**2) / (local_dof + SHRINK_DOF)
+    return Noise(np.sqrt(variance), total, vocabulary.NOISE_MEASURED)
+
+
+# --------------------------------------------------------------------------- one estimate
+
+
+def point_means(points: Sequence[DeltaPoint]) -> np.ndarray:
+    """Mean Δ per point, with ±inf replaced by the pair's most extreme finite Δ (module doc)."""
+    finite = [d for p in points for d in p.deltas if math.isfinite(d)]
+    high, low = (max(finite), min(finite)) if finite else (1.0, -1.0)
+    high, low = max(high, 0.0), min(low, 0.0)
+    means = []
+    for p in points:
+        values = [high if d == math.inf else low if d == -math.inf else d for d in p.deltas]
+        means.append(float(np.mean(values)) if values else math.nan)
+    return np.asarray(means)
+
+
+def _signs(means: np.ndarray, se: np.ndarray, z: float) -> tuple[np.ndarray, np.ndarray]:
+    """Sign of each point (+1, −1, 0 within noise) and whether it is beyond Z_CONFIRM."""
+    ratio = means / se
+    signs = np.where(ratio > z, 1, np.where(ratio < -z, -1, 0))
+    return signs, np.abs(ratio) >= Z_CONFIRM
+
+
+def _runs(signs: Sequence[int], strong: Sequence[bool]) -> list[list]:
+    """[sign, first index, last index, any strong] of each run of decided points."""
+    runs: list[list] = []
+    for i, sign in enumerate(signs):
+        if sign == 0:
+            continue
+        if runs and runs[-1][0] == sign:
+            runs[-1][2], runs[-1][3] = i, runs[-1][3] or strong[i]
+        else:
+            runs.append([sign, i, i, bool(strong[i])])
+    return runs
+
+
+def _clean(runs: list[list]) -> list[list]:
+    """Drop runs that are not beyond noise unless the pattern is the expected + then −."""
+    if [r[0] for r in runs] in ([1, -1], [1], [-1]):
+        return runs
+    merged: list[list] = []
+    for run in (r for r in runs if r[3]):
+        if merged and merged[-1][0] == run[0]:
+            merged[-1][2] = run[2]
+        else:
+            merged.append(list(run))
+    return merged
+
+
+@dataclass(frozen=True)
+class _Shape:
+    status: str
+    windows: tuple[tuple[int, int, int, int], ...]  # innermost indices, then the extended span
+
+
+def classify(signs: Sequence[int], strong: Sequence[bool]) -> _Shape:
+    """Status and crossing windows of sorted points' signs (module doc)."""
+    runs = _clean(_runs(signs, strong))
+    pattern = [r[0] for r in runs]
+    noisy = [i for i, s in enumerate(signs) if s == 0]
+    if not runs:
+        return _Shape(vocabulary.TransitionStatus.UNDECIDED, ())
+    if set(pattern) == {1}:
+        above = bool(noisy) and noisy[-1] > runs[-1][2]
+        status = (
+            vocabulary.TransitionStatus.UNDECIDED
+            if above
+            else vocabulary.TransitionStatus.CENSORED_HIGH
+        )
+        return _Shape(status, ())
+    if set(pattern) == {-1}:
+        below = bool(noisy) and noisy[0] < runs[0][1]
+        status = (
+            vocabulary.TransitionStatus.UNDECIDED
+            if below
+            else vocabulary.TransitionStatus.CENSORED_LOW
+        )
+        return _Shape(status, ())
+    windows = tuple(
+        (
+            runs[k][2],
+            runs[k + 1][1],
+            max(runs[k][2] - EXTEND, runs[k][1]),
+            min(runs[k + 1][1] + EXTEND, runs[k + 1][2]),
+        )
+        for k in range(len(runs) - 1)
+    )
+    bracketed = pattern == [1, -1]
+    status = (
+        vocabulary.TransitionStatus.BRACKETED
+        if bracketed
+        else vocabulary.TransitionStatus.NON_MONOTONE
+    )
+    return _Shape(status, windows)
+
+
+def _span(window: tuple[int, int, int, int], size: int) -> slice:
+    """Indices of a crossing's window, extended by EXTEND points each side within its runs."""
+    return slice(window[2], window[3] + 1)
+
+
+def _lines(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]):
+    """Weighted least-squares line of each row over the window: (x̄, ȳ, slope)."""
+    span = _span(window, x.size)
+    xs = x[span]
+    ys, w = np.atleast_2d(means)[:, span], np.atleast_2d(se)[:, span] ** -2.0
+    total = w.sum(axis=1)
+    x_bar = (w * xs).sum(axis=1) / total
+    y_bar = (w * ys).sum(axis=1) / total
+    dx = xs - x_bar[:, None]
+    slope = (w * dx * (ys - y_bar[:, None])).sum(axis=1) / (w * dx**2).sum(axis=1)
+    return x_bar, y_bar, slope
+
+
+def roots(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]):
+    """ln N* of each row of ``means``/``se`` at a crossing (module doc): interpolated where
+    the means change sign once inside the bracket, else the window's weighted line."""
+    before, after = window[:2]
+    rows = np.atleast_2d(means)
+    x_bar, y_bar, slope = _lines(x, rows, se, window)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        line = np.where(
+            np.isfinite(slope) & (slope < 0), x_bar - y_bar / slope, 0.5 * (x[before] + x[after])
+        )
+        inner = rows[:, before : after + 1]
+        falls = (inner[:, :-1] > 0) & (inner[:, 1:] <= 0)
+        j = np.argmax(falls, axis=1)
+        take = np.arange(rows.shape[0])
+        m0, m1 = inner[take, j], inner[take, j + 1]
+        x0, x1 = x[before + j], x[before + j + 1]
+        between = x0 + m0 / (m0 - m1) * (x1 - x0)
+    zero = np.where(falls.sum(axis=1) == 1, between, line)
+    return np.clip(zero, x[before], x[after])
+
+
+# --------------------------------------------------------------------------- the interval
+
+
+def _replicate_roots(x, centre, se_of, noise: Noise, target, z, n_boot, rng, measured):
+    """ln N* of each parametric bootstrap replicate (module doc): replicates that share a
+    sign pattern share their windows, so each pattern is classified once."""
+    if math.isfinite(noise.dof):
+        scale = np.sqrt(noise.dof / rng.chisquare(noise.dof, size=n_boot))
+    else:
+        scale = np.ones(n_boot)
+    se = se_of(noise.sd[None, :] * scale[:, None])
+    drawn = centre + rng.standard_normal(se.shape) * se
+    signs, strong = _signs(drawn, se, z)
+    strong &= measured  # a run of failures alone is never beyond noise (module doc)
+    keys = np.concatenate([signs + 1, strong.astype(int)], axis=1)
+    patterns, inverse = np.unique(keys, axis=0, return_inverse=True)
+    found = np.full(n_boot, np.nan)
+    half = x.size
+    for k, key in enumerate(patterns):
+        rows = np.flatnonzero(inverse.reshape(-1) == k)
+        windows = classify(list(key[:half] - 1), list(key[half:].astype(bool))).windows
+        if not windows:
+            continue
+        candidates = np.stack([roots(x, drawn[rows], se[rows], w) for w in windows])
+        nearest = np.argmin(np.abs(candidates - target), axis=0)
+        found[rows] = candidates[nearest, np.arange(rows.size)]
+    return found
+
+
+def _empty(status: str, crossings=(), source: str = vocabulary.NOISE_MEASURED):
+    return CrossingEstimate(status, None, None, None, None, None, None, tuple(crossings), source)
+
+
+def estimate_crossing(
+    points: Sequence[DeltaPoint],
+    *,
+    noise_prior: float | None = None,
+    n_boot: int = 2000,
+    seed: int = 0,
+    z: float = DECIDE_Z,
+) -> CrossingEstimate:
+    """N* of a pair from all its points, with bootstrap intervals (module doc)."""
+    points = sorted((p for p in points if p.deltas), key=lambda p: p.n)
+    if not points:
+        return _empty(vocabulary.TransitionStatus.UNDECIDED, source=vocabulary.NOISE_PRIOR)
+    x = np.log([p.n for p in points])
+    counts = np.array([len(p.deltas) for p in points], dtype=float)
+    extra = np.array([p.extra_sd for p in points], dtype=float)
+    noise = estimate_noise(points, noise_prior)
+
+    def se_of(sd: np.ndarray) -> np.ndarray:
+        return np.maximum(np.sqrt(sd**2 / counts + extra**2), MIN_SE)
+
+    means = point_means(points)
+    se = se_of(noise.sd)
+    measured = np.array([any(math.isfinite(d) for d in p.deltas) for p in points])
+    signs, strong = _signs(means, se, z)
+    shape = classify(signs, strong & measured)
+    found = tuple(float(roots(x, means, se, w)[0]) for w in shape.windows)
+    crossings = tuple(math.exp(r) for r in found)
+    if shape.status != vocabulary.TransitionStatus.BRACKETED:
+        return _empty(shape.status, crossings, noise.source)
+    rng = np.random.default_rng(seed)
+    window = shape.windows[0]
+    replicates = _replicate_roots(x, means, se_of, noise, found[0], z, n_boot, rng, measured)
+    replicates[np.isnan(replicates)] = 0.5 * (x[window[0]] + x[window[1]])
+    q = np.percentile(replicates, [2.5, 16.0, 84.0, 97.5])
+    return CrossingEstimate(
+        status=shape.status,
+        n_star=crossings[0],
+        n_star_low=math.exp(q[0]),
+        n_star_high=math.exp(q[3]),
+        n_star_low_68=math.exp(q[1]),
+        n_star_high_68=math.exp(q[2]),
+        sigma_ln=0.5 * float(q[2] - q[1]),
+        crossings=crossings,
+        noise_source=noise.source,
+    )
