@@ -69,10 +69,14 @@ def fit_lines(fit: dict) -> list[str]:
         f"χ²_red = {_num(fit['chi2_red'])} with {fit['dof']} dof",
     ]
     rows = [
-        [_num(r["budget"]), f"{r['depth']:.1f}", f"{_num(r['depth_lo'])} to {_num(r['depth_hi'])}",
-         f"{r['width']:.0f}"]
+        [
+            _num(r["budget"]),
+            f"{r['depth']:.1f}",
+            f"{_num(r['depth_lo'])} to {_num(r['depth_hi'])}",
+            f"{r['width']:.0f}",
+        ]
         for r in fit["projections"]
-    ]  # fmt: skip
+    ]
     if rows:
         lines += ["  projections of this fit (95% intervals):"]
         headers = ("budget", "depth", "depth interval", "width")
