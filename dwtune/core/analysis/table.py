@@ -60,7 +60,7 @@ def _check_column(table: RunTable, role: str, values: np.ndarray, ok: np.ndarray
     if bad.size:
         i = int(bad[0])
         raise InputError(
-            f"column {table.column_name(role)} row {int(table.row[i])}: got {values[i]!r}; "
+            f"column {table.column_name(role)} row {int(table.row[i])}: got {float(values[i])!r}; "
             f"expected {want}"
         )
 
