@@ -10,8 +10,9 @@ name unless ``--columns ROLE=COLUMN,...`` maps it. Row numbers in messages count
 (the header is not a row).
 
 An experiment directory is read from its ``trials.parquet``: ``params`` is
-``params_non_embedding`` (the paper's ``12·L·w²``), ``loss`` is ``best_val_loss`` (the loss the
-refine stage compares), ``run`` is ``trial_id``; trainings that did not finish count as
+``params_non_embedding`` (the paper's ``12·L·w²``; ``params_total`` where the spec's
+``model.size_convention`` is ``total``), ``loss`` is ``best_val_loss`` (the size and the loss
+the refine stage compares), ``run`` is ``trial_id``; trainings that did not finish count as
 failures. With ``--tokens`` its ``curves.parquet`` supplies one row per evaluation instead
 (``val_loss`` at ``tokens``).
 """
@@ -25,11 +26,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import yaml
 
 from dwtune.core import vocabulary
 from dwtune.core.analysis import RunTable
 from dwtune.core.errors import InputError
-from dwtune.outputs.fit_files import TRIALS_FILE
+from dwtune.outputs.fit_files import SPEC_FILE, TRIALS_FILE
 from dwtune.outputs.tables import CURVES_FILE
 
 ROLES = (*vocabulary.RUN_COLUMNS_REQUIRED, *vocabulary.RUN_COLUMNS_OPTIONAL)
@@ -180,6 +182,17 @@ def _experiment_frames(root: Path, tokens: float | None) -> tuple[pd.DataFrame, 
     return joined.rename(columns={"val_loss": "best_val_loss"}), np.zeros(len(joined), bool)
 
 
+def _size_column(root: Path) -> str:
+    """The trials.parquet column of the study's size convention (spec.yaml's model section)."""
+    try:
+        spec = yaml.safe_load((root / SPEC_FILE).read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return EXPERIMENT_COLUMNS["params"]  # no readable spec: the paper's convention
+    model = spec.get("model") if isinstance(spec, dict) else None
+    total = isinstance(model, dict) and model.get("size_convention") == "total"
+    return "params_total" if total else EXPERIMENT_COLUMNS["params"]
+
+
 def _simulated(frame: pd.DataFrame) -> bool:
     return "simulated" in frame.columns and bool(frame["simulated"].fillna(False).any())
 
@@ -194,7 +207,8 @@ def load_runs(target: str | Path, mapping: dict[str, str], tokens: float | None)
                 f"`dwtune export {path}`), a CSV or a Parquet file"
             )
         frame, failed = _experiment_frames(path, tokens)
-        columns = EXPERIMENT_COLUMNS | ({"tokens": "tokens"} if tokens is not None else {})
+        columns = EXPERIMENT_COLUMNS | {"params": _size_column(path)}
+        columns |= {"tokens": "tokens"} if tokens is not None else {}
         table = table_from_frame(frame, path / TRIALS_FILE, columns | mapping, failed)
         return LoadedRuns(table, str(path), _simulated(frame), "experiment")
     if path.suffix.lower() not in (".csv", ".parquet", ".pq"):

@@ -110,20 +110,32 @@ def test_pooled_trend_when_the_shallower_depth_has_one_size():
 
 
 def test_paired_seeds_and_failures_count_as_the_worst_outcome():
+    # seed 1: the deeper net failed, its depth completed 2.9 and 2.8 here -> takes 2.9;
+    # seed 2: the shallower one failed -> takes 3.1; seed 3: both failed -> dropped.
     t = table(
-        [6, 6, 6, 12, 12, 12],
-        [1e6] * 6,
-        [3.0, 3.1, math.nan, 2.9, math.nan, 2.8],
-        seed=[0, 1, 2, 0, 1, 2],
-        failed=[False, False, True, False, True, False],
+        [6, 6, 6, 6, 12, 12, 12, 12],
+        [1e6] * 8,
+        [3.0, 3.1, math.nan, math.nan, 2.9, math.nan, 2.8, math.nan],
+        seed=[0, 1, 2, 3, 0, 1, 2, 3],
+        failed=[False, False, True, True, False, True, False, True],
     )
     [p] = pair_points(size_groups(t), (6.0, 12.0), 0.25)
     assert p.paired and p.trend == "none"
     assert p.point.seeds == (0, 1, 2)
-    assert p.point.deltas[0] == pytest.approx(-0.1)
-    assert p.point.deltas[1] == math.inf  # the deeper net failed
-    assert p.point.deltas[2] == -math.inf  # the shallower one failed
-    assert (p.point.failures_deep, p.point.failures_shallow) == (1, 1)
+    assert p.point.deltas == pytest.approx((-0.1, 2.9 - 3.1, 2.8 - 3.1))
+    assert (p.point.failures_deep, p.point.failures_shallow) == (2, 2)
+
+
+def test_a_depth_that_failed_at_every_seed_of_a_size_loses_there():
+    t = table(
+        [6, 6, 12, 12],
+        [1e6] * 4,
+        [3.0, 3.1, math.nan, math.nan],
+        seed=[0, 1, 0, 1],
+        failed=[False, False, True, True],
+    )
+    [p] = pair_points(size_groups(t), (6.0, 12.0), 0.25)
+    assert p.point.deltas == (math.inf, math.inf)
 
 
 def test_duplicate_seed_at_one_size_is_an_error():

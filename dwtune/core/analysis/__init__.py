@@ -27,9 +27,12 @@ all depths, each with its own intercept, over the same neighbourhood of every de
 times the loss is the trend's uncertainty in Δ; it is shared by every seed of the point, so it
 enters the estimator as ``DeltaPoint.extra_sd``. Equal sizes need no trend (``none``).
 
-Seeds. Where both groups have seeds in common, Δ is paired seed by seed (a failed training,
-``failed`` rows, gives ±inf, which the estimator counts as the worst outcome of that net);
-seeds only one side has are left out. Without common seeds (or without a seed column) the
+Seeds. Where both groups have seeds in common, Δ is paired seed by seed; seeds only one side
+has are left out. Failures are outcomes, as in the refine stage (:mod:`dwtune.core.pair_points`):
+a failed training (``failed`` rows) takes the worst loss its depth completed at that size; where
+it completed none there, Δ is +inf (the deeper net failed) or −inf (the shallower one), which
+the estimator counts as the pair's most extreme Δ of that sign; a seed where both failed is
+dropped. Without common seeds (or without a seed column) the
 groups are unpaired: Δ is each deeper run minus the mean of the moved shallower runs, and the
 shallower mean's standard error joins ``extra_sd`` (from its own runs where it has two or more,
 else from the deeper runs' spread: the same seed noise is assumed for both depths).

@@ -43,6 +43,10 @@ class SizeGroup:
         return np.isfinite(np.asarray(self.losses, dtype=float))
 
     @property
+    def failed_seeds(self) -> set[int]:
+        return {s for s, ok in zip(self.seeds or (), self.ok, strict=False) if not ok}
+
+    @property
     def finite(self) -> np.ndarray:
         return np.asarray(self.losses, dtype=float)[self.ok]
 
@@ -213,19 +217,26 @@ class MatchedPoint:
     trend_sd: float  # nats: the trend's share of extra_sd
 
 
+def _with_failures(group: SizeGroup) -> dict[int, float]:
+    """seed -> loss; a failed seed takes the worst loss its group completed (inf if none)."""
+    worst = float(group.finite.max()) if group.finite.size else math.inf
+    return {
+        seed: loss if math.isfinite(loss) else worst
+        for seed, loss in zip(group.seeds, group.losses, strict=True)
+    }
+
+
 def _paired(deep: SizeGroup, shallow: SizeGroup, factor: float):
-    """Seeds both sides have, and Δ per seed (±inf where one side failed)."""
-    d = dict(zip(deep.seeds, deep.losses, strict=True))
-    s = dict(zip(shallow.seeds, shallow.losses, strict=True))
+    """Seeds both sides have, and Δ per seed with failures as outcomes (package doc)."""
+    d, s = _with_failures(deep), _with_failures(shallow)
+    both_failed = deep.failed_seeds & shallow.failed_seeds  # no sign: dropped
     seeds, deltas = [], []
-    for seed in sorted(set(d) & set(s)):
-        ok_d, ok_s = math.isfinite(d[seed]), math.isfinite(s[seed])
-        if ok_d and ok_s:
-            seeds.append(seed)
+    for seed in sorted(set(d) & set(s) - both_failed):
+        seeds.append(seed)
+        if math.isinf(d[seed]) or math.isinf(s[seed]):
+            deltas.append(math.inf if math.isinf(d[seed]) else -math.inf)
+        else:
             deltas.append(d[seed] - s[seed] * factor)
-        elif ok_d or ok_s:  # one net failed: the worst outcome for it (estimator's convention)
-            seeds.append(seed)
-            deltas.append(-math.inf if ok_d else math.inf)
     return tuple(seeds), tuple(deltas)
 
 
