@@ -199,3 +199,12 @@ def test_experiment_directory_gives_the_studys_transitions(capsys, study_dir):
     assert math.isclose(
         result["pairs"][0]["law_n_star"], 12 * 12 * math.exp(2 * (5.039 + 0.0555 * 12))
     )
+
+
+def test_experiment_directory_checkpoints_come_from_its_curves(capsys, study_dir):
+    curves = pd.read_parquet(study_dir / "curves.parquet")
+    first = float(curves["tokens"].min())
+    result = analyze_json(capsys, study_dir, "--tokens", first * 1.1, "--pairs", "6-12")
+    picked = result["checkpoints"]
+    assert picked["rule"] == "nearest" and picked["picked_low"] == picked["picked_high"] == first
+    assert picked["rows"] == len(curves)  # every evaluation of every finished trial

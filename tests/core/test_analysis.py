@@ -50,7 +50,7 @@ def test_last_checkpoint_and_nearest_to_tokens_pick_the_right_rows():
     assert info.rule == "last" and info.runs == 1 and info.rows == 4
     near, info = select_checkpoints(t, tokens=1.9e9)
     assert near.tokens.tolist() == [2e9] and near.row.tolist() == [3]
-    assert "nearest to 1.9e+09 tokens" in info.describe()
+    assert "each run's checkpoint nearest to 1.9e+09 tokens" in info.describe()
 
 
 def test_tokens_without_a_tokens_column_names_the_fix():
