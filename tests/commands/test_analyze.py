@@ -153,10 +153,10 @@ STUDY = {
     "trainer": "simulated",
     "data": {"tokenizer": "bpe", "vocab_size": 2000, "seq_len": 128},
     "model": {"heads": 2, "width_multiple": 2},
-    "space": {"depths": [6, 12, 18], "budgets": {"min": 1e6, "max": 1e9, "num": 7}, "seeds": 1},
+    "space": {"depths": [6, 12, 18, 24], "budgets": {"min": 1e6, "max": 1e9, "num": 7}, "seeds": 1},
     "train": {"steps": 200, "batch_size": 8, "eval_every": 100},
     "refine": {
-        "pairs": [[6, 12], [12, 18]],
+        "pairs": [[6, 12], [12, 18], [18, 24]],
         "tolerance": 0.05,
         "seeds": 1,
         "max_seeds": 4,
@@ -208,3 +208,21 @@ def test_experiment_directory_checkpoints_come_from_its_curves(capsys, study_dir
     picked = result["checkpoints"]
     assert picked["rule"] == "nearest" and picked["picked_low"] == picked["picked_high"] == first
     assert picked["rows"] == len(curves)  # every evaluation of every finished trial
+
+
+def test_three_crossing_pairs_give_the_fit_and_a_study_fit_is_a_reference(capsys, study_dir):
+    from dwtune.outputs.report import write_report
+
+    result = analyze_json(capsys, study_dir)
+    fit = result["fit"]
+    assert fit["status"] == "fitted" and fit["n_points"] == 3
+    assert fit["source"] == str(study_dir) and fit["simulated"] is True
+    assert [round(r["budget"]) for r in fit["projections"]] == [175_000_000_000, 10**12, 10**13]
+    assert abs(fit["b"] - 0.0555) < 5 * fit["se_b"]  # the planted slope
+    write_report(study_dir)  # writes the study's own fit.json
+    held = analyze_json(capsys, study_dir, "--reference", study_dir)
+    ref = held["reference"]
+    assert ref["law"] == "study" and ref["summary"].endswith(f"agree with the fit of {study_dir}")
+    assert ref["decided"] > 10 and ref["agree"] == ref["decided"]
+    verdicts = {p["verdict"] for pair in held["pairs"] for p in pair["points"]}
+    assert "no_prediction" in verdicts or "within_noise" in verdicts
