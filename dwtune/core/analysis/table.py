@@ -103,8 +103,12 @@ class Checkpoints:
         picked = ""
         if self.picked_low is not None:
             picked = f" (picked {self.order} {self.picked_low:.4g} to {self.picked_high:.4g})"
-        which = f"nearest to {self.target:.4g} tokens" if self.rule == "nearest" else "last"
-        return f"{self.runs} runs in {self.rows} rows: each run's checkpoint {which}{picked}"
+        which = (
+            f"checkpoint nearest to {self.target:.4g} tokens"
+            if self.rule == "nearest"
+            else "last checkpoint"
+        )
+        return f"{self.runs} runs in {self.rows} rows: each run's {which}{picked}"
 
 
 def run_keys(table: RunTable) -> list:
