@@ -53,6 +53,14 @@ def test_last_checkpoint_and_nearest_to_tokens_pick_the_right_rows():
     assert "each run's checkpoint nearest to 1.9e+09 tokens" in info.describe()
 
 
+def test_without_tokens_or_steps_every_row_is_a_run_and_repeats_are_replicates():
+    t = table([6, 6, 6, 12], [1e6] * 4, [3.0, 3.1, 3.2, 3.0])
+    used, info = select_checkpoints(t)
+    assert len(used) == 4 and info.runs == 4
+    [p] = pair_points(size_groups(used), (6.0, 12.0), 0.25)
+    assert not p.paired and p.point.deltas == pytest.approx((3.0 - 3.1,))
+
+
 def test_tokens_without_a_tokens_column_names_the_fix():
     t = table([6, 12], [1e6, 1e6], [3.0, 3.0])
     with pytest.raises(InputError, match="--columns tokens=COLUMN"):

@@ -6,9 +6,10 @@ Input: a :class:`RunTable` of plain columns, one row per run or per checkpoint o
 points and the transition from :func:`dwtune.core.crossing.estimate_crossing`, the estimator
 the refine stage uses (this module computes no N* of its own).
 
-Checkpoints. Rows that share a run (the ``run`` column, else depth, width, params and seed) are
-checkpoints of it: the last one (largest ``tokens``, else ``step``, else the last row) is used,
-or with ``tokens=T`` the one nearest to T tokens in ``ln`` tokens.
+Checkpoints. Rows that share a run (the ``run`` column; else, in a table with ``tokens`` or
+``step``, depth, width, params and seed; else every row is its own run) are checkpoints of
+it: the last one (largest ``tokens``, else ``step``, else the last row) is used, or with
+``tokens=T`` the one nearest to T tokens in ``ln`` tokens.
 
 Matching. For a pair ``Ls < Ld`` the runs of each depth are grouped by size (equal ``params``).
 A deeper group and a shallower group are compared when their sizes lie within the window:

@@ -112,9 +112,12 @@ class Checkpoints:
 
 
 def run_keys(table: RunTable) -> list:
-    """One key per row naming its run: the run column, else depth, width, params and seed."""
+    """One key per row naming its run: the run column; else, where tokens or steps order
+    checkpoints, depth, width, params and seed; else every row is a run of its own."""
     if table.run is not None:
         return list(table.run)
+    if table.tokens is None and table.step is None:
+        return list(range(len(table)))
     seeds = table.seed if table.seed is not None else np.zeros(len(table))
     return list(zip(table.depth, table.width, table.params, seeds, strict=True))
 
