@@ -109,7 +109,10 @@ def analyse(
     n_boot: int = 2000,
 ) -> dict:
     """Every pair's points, status and N*; agreement with ``ref``; the fit where it can be."""
-    validate(loaded.table)
+    try:
+        validate(loaded.table)
+    except InputError as exc:  # name the file: the row numbers are its rows
+        raise InputError(f"{loaded.source}: {exc}") from None
     table, checkpoints = select_checkpoints(loaded.table, tokens)
     groups = size_groups(table)
     usable = [d for d, gs in groups.items() if any(g.ok.any() for g in gs)]

@@ -93,7 +93,8 @@ def test_sizes_that_never_match_get_one_line(capsys, tmp_path):
 BAD_TABLES = {
     "missing": ("depth,width,params\n6,64,1e6\n", "no column 'loss' for loss"),
     "text": ("depth,width,params,loss\n6,64,1e6,3.1\n12,64,1e6,abc\n", "column loss row 2"),
-    "nan": ("depth,width,params,loss\n6,64,1e6,3.1\n12,64,1e6,nan\n", "column loss row 2"),
+    "nan": ("depth,width,params,loss\n6,64,1e6,3.1\n12,64,1e6,nan\n", "nan.csv: column loss row 2"),
+    "inf": ("depth,width,params,loss\n6,64,inf,3.1\n12,64,1e6,3\n", "column params row 1: got inf"),
     "empty": ("", "the file is empty"),
     "header_only": ("depth,width,params,loss\n", "has no rows"),
     "one_depth": ("depth,width,params,loss\n6,64,1e6,3.1\n6,64,2e6,3.0\n", "only depth"),
