@@ -32,15 +32,16 @@ or a single change from − to +) → ``non_monotone`` with every crossing liste
 
 Estimate. Each sign change is located by a weighted (1/se²) straight line of mean Δ on ln N
 through the window from the last point of the run before the change to the first point of the
-run after it, extended by ``EXTEND`` points on each side (its slope then rests on points that are
-clearly decided, which are less biased by the sequential test's selection than the innermost
-ones); its zero is ``ln N*``. A line that does not fall (slope ≥ 0) gives the window's innermost
-geometric midpoint.
+run after it, extended by ``EXTEND`` points on each side within those runs (the slope then
+rests on points that are clearly decided, which the sequential test's selection biases less
+than the innermost ones); its zero is ``ln N*``, kept between the two innermost points (whose
+signs are decided). A line that does not fall (slope ≥ 0) gives their geometric midpoint.
 
-Interval: a parametric bootstrap of the whole procedure (signs, runs, window, line). Each
+Interval: a model-based parametric bootstrap of the whole procedure (signs, runs, window,
+line). The centre is the data with the window's points replaced by their fitted line. Each
 replicate draws the noise sd from its own sampling distribution (``σ* = σ·sqrt(ν/χ²_ν)``: the
-noise is measured, not known) and every point's mean from ``N(m_i, se*_i²)``, and re-runs the
-estimate; the crossing nearest the original one is kept, the bracketing window's innermost
+noise is measured, not known) and every point's mean from ``N(centre_i, se*_i²)``, and re-runs
+the estimate; the crossing nearest the original one is kept, the bracketing window's innermost
 midpoint when the replicate has none. 68% and 95% intervals are the percentiles of ``ln N*``;
 ``σ(ln N*)`` is half the 68% interval's width. Coverage of these intervals is measured, not
 assumed: ``benchmarks/coverage.py``.
@@ -179,7 +180,7 @@ def _clean(runs: list[list]) -> list[list]:
 @dataclass(frozen=True)
 class _Shape:
     status: str
-    windows: tuple[tuple[int, int], ...]  # innermost point indices around each crossing
+    windows: tuple[tuple[int, int, int, int], ...]  # innermost indices, then the extended span
 
 
 def classify(signs: Sequence[int], strong: Sequence[bool]) -> _Shape:
@@ -197,26 +198,54 @@ def classify(signs: Sequence[int], strong: Sequence[bool]) -> _Shape:
         below = bool(noisy) and noisy[0] < runs[0][1]
         status = vocabulary.TRANSITION_UNDECIDED if below else vocabulary.TRANSITION_CENSORED_LOW
         return _Shape(status, ())
-    windows = tuple((runs[k][2], runs[k + 1][1]) for k in range(len(runs) - 1))
+    windows = tuple(
+        (
+            runs[k][2],
+            runs[k + 1][1],
+            max(runs[k][2] - EXTEND, runs[k][1]),
+            min(runs[k + 1][1] + EXTEND, runs[k + 1][2]),
+        )
+        for k in range(len(runs) - 1)
+    )
     bracketed = pattern == [1, -1]
     status = vocabulary.TRANSITION_BRACKETED if bracketed else vocabulary.TRANSITION_NON_MONOTONE
     return _Shape(status, windows)
 
 
-def roots(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int]):
-    """ln N where the window's weighted line crosses zero, for each row of ``means``/``se``
-    (module doc): one closed-form weighted least-squares line per row."""
-    before, after = window
-    lo, hi = max(before - EXTEND, 0), min(after + EXTEND, x.size - 1)
-    xs = x[lo : hi + 1]
-    ys, w = np.atleast_2d(means)[:, lo : hi + 1], np.atleast_2d(se)[:, lo : hi + 1] ** -2.0
+def _span(window: tuple[int, int, int, int], size: int) -> slice:
+    """Indices of a crossing's window, extended by EXTEND points each side within its runs."""
+    return slice(window[2], window[3] + 1)
+
+
+def _lines(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]):
+    """Weighted least-squares line of each row over the window: (x̄, ȳ, slope)."""
+    span = _span(window, x.size)
+    xs = x[span]
+    ys, w = np.atleast_2d(means)[:, span], np.atleast_2d(se)[:, span] ** -2.0
     total = w.sum(axis=1)
     x_bar = (w * xs).sum(axis=1) / total
     y_bar = (w * ys).sum(axis=1) / total
     dx = xs - x_bar[:, None]
     slope = (w * dx * (ys - y_bar[:, None])).sum(axis=1) / (w * dx**2).sum(axis=1)
+    return x_bar, y_bar, slope
+
+
+def fitted(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]):
+    """The means with the window's points replaced by their line (the bootstrap's centre)."""
+    x_bar, y_bar, slope = _lines(x, means, se, window)
+    centre = means.astype(float).copy()
+    span = _span(window, x.size)
+    centre[span] = y_bar[0] + slope[0] * (x[span] - x_bar[0])
+    return centre
+
+
+def roots(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]):
+    """ln N where the window's weighted line crosses zero, for each row of ``means``/``se``
+    (module doc): one closed-form weighted least-squares line per row."""
+    before, after = window[:2]
+    x_bar, y_bar, slope = _lines(x, means, se, window)
     with np.errstate(divide="ignore", invalid="ignore"):
-        zero = np.clip(x_bar - y_bar / slope, xs[0], xs[-1])
+        zero = np.clip(x_bar - y_bar / slope, x[before], x[after])
     falling = np.isfinite(slope) & (slope < 0)
     return np.where(falling, zero, 0.5 * (x[before] + x[after]))
 
@@ -224,7 +253,7 @@ def roots(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, i
 # --------------------------------------------------------------------------- the interval
 
 
-def _replicate_roots(x, means, se_of, noise: Noise, target: float, z: float, n_boot, rng):
+def _replicate_roots(x, centre, se_of, noise: Noise, target: float, z: float, n_boot, rng):
     """ln N* of each parametric bootstrap replicate (module doc): replicates that share a
     sign pattern share their windows, so each pattern is classified once."""
     if math.isfinite(noise.dof):
@@ -232,7 +261,7 @@ def _replicate_roots(x, means, se_of, noise: Noise, target: float, z: float, n_b
     else:
         scale = np.ones(n_boot)
     se = se_of(noise.sd[None, :] * scale[:, None])
-    drawn = means + rng.standard_normal(se.shape) * se
+    drawn = centre + rng.standard_normal(se.shape) * se
     signs, strong = _signs(drawn, se, z)
     keys = np.concatenate([signs + 1, strong.astype(int)], axis=1)
     patterns, inverse = np.unique(keys, axis=0, return_inverse=True)
@@ -281,8 +310,9 @@ def estimate_crossing(
     if shape.status != vocabulary.TRANSITION_BRACKETED:
         return _empty(shape.status, crossings, noise.source)
     rng = np.random.default_rng(seed)
-    replicates = _replicate_roots(x, means, se_of, noise, found[0], z, n_boot, rng)
     window = shape.windows[0]
+    centre = fitted(x, means, se, window)
+    replicates = _replicate_roots(x, centre, se_of, noise, found[0], z, n_boot, rng)
     replicates[np.isnan(replicates)] = 0.5 * (x[window[0]] + x[window[1]])
     q = np.percentile(replicates, [2.5, 16.0, 84.0, 97.5])
     return CrossingEstimate(
