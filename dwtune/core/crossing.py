@@ -30,17 +30,19 @@ within noise lie above them), only negative → ``censored_low`` (``undecided`` 
 points lie below), one change from + to − → ``bracketed``, anything else (two or more changes,
 or a single change from − to +) → ``non_monotone`` with every crossing listed and no N*.
 
-Estimate. Each sign change is located by a weighted (1/se²) straight line of mean Δ on ln N
-through the window from the last point of the run before the change to the first point of the
-run after it, extended by ``EXTEND`` points on each side within those runs (the slope then
-rests on points that are clearly decided, which the sequential test's selection biases less
-than the innermost ones); its zero is ``ln N*``, kept between the two innermost points (whose
-signs are decided). A line that does not fall (slope ≥ 0) gives their geometric midpoint.
+Estimate. Each sign change lies between the last point of the run before it and the first
+point of the run after it (the innermost bracket, whose signs are decided). Where the mean Δ of
+the points in that bracket changes sign once, ``ln N*`` is the linear interpolation between the
+two points around that change: local, so a kinked or asymmetric Δ biases it only within their
+spacing. Where it changes sign several times (points within noise), ``ln N*`` is the zero of a
+weighted (1/se²) straight line of mean Δ on ln N through the bracket's points (``EXTEND``
+points more on each side within those runs), kept inside the bracket; a line that does not
+fall gives the bracket's geometric midpoint.
 
-Interval: a model-based parametric bootstrap of the whole procedure (signs, runs, window,
-line). The centre is the data with the window's points replaced by their fitted line. Each
-replicate draws the noise sd from its own sampling distribution (``σ* = σ·sqrt(ν/χ²_ν)``: the
-noise is measured, not known) and every point's mean from ``N(centre_i, se*_i²)``, and re-runs
+Interval: a parametric bootstrap of the whole procedure (signs, runs, bracket, interpolation).
+Each replicate draws the noise sd from its own sampling distribution (``σ* = σ·sqrt(ν/χ²_ν)``:
+the noise is measured, not known) and every point's mean from ``N(m_i, se*_i²)`` around the
+observed means (a centre on a fitted line understated the spread where Δ is kinked), and re-runs
 the estimate; the crossing nearest the original one is kept, the bracketing window's innermost
 midpoint when the replicate has none. 68% and 95% intervals are the percentiles of ``ln N*``;
 ``σ(ln N*)`` is half the 68% interval's width. Coverage of these intervals is measured, not
@@ -61,7 +63,7 @@ DEFAULT_NOISE_PRIOR = 0.003  # nats: sd of a paired difference when nothing meas
 MIN_DOF = 6  # degrees of freedom of the noise below which the prior is a floor
 DECIDE_Z = 2.0  # |m|/se beyond which a point's sign counts
 Z_CONFIRM = 3.0  # strongest |m|/se a run needs to count when the pattern is not + then −
-EXTEND = 1  # points added on each side of a crossing's window
+EXTEND = 0  # points added on each side of a crossing's window
 NOISE_BANDWIDTH = 1.0  # e-folds of N: the sd of the Gaussian kernel that pools variances locally
 SHRINK_DOF = 4.0  # degrees of freedom the pair-wide pool weighs in each local variance
 MIN_SE = 1e-12  # nats: floor of a standard error (noise-free surfaces)
@@ -230,24 +232,25 @@ def _lines(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, 
     return x_bar, y_bar, slope
 
 
-def fitted(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]):
-    """The means with the window's points replaced by their line (the bootstrap's centre)."""
-    x_bar, y_bar, slope = _lines(x, means, se, window)
-    centre = means.astype(float).copy()
-    span = _span(window, x.size)
-    centre[span] = y_bar[0] + slope[0] * (x[span] - x_bar[0])
-    return centre
-
-
 def roots(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]):
-    """ln N where the window's weighted line crosses zero, for each row of ``means``/``se``
-    (module doc): one closed-form weighted least-squares line per row."""
+    """ln N* of each row of ``means``/``se`` at a crossing (module doc): interpolated where
+    the means change sign once inside the bracket, else the window's weighted line."""
     before, after = window[:2]
-    x_bar, y_bar, slope = _lines(x, means, se, window)
+    rows = np.atleast_2d(means)
+    x_bar, y_bar, slope = _lines(x, rows, se, window)
     with np.errstate(divide="ignore", invalid="ignore"):
-        zero = np.clip(x_bar - y_bar / slope, x[before], x[after])
-    falling = np.isfinite(slope) & (slope < 0)
-    return np.where(falling, zero, 0.5 * (x[before] + x[after]))
+        line = np.where(
+            np.isfinite(slope) & (slope < 0), x_bar - y_bar / slope, 0.5 * (x[before] + x[after])
+        )
+        inner = rows[:, before : after + 1]
+        falls = (inner[:, :-1] > 0) & (inner[:, 1:] <= 0)
+        j = np.argmax(falls, axis=1)
+        take = np.arange(rows.shape[0])
+        m0, m1 = inner[take, j], inner[take, j + 1]
+        x0, x1 = x[before + j], x[before + j + 1]
+        between = x0 + m0 / (m0 - m1) * (x1 - x0)
+    zero = np.where(falls.sum(axis=1) == 1, between, line)
+    return np.clip(zero, x[before], x[after])
 
 
 # --------------------------------------------------------------------------- the interval
@@ -311,8 +314,7 @@ def estimate_crossing(
         return _empty(shape.status, crossings, noise.source)
     rng = np.random.default_rng(seed)
     window = shape.windows[0]
-    centre = fitted(x, means, se, window)
-    replicates = _replicate_roots(x, centre, se_of, noise, found[0], z, n_boot, rng)
+    replicates = _replicate_roots(x, means, se_of, noise, found[0], z, n_boot, rng)
     replicates[np.isnan(replicates)] = 0.5 * (x[window[0]] + x[window[1]])
     q = np.percentile(replicates, [2.5, 16.0, 84.0, 97.5])
     return CrossingEstimate(
