@@ -26,6 +26,7 @@ COMMANDS = {
     "fit": "fit ln dx* = a + b*L to transitions",
     "project": "project the optimal depth and width for a budget",
     "report": "write report.md and figures for an experiment",
+    "analyze": "find transitions in a table of runs dwtune did not train; hold a law against it",
 }
 
 

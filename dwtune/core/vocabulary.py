@@ -117,3 +117,23 @@ SPEC_FILE = "spec.yaml"
 # Where a pair's paired-Δ noise came from (transitions.parquet `noise_source`).
 NOISE_MEASURED = "measured"
 NOISE_PRIOR = "prior (fallback)"
+
+# `dwtune analyze`: a pair's verdict (its JSON `status`), from the estimator's transition status.
+ANALYSIS_CROSSES = "crosses"
+ANALYSIS_DEEPER_WINS = "deeper_wins_throughout"
+ANALYSIS_DEEPER_LOSES = "deeper_loses_throughout"
+ANALYSIS_STATUS = {
+    TRANSITION_BRACKETED: ANALYSIS_CROSSES,
+    TRANSITION_CENSORED_LOW: ANALYSIS_DEEPER_WINS,
+    TRANSITION_CENSORED_HIGH: ANALYSIS_DEEPER_LOSES,
+    TRANSITION_NON_MONOTONE: TRANSITION_NON_MONOTONE,
+    TRANSITION_UNDECIDED: TRANSITION_UNDECIDED,
+}
+# A Δ point held against a law's predicted sign.
+AGREEMENT_AGREES = "agrees"
+AGREEMENT_DISAGREES = "disagrees"
+AGREEMENT_WITHIN_NOISE = "within_noise"  # |Δ| within its uncertainty: not a disagreement
+AGREEMENT_NO_PREDICTION = "no_prediction"  # inside the law's own interval of N*
+# Roles of a runs table's columns (`dwtune analyze --columns ROLE=COLUMN`).
+RUN_COLUMNS_REQUIRED = ("depth", "width", "params", "loss")
+RUN_COLUMNS_OPTIONAL = ("seed", "tokens", "step", "run")

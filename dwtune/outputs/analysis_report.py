@@ -1,0 +1,154 @@
+"""`dwtune analyze --report DIR`: report.md and a figure of Δ per pair against size.
+
+Drawn from the same dictionary ``--json`` prints, so the report never disagrees with it. Like a
+study's report (:mod:`dwtune.outputs.report`): matplotlib's object API on the Agg canvas (no
+pyplot), atomic writes, a SIMULATED watermark and banner on simulated data.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from dwtune.outputs.analysis import SIM_BANNER
+from dwtune.outputs.analysis_text import fit_lines, n_star_text, pair_lines
+from dwtune.storage.store import atomic_write_bytes, atomic_write_text
+
+REPORT_FILE = "report.md"
+FIGURES_DIR = "figures"
+DELTAS_FIGURE = "analysis_deltas.png"
+COLUMNS = 3
+
+
+def _figure(width: float, height: float, simulated: bool) -> Figure:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    if simulated:
+        fig.text(
+            0.5,
+            0.5,
+            "SIMULATED",
+            fontsize=64,
+            color="red",
+            alpha=0.12,
+            rotation=25,
+            ha="center",
+            va="center",
+            zorder=0,
+            fontweight="bold",
+        )
+    return fig
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120)
+    atomic_write_bytes(path, buffer.getvalue())
+    return path
+
+
+def _finite(values) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in values], dtype=float)
+
+
+def _draw_pair(ax, pair: dict, law: str | None) -> None:
+    """Δ ± se against N (log axis); the estimate's N* and 95% band; the law's N* dashed."""
+    n = _finite(p["n"] for p in pair["points"])
+    delta = _finite(p["delta"] for p in pair["points"])
+    err = _finite(p["delta_err"] for p in pair["points"])
+    ax.axhline(0.0, color="black", lw=0.8)
+    ax.errorbar(
+        n,
+        delta,
+        yerr=np.nan_to_num(err),
+        marker="o",
+        ms=4,
+        capsize=2,
+        color="tab:blue",
+        label="Δ ± se",
+    )
+    if pair["n_star"] is not None:
+        ax.axvspan(
+            pair["n_star_low"],
+            pair["n_star_high"],
+            color="tab:green",
+            alpha=0.2,
+            label="N* 95% interval",
+        )
+        ax.axvline(pair["n_star"], color="tab:green", lw=1.2, label="N* (estimate)")
+    if law is not None and pair.get("law_n_star") is not None:
+        ax.axvline(pair["law_n_star"], color="tab:red", ls="--", lw=1.2, label=f"N* ({law})")
+    spread = np.nanmax(np.abs(delta)) if np.isfinite(delta).any() else 1.0
+    ax.set_ylim(-1.6 * spread, 1.6 * spread)  # a huge se at one point must not flatten the rest
+    ax.set_xscale("log")
+    ax.set_title(
+        f"depth {pair['depth_deep']:g} − depth {pair['depth_shallow']:g}: "
+        f"{pair['status'].replace('_', ' ')}",
+        fontsize=9,
+    )
+    ax.set_xlabel("size N (as the table counts it)")
+    ax.set_ylabel("Δ loss (deeper − shallower)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def plot_pair_deltas(result: dict, path: Path) -> Path:
+    """One panel per pair (below 0: the deeper net wins)."""
+    pairs, ref = result["pairs"], result["reference"]
+    ncols = min(COLUMNS, max(len(pairs), 1))
+    nrows = max(math.ceil(len(pairs) / ncols), 1)
+    fig = _figure(max(4.6 * ncols, 7.5), 3.4 * nrows + 0.6, result["simulated"])
+    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False).ravel())
+    for ax, pair in zip(axes, pairs, strict=False):
+        _draw_pair(ax, pair, ref["law"] if ref else None)
+    for ax in axes[len(pairs) :]:
+        ax.set_axis_off()
+    title = f"{Path(result['source']).name}: Δ loss per depth pair"
+    if result["simulated"]:
+        title = f"SIMULATED DATA  ·  {title}"
+    fig.suptitle(title, color="red" if result["simulated"] else "black", fontsize=12)
+    return _save(fig, path)
+
+
+def markdown(result: dict, figure: Path, out: Path) -> str:
+    ref = result["reference"]
+    law = ref["law"] if ref else None
+    lines = [f"# Transition analysis of {result['source']}", ""]
+    if result["simulated"]:
+        lines += [f"**{SIM_BANNER}**", ""]
+    lines += [
+        f"- checkpoints: {result['checkpoints']['description']}",
+        f"- window: |ln N_deep − ln N_shallow| ≤ {result['window']:.3g}",
+        "- Δ = loss(deeper) − loss(shallower) at the deeper net's size; N* from the refine "
+        "stage's estimator (dwtune.core.crossing)",
+    ]
+    if ref:
+        lines += [f"- reference: {ref['law']} (a = {ref['a']}, b = {ref['b']}): {ref['summary']}"]
+    lines += ["", "## Pairs", ""]
+    for pair in result["pairs"]:
+        lines += [f"### Pair {pair['pair']}", "", n_star_text(pair), "", "```"]
+        lines += [*pair_lines(pair, law)[1:], "```", ""]
+    lines += ["## Fit", "", "```", *fit_lines(result["fit"]), "```", ""]
+    lines += ["## Figures", "", f"![Δ per pair]({figure.relative_to(out).as_posix()})", ""]
+    lines += [
+        "What this cannot show: the sizes are the table's own count (compared with a law's "
+        "N* = 12·L·dx² only if the table counts the same way); a transition outside the sizes "
+        "the table covers is only bounded; runs that differ in more than shape (learning rate, "
+        "tokens) confound Δ.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_analysis_report(result: dict, out_dir: str | Path) -> tuple[Path, ...]:
+    """report.md and figures/analysis_deltas.png under ``out_dir``; returns their paths."""
+    out = Path(out_dir)
+    figure = plot_pair_deltas(result, out / FIGURES_DIR / DELTAS_FIGURE)
+    report = out / REPORT_FILE
+    atomic_write_text(report, markdown(result, figure, out))
+    return report, figure

@@ -1,0 +1,246 @@
+"""dwtune analyze on generated tables and on a simulated experiment directory."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from analysis_tables import TOKENS, WANDB_COLUMNS, sweep
+
+from dwtune.cli import main
+from dwtune.core.analysis import analyse_pair, select_checkpoints, size_groups
+from dwtune.core.records import grid_requests
+from dwtune.core.spec import spec_from_dict
+from dwtune.outputs.runs_table import table_from_frame
+from dwtune.outputs.tables import export_experiment
+from dwtune.storage.store import ExperimentStore
+from dwtune.study import refine as refine_stage
+
+PLANTED = 2e7
+# 25 sizes over 3 decades (0.29 e-folds apart), where the estimator's interval covered the
+# planted N* in 10 of 10 tables; on 13 sizes (0.58 e-folds) in only 5 of 10 (see README).
+DENSE = np.geomspace(1e6, 1e9, 25)
+
+
+def analyze_json(capsys, *argv) -> dict:
+    assert main(["analyze", *map(str, argv), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def one_line_error(capsys, *argv) -> str:
+    assert main(["analyze", *map(str, argv)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    return err
+
+
+@pytest.fixture
+def wandb_csv(tmp_path) -> Path:
+    path = tmp_path / "sweep.csv"
+    sweep(n_stars=(PLANTED,), budgets=DENSE).to_csv(path, index=False)
+    return path
+
+
+def test_planted_crossing_is_found_with_an_interval_covering_it(capsys, wandb_csv):
+    result = analyze_json(capsys, wandb_csv, "--columns", WANDB_COLUMNS)
+    [pair] = result["pairs"]
+    assert (pair["depth_shallow"], pair["depth_deep"], pair["status"]) == (6, 12, "crosses")
+    assert pair["n_star_low"] <= PLANTED <= pair["n_star_high"]
+    assert pair["n_star_low"] <= pair["n_star_low_68"] <= pair["n_star"]
+    assert pair["n_star"] <= pair["n_star_high_68"] <= pair["n_star_high"]
+    assert len(pair["points"]) == len(DENSE)
+    assert all(p["seeds"] == 3 and p["delta_err"] > 0 for p in pair["points"])
+    assert all("agrees" not in p for p in pair["points"])  # no --reference
+
+
+def test_the_95_interval_covers_the_planted_crossing_in_most_tables():
+    # 10 independent tables; at 95% nominal, 7 or fewer covering has probability 1.2%.
+    mapping = dict(item.split("=") for item in WANDB_COLUMNS.split(","))
+    covered = 0
+    for rng_seed in range(10):
+        frame = sweep(n_stars=(PLANTED,), budgets=DENSE, checkpoints=(1.0,), rng_seed=rng_seed)
+        table, _ = select_checkpoints(table_from_frame(frame, Path("generated"), mapping))
+        estimate = analyse_pair(size_groups(table), (6.0, 12.0), 0.25).estimate
+        covered += estimate.n_star_low <= PLANTED <= estimate.n_star_high
+    assert covered >= 8
+
+
+def test_columns_mapping_matches_canonical_names(capsys, wandb_csv, tmp_path):
+    canonical = tmp_path / "canonical.csv"
+    names = {"n_layer": "depth", "d_model": "width", "n_params": "params", "val_loss": "loss"}
+    pd.read_csv(wandb_csv).rename(columns=names).to_csv(canonical, index=False)
+    mapped = analyze_json(capsys, wandb_csv, "--columns", WANDB_COLUMNS)
+    plain = analyze_json(capsys, canonical)
+    assert mapped["pairs"] == plain["pairs"]
+    err = one_line_error(capsys, wandb_csv)
+    assert "no column 'depth' for depth" in err and "--columns depth=n_layer" in err
+
+
+def test_tokens_picks_the_checkpoint_nearest_to_t(capsys, wandb_csv):
+    # The generator plants N* three times larger at the earlier checkpoints.
+    last = analyze_json(capsys, wandb_csv, "--columns", WANDB_COLUMNS)
+    early = analyze_json(capsys, wandb_csv, "--columns", WANDB_COLUMNS, "--tokens", "0.9e9")
+    assert last["checkpoints"]["picked_low"] == last["checkpoints"]["picked_high"] == TOKENS
+    assert early["checkpoints"]["picked_low"] == early["checkpoints"]["picked_high"] == TOKENS / 2
+    assert (
+        early["checkpoints"]["rule"] == "nearest"
+        and early["checkpoints"]["runs"] == 2 * len(DENSE) * 3
+    )
+    [p_last], [p_early] = last["pairs"], early["pairs"]
+    assert p_last["n_star_low"] <= PLANTED <= p_last["n_star_high"]
+    assert p_early["n_star_low"] <= 3 * PLANTED <= p_early["n_star_high"]
+
+
+def test_sizes_that_never_match_get_one_line(capsys, tmp_path):
+    frame = sweep(n_stars=(PLANTED,), budgets=DENSE[:5], checkpoints=(1.0,))
+    frame.loc[frame["n_layer"] == 12, "n_params"] *= 100  # depth 12 two decades away
+    path = tmp_path / "apart.csv"
+    frame.to_csv(path, index=False)
+    err = one_line_error(capsys, path, "--columns", WANDB_COLUMNS)
+    assert "pair 6-12: sizes never meet within --window 0.25" in err
+    assert "would pair them" in err and "nearest are" in err
+
+
+BAD_TABLES = {
+    "missing": ("depth,width,params\n6,64,1e6\n", "no column 'loss' for loss"),
+    "text": ("depth,width,params,loss\n6,64,1e6,3.1\n12,64,1e6,abc\n", "column loss row 2"),
+    "nan": ("depth,width,params,loss\n6,64,1e6,3.1\n12,64,1e6,nan\n", "nan.csv: column loss row 2"),
+    "inf": ("depth,width,params,loss\n6,64,inf,3.1\n12,64,1e6,3\n", "column params row 1: got inf"),
+    "empty": ("", "the file is empty"),
+    "header_only": ("depth,width,params,loss\n", "has no rows"),
+    "one_depth": ("depth,width,params,loss\n6,64,1e6,3.1\n6,64,2e6,3.0\n", "only depth"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_TABLES))
+def test_bad_tables_are_one_line_exit_2(capsys, tmp_path, name):
+    text, expected = BAD_TABLES[name]
+    path = tmp_path / f"{name}.csv"
+    path.write_text(text)
+    assert expected in one_line_error(capsys, path)
+
+
+def test_unreadable_parquet_and_bad_flags(capsys, tmp_path):
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"not parquet at all")
+    assert "cannot read it as Parquet" in one_line_error(capsys, broken)
+    good = tmp_path / "ok.csv"
+    good.write_text("depth,width,params,loss\n6,64,1e6,3.1\n12,64,1e6,3.0\n")
+    assert "--window" in one_line_error(capsys, good, "--window", "-1")
+    assert "--columns: got role 'depht'" in one_line_error(capsys, good, "--columns", "depht=x")
+    assert "--reference" in one_line_error(capsys, good, "--reference", "nolaw")
+
+
+def test_text_table_and_report(capsys, wandb_csv, tmp_path):
+    out = tmp_path / "report"
+    argv = ["analyze", str(wandb_csv), "--columns", WANDB_COLUMNS, "--reference", "levine2020"]
+    assert main([*argv, "--report", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "pair 6-12: crosses; N* = " in text and "levine2020 N* = 1.3e+07" in text
+    assert "decided points agree with levine2020" in text
+    report = (out / "report.md").read_text()
+    assert "### Pair 6-12" in report and "decided points agree with levine2020" in report
+    assert (out / "figures" / "analysis_deltas.png").stat().st_size > 10_000
+
+
+def test_analyze_imports_neither_torch_nor_ray(wandb_csv):
+    code = (
+        "import sys\n"
+        "from dwtune.cli import main\n"
+        f"rc = main(['analyze', {str(wandb_csv)!r}, '--columns', {WANDB_COLUMNS!r}, '--json'])\n"
+        "heavy = sorted(m for m in ('torch', 'ray', 'optuna') if m in sys.modules)\n"
+        "print('HEAVY', heavy, rc, file=sys.stderr)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert "HEAVY [] 0" in proc.stderr
+    assert json.loads(proc.stdout)["pairs"][0]["status"] == "crosses"
+
+
+# ---------------------------------------------------------------- an experiment directory
+
+STUDY = {
+    "name": "analyze_study",
+    "trainer": "simulated",
+    "data": {"tokenizer": "bpe", "vocab_size": 2000, "seq_len": 128},
+    "model": {"heads": 2, "width_multiple": 2},
+    "space": {"depths": [6, 12, 18, 24], "budgets": {"min": 1e6, "max": 1e9, "num": 7}, "seeds": 1},
+    "train": {"steps": 200, "batch_size": 8, "eval_every": 100},
+    "refine": {
+        "pairs": [[6, 12], [12, 18], [18, 24]],
+        "tolerance": 0.05,
+        "seeds": 1,
+        "max_seeds": 4,
+        "max_rounds": 8,
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory) -> Path:
+    """A simulated study (grid and refine stages, in-process) with trials.parquet exported."""
+    spec = spec_from_dict(STUDY)
+    store = ExperimentStore.for_spec(tmp_path_factory.mktemp("study"), spec)
+    store.initialise(spec)
+    runner = refine_stage.InProcessRunner(spec, store)
+    runner.run(grid_requests(spec))
+    refine_stage.run_refine(spec, store, runner.run)
+    export_experiment(store)
+    return store.root
+
+
+def test_experiment_directory_gives_the_studys_transitions(capsys, study_dir):
+    result = analyze_json(capsys, study_dir, "--reference", "levine2020")
+    assert result["simulated"] is True
+    study = pd.read_parquet(study_dir / "transitions.parquet").set_index("pair")
+    for pair in result["pairs"]:
+        row = study.loc[pair["pair"]]
+        assert pair["transition_status"] == row["status"] == "bracketed"
+        # the same estimator on the same trainings: N* inside the study's own interval, and
+        # the two estimates within the intervals' combined width
+        assert row["n_star_low"] <= pair["n_star"] <= row["n_star_high"]
+        assert pair["n_star_low"] <= row["n_star"] <= pair["n_star_high"]
+    # the simulated law is the reference's constants: every decided point agrees
+    ref = result["reference"]
+    assert ref["decided"] > 10 and ref["agree"] == ref["decided"]
+    assert (
+        ref["summary"]
+        == f"{ref['decided']} of {ref['decided']} decided points agree with levine2020"
+    )
+    assert math.isclose(
+        result["pairs"][0]["law_n_star"], 12 * 12 * math.exp(2 * (5.039 + 0.0555 * 12))
+    )
+
+
+def test_experiment_directory_checkpoints_come_from_its_curves(capsys, study_dir):
+    curves = pd.read_parquet(study_dir / "curves.parquet")
+    first = float(curves["tokens"].min())
+    result = analyze_json(capsys, study_dir, "--tokens", first * 1.1, "--pairs", "6-12")
+    picked = result["checkpoints"]
+    assert picked["rule"] == "nearest" and picked["picked_low"] == picked["picked_high"] == first
+    assert picked["rows"] == len(curves)  # every evaluation of every finished trial
+
+
+def test_three_crossing_pairs_give_the_fit_and_a_study_fit_is_a_reference(capsys, study_dir):
+    from dwtune.outputs.report import write_report
+
+    result = analyze_json(capsys, study_dir)
+    fit = result["fit"]
+    assert fit["status"] == "fitted" and fit["n_points"] == 3
+    assert fit["source"] == str(study_dir) and fit["simulated"] is True
+    assert [round(r["budget"]) for r in fit["projections"]] == [175_000_000_000, 10**12, 10**13]
+    assert abs(fit["b"] - 0.0555) < 5 * fit["se_b"]  # the planted slope
+    write_report(study_dir)  # writes the study's own fit.json
+    held = analyze_json(capsys, study_dir, "--reference", study_dir)
+    ref = held["reference"]
+    assert ref["law"] == "study" and ref["summary"].endswith(f"agree with the fit of {study_dir}")
+    assert ref["decided"] > 10 and ref["agree"] == ref["decided"]
+    verdicts = {p["verdict"] for pair in held["pairs"] for p in pair["points"]}
+    assert "no_prediction" in verdicts or "within_noise" in verdicts
