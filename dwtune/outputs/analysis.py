@@ -43,8 +43,8 @@ STATUS_TEXT = {
     vocabulary.ANALYSIS_CROSSES: "crosses",
     vocabulary.ANALYSIS_DEEPER_WINS: "deeper wins throughout",
     vocabulary.ANALYSIS_DEEPER_LOSES: "deeper loses throughout",
-    vocabulary.TRANSITION_NON_MONOTONE: "non-monotone (several sign changes)",
-    vocabulary.TRANSITION_UNDECIDED: "undecided (Δ within noise)",
+    vocabulary.TransitionStatus.NON_MONOTONE: "non-monotone (several sign changes)",
+    vocabulary.TransitionStatus.UNDECIDED: "undecided (Δ within noise)",
 }
 SIM_BANNER = "SIMULATED DATA: a planted loss surface, not a measurement of any model"
 

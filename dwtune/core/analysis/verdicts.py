@@ -137,7 +137,7 @@ def fit_points(pairs: Sequence[PairAnalysis]) -> FitPoints:
     depths, widths, errs, labels, censored = [], [], [], [], []
     for pair in pairs:
         est = pair.estimate
-        if est.status == vocabulary.TRANSITION_BRACKETED:
+        if est.status == vocabulary.TransitionStatus.BRACKETED:
             width = math.sqrt(est.n_star / (12.0 * pair.depth_deep))
             depths.append(pair.depth_deep)
             widths.append(width)
@@ -145,8 +145,8 @@ def fit_points(pairs: Sequence[PairAnalysis]) -> FitPoints:
             labels.append(f"pair {pair.label}")
             continue
         sizes = [m.point.n for m in pair.points]
-        low = max(sizes) if est.status == vocabulary.TRANSITION_CENSORED_HIGH else math.nan
-        high = min(sizes) if est.status == vocabulary.TRANSITION_CENSORED_LOW else math.nan
+        low = max(sizes) if est.status == vocabulary.TransitionStatus.CENSORED_HIGH else math.nan
+        high = min(sizes) if est.status == vocabulary.TransitionStatus.CENSORED_LOW else math.nan
         seeds = max(len(m.point.deltas) for m in pair.points)
         shallow, deep = int(pair.depth_shallow), int(pair.depth_deep)
         censored.append(CensoredPair(pair.label, est.status, shallow, deep, low, high, seeds))
