@@ -34,7 +34,8 @@ from dwtune.core.projection import (
     reference,
     transition_size,
 )
-from dwtune.outputs.fit_files import FIT_FILE, fit_to_dict, json_ready, law_from_json
+from dwtune.core.vocabulary import FIT_FILE
+from dwtune.outputs.fit_files import fit_to_dict, json_ready, law_from_json
 from dwtune.outputs.runs_table import LoadedRuns
 
 LEVEL = 0.95

@@ -31,8 +31,7 @@ import yaml
 from dwtune.core import vocabulary
 from dwtune.core.analysis import RunTable
 from dwtune.core.errors import InputError
-from dwtune.outputs.fit_files import SPEC_FILE, TRIALS_FILE
-from dwtune.outputs.tables import CURVES_FILE
+from dwtune.core.vocabulary import CURVES_FILE, SPEC_FILE, TRIALS_FILE
 
 ROLES = (*vocabulary.RUN_COLUMNS_REQUIRED, *vocabulary.RUN_COLUMNS_OPTIONAL)
 # Column names other tools use for a role: only to suggest a --columns fix, never applied.
