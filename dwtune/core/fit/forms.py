@@ -142,6 +142,16 @@ def _projections(form: LawForm, theta: np.ndarray, budgets: Sequence[float]):
     return out
 
 
+def _power_constants(a: float, b: float) -> dict[str, float]:
+    """p and k of ``L_opt = k·N^p`` from ``ln dx* = a' + b'·ln L`` (NaN where undefined)."""
+    slope = 1.0 + 2.0 * b  # d ln N* / d ln L
+    if slope == 0:
+        return {"p": math.nan, "k": math.nan}
+    p = 1.0 / slope
+    log_k = -p * (math.log(12.0) + 2.0 * a)
+    return {"p": p, "k": math.exp(log_k) if log_k < 709.0 else math.inf}
+
+
 def fit_form(
     observations: Sequence[TransitionObservation], form: LawForm, budgets: Sequence[float] = ()
 ) -> FormFit:
@@ -153,8 +163,7 @@ def fit_form(
     se = np.sqrt(np.diag(result.cov))
     params = dict(zip(form.params, result.theta.tolist(), strict=True))
     if form is POWER:
-        p = 1.0 / (1.0 + 2.0 * params["b'"])
-        params |= {"p": p, "k": math.exp(-p * (math.log(12.0) + 2.0 * params["a'"]))}
+        params |= _power_constants(params["a'"], params["b'"])
     return FormFit(
         form=form.name,
         formula=form.formula,
