@@ -180,6 +180,12 @@ class BootstrapFit:
     b: tuple[float, float, float]
     sd: tuple[float, float]  # of (a, b) over the replicates
     projections: dict[float, dict[str, tuple[float, float, float]]]  # budget -> depth/width
+    coefficients: tuple[tuple[float, float], ...] = ()  # (a, b) of every fitted replicate
+
+    def spread_at(self, depth: float) -> float:
+        """sd over the replicates of the fitted ``ln dx*`` at ``depth``."""
+        ab = np.array(self.coefficients, dtype=float).reshape(-1, 2)
+        return float(np.std(ab[:, 0] + depth * ab[:, 1], ddof=1)) if len(ab) > 1 else math.nan
 
     def to_dict(self) -> dict:
         return {
@@ -253,4 +259,5 @@ def bootstrap_fit(
         b=_percentiles(ab[:, 1], level),
         sd=(float(spread[0]), float(spread[1])),
         projections=projections,
+        coefficients=tuple((float(a), float(b)) for a, b in ab),
     )
