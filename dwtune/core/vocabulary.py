@@ -27,3 +27,24 @@ COMPLETED_STATUSES = (STATUS_FINISHED, STATUS_EARLY_STOPPED)
 
 # Scalars written to TensorBoard and curves.parquet, in this order.
 CURVE_SCALARS = (TRAIN_LOSS, VAL_LOSS, VAL_BEST_LOSS, LR, GRAD_NORM, TOKENS_PER_S, STEP_TIME_S, MFU)
+
+# Standard error of val/loss over its evaluation batches (nats): the evaluation's own sampling
+# error, reported beside val/loss by the trainers.
+VAL_LOSS_SE = "val/loss_se"
+
+# Outcome of a depth pair (transitions.parquet `status`, dwtune.core.crossing).
+TRANSITION_BRACKETED = "bracketed"
+TRANSITION_CENSORED_LOW = "censored_low"  # the deeper net wins throughout the range
+TRANSITION_CENSORED_HIGH = "censored_high"  # the deeper net loses throughout the range
+TRANSITION_NON_MONOTONE = "non_monotone"  # Δ changes sign more than once (or − to +)
+TRANSITION_UNDECIDED = "undecided"
+TRANSITION_STATUSES = (
+    TRANSITION_BRACKETED,
+    TRANSITION_CENSORED_LOW,
+    TRANSITION_CENSORED_HIGH,
+    TRANSITION_NON_MONOTONE,
+    TRANSITION_UNDECIDED,
+)
+# Where a pair's paired-Δ noise came from (transitions.parquet `noise_source`).
+NOISE_MEASURED = "measured"
+NOISE_PRIOR = "prior (fallback)"

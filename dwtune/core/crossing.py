@@ -1,0 +1,300 @@
+"""The transition N* of a depth pair from every measured point (pure: numpy, scipy).
+
+Input: points ``(N_i, Δ_i1..Δ_ik)``, one paired Δ = loss(deeper) − loss(shallower) per seed,
+in nats, at sizes ``N_i`` on the pair's size axis. Output: a :class:`CrossingEstimate`.
+
+Noise (the sd of one paired Δ, nats). Each point with two or more finite Δ gives a sample
+variance ``s_i²`` with ``ν_i = k_i − 1`` degrees of freedom. With ``ν = Σ ν_i ≥ MIN_DOF`` over
+at least three points the noise is *measured* and allowed to change with size: a weighted
+least-squares line through ``ln s_i² − b(ν_i)`` against ``ln N`` (weights ``ν_i``; ``b(ν) =
+ψ(ν/2) − ln(ν/2)`` removes the bias of a log sample variance), evaluated at each point. With
+fewer the pooled sd over all points is used, and when it rests on fewer than ``MIN_DOF`` degrees
+of freedom the larger of it and the prior is used: labelled ``prior (fallback)`` when the prior
+is the larger (so the fallback is never smaller than what the data show). A point's standard
+error is ``sqrt(σ(N_i)² / k_i + extra_sd_i²)``; ``extra_sd`` carries errors shared by every seed
+at the point (the evaluation's own sampling error, a size-trend correction).
+
+Failures. A Δ of ``+inf`` (the deeper net diverged or failed, the shallower one did not) or
+``−inf`` (the reverse) counts for the sign: it is replaced by the largest (smallest) finite Δ
+of the pair, so a failure is the worst outcome the data show for that net, never absent.
+
+Signs. A point is positive (deeper loses) when ``m_i > z·se_i``, negative when
+``m_i < −z·se_i``, else within noise. Consecutive points of one sign form a run. The expected
+pattern is one positive run followed by one negative run. Any other pattern is first cleaned:
+a run whose strongest point has ``|m|/se < Z_CONFIRM`` is not beyond noise and is dropped. What
+remains decides the status: only positive runs → ``censored_high`` (``undecided`` if points
+within noise lie above them), only negative → ``censored_low`` (``undecided`` if within-noise
+points lie below), one change from + to − → ``bracketed``, anything else (two or more changes,
+or a single change from − to +) → ``non_monotone`` with every crossing listed and no N*.
+
+Estimate. Each sign change is located by a weighted (1/se²) straight line of mean Δ on ln N
+through the window from the last point of the run before the change to the first point of the
+run after it, extended by ``EXTEND`` points on each side (its slope then rests on points that are
+clearly decided, which are less biased by the sequential test's selection than the innermost
+ones); its zero is ``ln N*``. A line that does not fall (slope ≥ 0) gives the window's innermost
+geometric midpoint.
+
+Interval: a parametric bootstrap of the whole procedure (signs, runs, window, line). Each
+replicate draws the noise sd from its own sampling distribution (``σ* = σ·sqrt(ν/χ²_ν)``: the
+noise is measured, not known) and every point's mean from ``N(m_i, se*_i²)``, and re-runs the
+estimate; the crossing nearest the original one is kept, the bracketing window's innermost
+midpoint when the replicate has none. 68% and 95% intervals are the percentiles of ``ln N*``;
+``σ(ln N*)`` is half the 68% interval's width. Coverage of these intervals is measured, not
+assumed: ``benchmarks/coverage.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import special
+
+from dwtune.core import vocabulary
+
+DEFAULT_NOISE_PRIOR = 0.003  # nats: sd of a paired difference when nothing measures it
+MIN_DOF = 6  # degrees of freedom of the noise below which the prior is a floor
+DECIDE_Z = 2.0  # |m|/se beyond which a point's sign counts
+Z_CONFIRM = 3.0  # strongest |m|/se a run needs to count when the pattern is not + then −
+EXTEND = 1  # points added on each side of a crossing's window
+
+
+@dataclass(frozen=True)
+class DeltaPoint:
+    """Paired Δ of one size: one value per seed (nats); ±inf for a failed training."""
+
+    n: float  # size compared at (the pair's size axis; N* is in the same units)
+    deltas: tuple[float, ...]  # Δ = loss(deeper) − loss(shallower) per paired seed, nats
+    extra_sd: float = 0.0  # sd of an error shared by every Δ at this point, nats
+    seeds: tuple[int, ...] = ()  # seed ids aligned with deltas (joint resampling across pairs)
+    failures_deep: int = 0  # trainings of the deeper net that diverged/failed here
+    failures_shallow: int = 0
+
+
+@dataclass(frozen=True)
+class CrossingEstimate:
+    """Status, N* with 95% and 68% intervals, σ(ln N*), every crossing, the noise's source."""
+
+    status: str  # a transition status of dwtune.core.vocabulary
+    n_star: float | None
+    n_star_low: float | None  # 95% interval
+    n_star_high: float | None
+    n_star_low_68: float | None  # 68% interval
+    n_star_high_68: float | None
+    sigma_ln: float | None  # σ(ln N*)
+    crossings: tuple[float, ...]  # every sign change found (non_monotone lists them all)
+    noise_source: str  # vocabulary.NOISE_MEASURED or vocabulary.NOISE_PRIOR
+
+
+# --------------------------------------------------------------------------- noise
+
+
+@dataclass(frozen=True)
+class Noise:
+    """sd of one paired Δ at each point (nats), its degrees of freedom and its source."""
+
+    sd: np.ndarray
+    dof: float  # math.inf when the prior alone sets it
+    source: str
+
+
+def _log_variance_bias(dof: np.ndarray) -> np.ndarray:
+    """E[ln s²] − ln σ² for a normal sample variance with ``dof`` degrees of freedom."""
+    return special.digamma(dof / 2.0) - np.log(dof / 2.0)
+
+
+def _finite_groups(points: Sequence[DeltaPoint]) -> list[np.ndarray]:
+    return [np.asarray([d for d in p.deltas if math.isfinite(d)], dtype=float) for p in points]
+
+
+def estimate_noise(points: Sequence[DeltaPoint], prior: float | None) -> Noise:
+    """The noise model of the module doc."""
+    x = np.log([p.n for p in points])
+    groups = _finite_groups(points)
+    dof = np.array([max(g.size - 1, 0) for g in groups], dtype=float)
+    ss = np.array([float(np.sum((g - g.mean()) ** 2)) if g.size > 1 else 0.0 for g in groups])
+    total = float(dof.sum())
+    with_dof = dof > 0
+    if total >= MIN_DOF and with_dof.sum() >= 3 and np.ptp(x[with_dof]) > 0:
+        y = np.log(np.maximum(ss[with_dof] / dof[with_dof], 1e-30))
+        y -= _log_variance_bias(dof[with_dof])
+        slope, intercept = np.polyfit(x[with_dof], y, 1, w=np.sqrt(dof[with_dof]))
+        sd = np.exp(0.5 * (intercept + slope * x))
+        return Noise(sd, total, vocabulary.NOISE_MEASURED)
+    pooled = math.sqrt(ss.sum() / total) if total > 0 else 0.0
+    floor = DEFAULT_NOISE_PRIOR if prior is None else prior
+    if total >= MIN_DOF or (total > 0 and pooled >= floor):
+        return Noise(np.full(len(points), pooled), total, vocabulary.NOISE_MEASURED)
+    return Noise(np.full(len(points), floor), math.inf, vocabulary.NOISE_PRIOR)
+
+
+# --------------------------------------------------------------------------- one estimate
+
+
+def point_means(points: Sequence[DeltaPoint]) -> np.ndarray:
+    """Mean Δ per point, with ±inf replaced by the pair's most extreme finite Δ (module doc)."""
+    finite = [d for p in points for d in p.deltas if math.isfinite(d)]
+    high, low = (max(finite), min(finite)) if finite else (1.0, -1.0)
+    high, low = max(high, 0.0), min(low, 0.0)
+    means = []
+    for p in points:
+        values = [high if d == math.inf else low if d == -math.inf else d for d in p.deltas]
+        means.append(float(np.mean(values)) if values else math.nan)
+    return np.asarray(means)
+
+
+def _signs(means: np.ndarray, se: np.ndarray, z: float) -> tuple[np.ndarray, np.ndarray]:
+    """Sign of each point (+1, −1, 0 within noise) and whether it is beyond Z_CONFIRM."""
+    ratio = means / se
+    signs = np.where(ratio > z, 1, np.where(ratio < -z, -1, 0))
+    return signs, np.abs(ratio) >= Z_CONFIRM
+
+
+def _runs(signs: Sequence[int], strong: Sequence[bool]) -> list[list]:
+    """[sign, first index, last index, any strong] of each run of decided points."""
+    runs: list[list] = []
+    for i, sign in enumerate(signs):
+        if sign == 0:
+            continue
+        if runs and runs[-1][0] == sign:
+            runs[-1][2], runs[-1][3] = i, runs[-1][3] or strong[i]
+        else:
+            runs.append([sign, i, i, bool(strong[i])])
+    return runs
+
+
+def _clean(runs: list[list]) -> list[list]:
+    """Drop runs that are not beyond noise unless the pattern is the expected + then −."""
+    if [r[0] for r in runs] in ([1, -1], [1], [-1]):
+        return runs
+    merged: list[list] = []
+    for run in (r for r in runs if r[3]):
+        if merged and merged[-1][0] == run[0]:
+            merged[-1][2] = run[2]
+        else:
+            merged.append(list(run))
+    return merged
+
+
+@dataclass(frozen=True)
+class _Shape:
+    status: str
+    windows: tuple[tuple[int, int], ...]  # innermost point indices around each crossing
+
+
+def classify(signs: Sequence[int], strong: Sequence[bool]) -> _Shape:
+    """Status and crossing windows of sorted points' signs (module doc)."""
+    runs = _clean(_runs(signs, strong))
+    pattern = [r[0] for r in runs]
+    noisy = [i for i, s in enumerate(signs) if s == 0]
+    if not runs:
+        return _Shape(vocabulary.TRANSITION_UNDECIDED, ())
+    if set(pattern) == {1}:
+        above = bool(noisy) and noisy[-1] > runs[-1][2]
+        status = vocabulary.TRANSITION_UNDECIDED if above else vocabulary.TRANSITION_CENSORED_HIGH
+        return _Shape(status, ())
+    if set(pattern) == {-1}:
+        below = bool(noisy) and noisy[0] < runs[0][1]
+        status = vocabulary.TRANSITION_UNDECIDED if below else vocabulary.TRANSITION_CENSORED_LOW
+        return _Shape(status, ())
+    windows = tuple((runs[k][2], runs[k + 1][1]) for k in range(len(runs) - 1))
+    bracketed = pattern == [1, -1]
+    status = vocabulary.TRANSITION_BRACKETED if bracketed else vocabulary.TRANSITION_NON_MONOTONE
+    return _Shape(status, windows)
+
+
+def roots(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int]):
+    """ln N where the window's weighted line crosses zero, for each row of ``means``/``se``
+    (module doc): one closed-form weighted least-squares line per row."""
+    before, after = window
+    lo, hi = max(before - EXTEND, 0), min(after + EXTEND, x.size - 1)
+    xs = x[lo : hi + 1]
+    ys, w = np.atleast_2d(means)[:, lo : hi + 1], np.atleast_2d(se)[:, lo : hi + 1] ** -2.0
+    total = w.sum(axis=1)
+    x_bar = (w * xs).sum(axis=1) / total
+    y_bar = (w * ys).sum(axis=1) / total
+    dx = xs - x_bar[:, None]
+    slope = (w * dx * (ys - y_bar[:, None])).sum(axis=1) / (w * dx**2).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        zero = np.clip(x_bar - y_bar / slope, xs[0], xs[-1])
+    falling = np.isfinite(slope) & (slope < 0)
+    return np.where(falling, zero, 0.5 * (x[before] + x[after]))
+
+
+# --------------------------------------------------------------------------- the interval
+
+
+def _replicate_roots(x, means, se_of, noise: Noise, target: float, z: float, n_boot, rng):
+    """ln N* of each parametric bootstrap replicate (module doc): replicates that share a
+    sign pattern share their windows, so each pattern is classified once."""
+    if math.isfinite(noise.dof):
+        scale = np.sqrt(noise.dof / rng.chisquare(noise.dof, size=n_boot))
+    else:
+        scale = np.ones(n_boot)
+    se = se_of(noise.sd[None, :] * scale[:, None])
+    drawn = means + rng.standard_normal(se.shape) * se
+    signs, strong = _signs(drawn, se, z)
+    keys = np.concatenate([signs + 1, strong.astype(int)], axis=1)
+    patterns, inverse = np.unique(keys, axis=0, return_inverse=True)
+    found = np.full(n_boot, np.nan)
+    half = x.size
+    for k, key in enumerate(patterns):
+        rows = np.flatnonzero(inverse.reshape(-1) == k)
+        windows = classify(list(key[:half] - 1), list(key[half:].astype(bool))).windows
+        if not windows:
+            continue
+        candidates = np.stack([roots(x, drawn[rows], se[rows], w) for w in windows])
+        nearest = np.argmin(np.abs(candidates - target), axis=0)
+        found[rows] = candidates[nearest, np.arange(rows.size)]
+    return found
+
+
+def _empty(status: str, crossings=(), source: str = vocabulary.NOISE_MEASURED):
+    return CrossingEstimate(status, None, None, None, None, None, None, tuple(crossings), source)
+
+
+def estimate_crossing(
+    points: Sequence[DeltaPoint],
+    *,
+    noise_prior: float | None = None,
+    n_boot: int = 2000,
+    seed: int = 0,
+    z: float = DECIDE_Z,
+) -> CrossingEstimate:
+    """N* of a pair from all its points, with bootstrap intervals (module doc)."""
+    points = sorted((p for p in points if p.deltas), key=lambda p: p.n)
+    if not points:
+        return _empty(vocabulary.TRANSITION_UNDECIDED, source=vocabulary.NOISE_PRIOR)
+    x = np.log([p.n for p in points])
+    counts = np.array([len(p.deltas) for p in points], dtype=float)
+    extra = np.array([p.extra_sd for p in points], dtype=float)
+    noise = estimate_noise(points, noise_prior)
+
+    def se_of(sd: np.ndarray) -> np.ndarray:
+        return np.sqrt(sd**2 / counts + extra**2)
+
+    means = point_means(points)
+    se = se_of(noise.sd)
+    shape = classify(*_signs(means, se, z))
+    found = tuple(float(roots(x, means, se, w)[0]) for w in shape.windows)
+    crossings = tuple(math.exp(r) for r in found)
+    if shape.status != vocabulary.TRANSITION_BRACKETED:
+        return _empty(shape.status, crossings, noise.source)
+    rng = np.random.default_rng(seed)
+    replicates = _replicate_roots(x, means, se_of, noise, found[0], z, n_boot, rng)
+    window = shape.windows[0]
+    replicates[np.isnan(replicates)] = 0.5 * (x[window[0]] + x[window[1]])
+    q = np.percentile(replicates, [2.5, 16.0, 84.0, 97.5])
+    return CrossingEstimate(
+        status=shape.status,
+        n_star=crossings[0],
+        n_star_low=math.exp(q[0]),
+        n_star_high=math.exp(q[3]),
+        n_star_low_68=math.exp(q[1]),
+        n_star_high_68=math.exp(q[2]),
+        sigma_ln=0.5 * float(q[2] - q[1]),
+        crossings=crossings,
+        noise_source=noise.source,
+    )
