@@ -37,14 +37,15 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, special
 
+from dwtune.core import vocabulary
 from dwtune.core.errors import InputError
 from dwtune.core.fit.wls import MIN_POINTS, CensoredPair, FitResult
 
-BRACKETED = "bracketed"
-CENSORED_LOW = "censored_low"
-CENSORED_HIGH = "censored_high"
-NON_MONOTONE = "non_monotone"
-UNDECIDED = "undecided"
+BRACKETED = vocabulary.TRANSITION_BRACKETED
+CENSORED_LOW = vocabulary.TRANSITION_CENSORED_LOW
+CENSORED_HIGH = vocabulary.TRANSITION_CENSORED_HIGH
+NON_MONOTONE = vocabulary.TRANSITION_NON_MONOTONE
+UNDECIDED = vocabulary.TRANSITION_UNDECIDED
 # Direction of a censored bound: +1 means y lies above c, -1 below, 0 an estimated transition.
 DIRECTION = {BRACKETED: 0, CENSORED_HIGH: +1, CENSORED_LOW: -1}
 EXCLUDED_REASON = {
