@@ -99,8 +99,8 @@ def test_an_estimated_transition_needs_a_sigma():
 
 def test_too_few_estimated_pairs_is_an_input_error():
     obs = [TransitionObservation(f"p{d}", d - 6, d, "censored_high", 20.0) for d in (12, 18)]
-    obs.append(TransitionObservation("p24", 18, 24, "bracketed", 18.0, 0.1))
-    with pytest.raises(InputError, match="2 or more estimated transitions"):
+    obs += [TransitionObservation(f"q{d}", d - 6, d, "bracketed", 18.0, 0.1) for d in (24, 30)]
+    with pytest.raises(InputError, match="at least 3 bracketed .* got 2 at depth.* 2 censored"):
         fit_law(obs)
 
 

@@ -69,10 +69,10 @@ def test_linear_form_projects_like_the_lambert_w_solution():
 
 
 def test_a_form_with_too_few_pairs_is_skipped_with_the_reason():
-    comparison = compare_forms(_exact(planted_log_n)[:3])
+    comparison = compare_forms(_exact(planted_log_n)[:3])  # the quadratic needs 4
     assert [f.form for f in comparison.fits] == ["linear", "power"]
     assert comparison.skipped[0][0] == QUADRATIC.name
-    assert "at least 4 pairs" in comparison.skipped[0][1]
+    assert "at least 4 bracketed transitions" in comparison.skipped[0][1]
     assert math.isnan(comparison.lr_p_value)
 
 

@@ -155,17 +155,30 @@ def build_replicates(
     replicates = []
     for r in range(n_replicates):
         study = study_replicate(pairs, rng, joint=joint, points=points)
-        replicates.append(
-            [
-                observation_from_estimate(
-                    pair,
-                    estimate(pts, noise_prior=noise_prior, n_boot=n_boot, seed=seed + r),
-                    pts,
-                )
-                for pair, pts in zip(pairs, study, strict=True)
-            ]
-        )
+        observed = [
+            observation_from_estimate(
+                pair, estimate(pts, noise_prior=noise_prior, n_boot=n_boot, seed=seed + r), pts
+            )
+            for pair, pts in zip(pairs, study, strict=True)
+        ]
+        replicates.append(_with_sigma_floor(observed))
     return replicates
+
+
+def _with_sigma_floor(observed: list[TransitionObservation]) -> list[TransitionObservation]:
+    """A replicate's bracketed pair whose inner bootstrap gave σ(ln N*) = 0 (every inner draw
+    found the same root) gets the median σ of the replicate's other pairs: it only weighs the
+    refit, and a zero would give it infinite weight."""
+    positive = [o.sigma_ln for o in observed if o.status == BRACKETED and o.sigma_ln > 0]
+    if not positive:
+        return observed
+    floor = float(np.median(positive))
+    return [
+        dataclasses.replace(o, sigma_ln=floor)
+        if o.status == BRACKETED and not o.sigma_ln > 0
+        else o
+        for o in observed
+    ]
 
 
 @dataclass(frozen=True)

@@ -160,16 +160,20 @@ def prepare(observations: Sequence[TransitionObservation]) -> Prepared:
 
 
 def check_enough(data: Prepared, k: int) -> None:
-    """At least MIN_POINTS pairs in the fit and k estimated ones at k distinct depths."""
+    """At least max(MIN_POINTS, k + 1) estimated transitions at k or more distinct depths, so
+    that χ²_red has a degree of freedom; censored pairs add information, not that check."""
     est = data.depth[data.estimated]
     distinct = sorted(set(est.tolist()))
-    if data.depth.size < max(MIN_POINTS, k + 1) or len(distinct) < k:
+    need = max(MIN_POINTS, k + 1)
+    if est.size < need or len(distinct) < k:
         shown = ", ".join(f"{d:g}" for d in distinct) or "none"
+        censored = int((~data.estimated).sum())
+        also = f"; {censored} censored pair(s) in the likelihood" if censored else ""
         left = f"; {len(data.excluded)} pair(s) excluded" if data.excluded else ""
         raise InputError(
-            f"fit needs at least {max(MIN_POINTS, k + 1)} pairs with {k} or more estimated "
-            f"transitions at distinct depths; got {data.depth.size} pair(s), estimated at "
-            f"depth(s) {shown}{left}; bracket more depth pairs (widen the size range or add seeds)"
+            f"fit needs at least {need} bracketed transitions at {k} or more distinct depths; "
+            f"got {est.size} at depth(s) {shown}{also}{left}; bracket more depth pairs "
+            "(widen the size range or add seeds)"
         )
 
 
