@@ -71,6 +71,7 @@ class TransitionObservation:
     sigma_ln: float = math.nan
     seeds: int = 0
     reason: str = ""
+    sigma_field: str = "sigma_ln"  # the input field σ came from, named in errors
 
     @property
     def log_width(self) -> float:
@@ -132,8 +133,8 @@ def _censor_sd(observations: Sequence[TransitionObservation]) -> float:
 def _check_sd(obs: TransitionObservation) -> None:
     if obs.status == BRACKETED and not (math.isfinite(obs.sigma_ln) and obs.sigma_ln > 0):
         raise InputError(
-            f"sigma_ln at {obs.label}: got {obs.sigma_ln!r}; give each estimated transition a "
-            "measured σ(ln N*) > 0"
+            f"{obs.sigma_field} at {obs.label}: got {obs.sigma_ln!r}; expected a positive finite "
+            "number; give each estimated transition a measured uncertainty > 0"
         )
     if not (math.isfinite(obs.depth_deep) and obs.depth_deep > 0):
         raise InputError(f"depth_deep at {obs.label}: got {obs.depth_deep!r}; expected layers > 0")
@@ -263,8 +264,15 @@ def _weighted_r2(y: np.ndarray, sd: np.ndarray, chi2: float) -> float:
     return 1.0 - chi2 / total if total > 0 else math.nan
 
 
-def fit_law(observations: Sequence[TransitionObservation]) -> FitResult:
-    """``ln dx* = a + b·L`` by the interval-censored likelihood (module doc)."""
+def fit_law(
+    observations: Sequence[TransitionObservation],
+    *,
+    listed: Sequence[CensoredPair] | None = None,
+) -> FitResult:
+    """``ln dx* = a + b·L`` by the interval-censored likelihood (module doc).
+
+    ``listed``: how the pairs that are not bracketed are described (default: from the
+    observations); the ones with a bound are in the fit (``censored_fitted``)."""
     data = prepare(observations)
     check_enough(data, 2)
     result = maximise(linear_design(data.depth), data)
@@ -285,7 +293,9 @@ def fit_law(observations: Sequence[TransitionObservation]) -> FitResult:
         widths=tuple(np.exp(data.y[est]).tolist()),
         width_errs=tuple((np.exp(data.y[est]) * data.sd[est]).tolist()),
         labels=tuple(label for label, e in zip(data.labels, est, strict=True) if e),
-        censored=tuple(o.as_censored_pair() for o in observations if o.status != BRACKETED),
+        censored=tuple(listed)
+        if listed is not None
+        else tuple(o.as_censored_pair() for o in observations if o.status != BRACKETED),
         method="censored_mle",
         log_likelihood=result.log_likelihood,
         censored_fitted=tuple(lab for lab, e in zip(data.labels, est, strict=True) if not e),
