@@ -48,3 +48,6 @@ TRANSITION_STATUSES = (
 # Where a pair's paired-Δ noise came from (transitions.parquet `noise_source`).
 NOISE_MEASURED = "measured"
 NOISE_PRIOR = "prior (fallback)"
+
+# Every paired Δ of the refine stage, per (pair, point, seed): the study bootstrap's input.
+PAIR_DELTAS_FILE = "pair_deltas.parquet"

@@ -31,10 +31,13 @@ import pyarrow as pa
 from optuna.trial import TrialState
 
 from dwtune.core import transitions, vocabulary
+from dwtune.core.crossing import DeltaPoint
 from dwtune.core.errors import InputError
+from dwtune.core.fit.bootstrap import PairPoints
 from dwtune.core.records import TrialRecord, TrialRequest, make_request
 from dwtune.core.spec import ExperimentSpec, RefineConfig
 from dwtune.core.transitions import PairGrid, PairPoint, Step, Transition
+from dwtune.outputs.pair_deltas import write_pair_deltas
 from dwtune.storage.provenance import write_parquet_atomic
 from dwtune.storage.store import ExperimentStore
 
@@ -307,6 +310,16 @@ class PairRefiner:
         records = (self.store.read_record(i) for i in ids)
         return sum(r is not None and r.stage == "refine" for r in records)
 
+    def pair_points(self) -> PairPoints:
+        """Every point of the pair as DeltaPoints: the study bootstrap's input."""
+        points = transitions.merge_points(self.grid.points, trial_points(self.study))
+        return PairPoints(
+            self.grid.label,
+            self.pair[0],
+            self.pair[1],
+            tuple(DeltaPoint(math.exp(p.log_n), p.deltas, seeds=p.seeds) for p in points if p.n),
+        )
+
     def _transition(self, step: Step) -> Transition:
         points = transitions.merge_points(self.grid.points, trial_points(self.study))
         transition = transitions.make_transition(
@@ -387,6 +400,12 @@ class RefineStage:
                 _advance(index, rounds, mine, waiting, done)
         transitions = [done[index] for index in range(len(self.refiners))]
         write_transitions(transitions, self.store.root / TRANSITIONS_FILE, self.spec)
+        write_pair_deltas(
+            [r.pair_points() for r in self.refiners],
+            self.store.root / vocabulary.PAIR_DELTAS_FILE,
+            self.spec.to_dict(),
+            self.spec.trainer == "simulated",
+        )
         return transitions
 
 

@@ -17,7 +17,7 @@ from dwtune.core.fit.bootstrap import (
     resample_seeds,
     study_replicate,
 )
-from tests.core.fit_sim import A, B, PAIRS, planted_log_n
+from tests.core.fit_sim import PAIRS, A, B, planted_log_n
 
 SEEDS = tuple(range(8))
 LOG_SIZES = np.linspace(-1.5, 1.5, 7)  # ln N − ln N*: a pair's points around its transition
@@ -62,9 +62,7 @@ def synthetic_study(rng, *, shared: float, per_pair: float) -> list[PairPoints]:
         for dx in LOG_SIZES:
             mean = -GAP * math.tanh(dx / SCALE)
             deltas = mean + seed_effect + own + rng.normal(0.0, NOISE, len(SEEDS))
-            points.append(
-                StandInPoint(math.exp(planted_log_n(deep) + dx), tuple(deltas), SEEDS)
-            )
+            points.append(StandInPoint(math.exp(planted_log_n(deep) + dx), tuple(deltas), SEEDS))
         pairs.append(PairPoints(f"{shallow}-{deep}", shallow, deep, tuple(points)))
     return pairs
 

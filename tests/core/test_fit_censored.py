@@ -78,7 +78,8 @@ def test_gradient_and_hessian_match_finite_differences():
 
 
 def test_non_monotone_and_undecided_are_excluded_with_their_reason():
-    obs = simulate_study(np.random.default_rng(3))[:4] + [
+    obs = [
+        *simulate_study(np.random.default_rng(3))[:4],
         TransitionObservation("30-36", 30, 36, "non_monotone", math.nan),
         TransitionObservation("36-48", 36, 48, "undecided", math.nan),
     ]
@@ -100,7 +101,7 @@ def test_an_estimated_transition_needs_a_sigma():
 def test_too_few_estimated_pairs_is_an_input_error():
     obs = [TransitionObservation(f"p{d}", d - 6, d, "censored_high", 20.0) for d in (12, 18)]
     obs += [TransitionObservation(f"q{d}", d - 6, d, "bracketed", 18.0, 0.1) for d in (24, 30)]
-    with pytest.raises(InputError, match="at least 3 bracketed .* got 2 at depth.* 2 censored"):
+    with pytest.raises(InputError, match=r"at least 3 bracketed .* got 2 at depth.* 2 censored"):
         fit_law(obs)
 
 

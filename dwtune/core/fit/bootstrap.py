@@ -111,7 +111,9 @@ def study_replicate(
     return replicate
 
 
-def observation_from_estimate(pair: PairPoints, estimate, points: Sequence) -> TransitionObservation:
+def observation_from_estimate(
+    pair: PairPoints, estimate, points: Sequence
+) -> TransitionObservation:
     """A CrossingEstimate as the fit's observation; a censored pair's bound is the range end."""
     sizes = [p.n for p in points]
     status = estimate.status
@@ -210,12 +212,15 @@ class BootstrapFit:
             "b": dict(zip(("median", "low", "high"), self.b, strict=True)),
             "sd_a": self.sd[0],
             "sd_b": self.sd[1],
-            "projections": [
-                {"budget": n} | {k: dict(zip(("median", "low", "high"), v, strict=True))
-                                 for k, v in p.items()}
-                for n, p in self.projections.items()
-            ],  # fmt: skip
+            "projections": [_projection_dict(n, p) for n, p in self.projections.items()],
         }
+
+
+def _projection_dict(budget: float, shapes: dict) -> dict:
+    names = ("median", "low", "high")
+    return {"budget": budget} | {
+        key: dict(zip(names, value, strict=True)) for key, value in shapes.items()
+    }
 
 
 def _percentiles(values: Sequence[float], level: float) -> tuple[float, float, float]:
