@@ -57,6 +57,61 @@ drawn from a numpy Generator seeded by a hash of those inputs, so a trial's loss
 depth and size, so it shares ``ρ`` of the noise variance. Each loss has standard deviation
 ``noise``; a paired difference (same seed, two depths) has ``noise · sqrt(2·(1 − ρ))``.
 
+Surfaces
+--------
+``simulated.surface`` picks one; every parameter is a field of the ``simulated`` section (its
+defaults in brackets) and, where it differs from its default, part of a trial's identity. The
+pure functions live in :mod:`dwtune.backends.simulated_surface`. Write ``u = (ln N*(Ld) − x) /
+transition_scale`` (positive below N*, where the deeper net loses) and ``σ = noise``.
+
+- ``default``: the surface above, bit-for-bit: ``T = gap·tanh(u)``, sd ``σ`` at every depth.
+- ``depth_noise``: the noise grows with depth and the gap shrinks with it::
+
+      sd(L) = σ·(1 + noise_depth_slope·(L − 1))                     [0.1]
+      T(Ld, x) = gap / (1 + gap_depth_slope·(Ld − 1)) · tanh(u)       [0.1]
+
+  A paired Δ then has sd ``sqrt(sd(Ls)² + sd(Ld)² − 2ρ·sd(Ls)·sd(Ld))`` (``paired_noise_sd``).
+- ``non_monotone``: a compact bump pulls Δ below zero once, ``dip_offset`` e-folds below the
+  real crossing, before Δ returns positive and crosses for real at N*::
+
+      T = gap·tanh(u) − dip_size·gap·B((ln N*(Ld) − x − dip_offset) / dip_width)
+      B(t) = (1 − t²)² for |t| < 1, else exactly 0        [dip_size 1.5, offset 2, width 0.5]
+
+  With ``dip_size > tanh(dip_offset / transition_scale)`` the minimum is negative, so Δ has
+  three sign changes (``mean_sign_changes``); ``dip_width < dip_offset`` keeps N* exact.
+- ``outliers``: heavy tails: a training of depth ``>= outlier_min_depth`` [0] ends
+  ``outlier_size`` [0.1] nats high with probability ``outlier_share`` [0.03], drawn from a
+  uniform that is a pure function of the shape and seed.
+- ``divergences``: a training diverges with probability::
+
+      P(L, lr) = logistic(diverge_logit + diverge_depth_slope·L + diverge_lr_slope·ln(lr / lr_opt))
+                                                                  [−4, 0.1, 2 per e-fold of lr]
+
+  It reports its curve up to a step drawn in (5%, 100%] of the run, then one last report with
+  ``train/loss`` and ``val/loss`` NaN and status ``diverged``, as the torch trainer does.
+- ``lr_mistuned``: the tanh surface plus the learning-rate penalty (which needs
+  ``lr_penalty > 0`` here, and applies on any surface where it is)::
+
+      penalty(w, lr) = lr_penalty · ln²(lr / lr_opt(w))                       [nats; 0 = off]
+      lr_opt(w)      = lr_opt · (lr_base_width / w)^lr_width_exponent    [3e-3, 256, 1]
+
+  ``lr`` is the trial's learning rate (``spec.train.lr`` unless the caller passes ``lr=``).
+  Under standard parametrisation (exponent 1) the best rate falls as 1/width, so one shared
+  rate mis-tunes the two nets of a pair differently: at equal N the deeper net is narrower
+  and Δ gains ``penalty(w_d, lr) − penalty(w_s, lr)``, which moves the crossing away from
+  N*(Ld); ``mean_sign_changes`` finds where it really is.
+- ``asymmetric``: not a tanh: below N* ``gap·tanh(u)``; above it a slow power-law approach
+  to a smaller gap::
+
+      T = −asymmetry_gap_ratio·gap·(1 − (1 − u)^(−asymmetry_power))    for u < 0   [0.4, 0.5]
+
+  so Δ's slope just above N* is ``asymmetry_gap_ratio·asymmetry_power`` times the slope below.
+
+On every surface T(Ld, x*(Ld)) = 0 exactly, so ``planted_transition`` is the crossing of each
+configured pair (the real one on non_monotone); only the lr penalty moves it. The noiseless
+Δ of a configured pair at equal ``n`` is ``pair_delta_mean(config, Ls, Ld, n, lr=None)``; the
+per-seed outcome at real-valued width (for the coverage benchmark) is ``seed_outcome``.
+
 The curve: a validation report every ``train.eval_every`` steps up to the total (the last one
 always), decreasing from ``ln(vocab_size)`` (at least one nat above the end) to the final loss;
 training loss a little below it. No gradients exist: ``grad_norm`` and ``mfu`` are NaN;
@@ -66,76 +121,94 @@ training loss a little below it. No gradients exist: ``grad_norm`` and ``mfu`` a
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
+from dwtune.backends.simulated_surface import (
+    ALPHA,
+    N_C,
+    SeedOutcome,
+    divergence_probability,
+    link_term,
+    loss_noise_sd,
+    lr_optimum,
+    lr_penalty,
+    mean_loss_at,
+    mean_sign_changes,
+    pair_delta_mean,
+    paired_noise_sd,
+    planted_transition,
+    planted_width,
+    seed_outcome,
+    size_term,
+)
 from dwtune.core import vocabulary
-from dwtune.core.budget import ModelShape, paper_size
+from dwtune.core.budget import ModelShape
 from dwtune.core.records import planted_chain
-from dwtune.core.spec import ExperimentSpec, SimulatedConfig
+from dwtune.core.spec import ExperimentSpec
 
-N_C = 8.8e13  # size scale of the power law (parameters)
-ALPHA = 0.076  # power-law exponent of the loss in N
+__all__ = [
+    "ALPHA",
+    "N_C",
+    "divergence_probability",
+    "final_loss",
+    "link_term",
+    "loss_noise_sd",
+    "lr_optimum",
+    "lr_penalty",
+    "mean_loss",
+    "mean_sign_changes",
+    "pair_delta_mean",
+    "paired_noise_sd",
+    "planted_chain",
+    "planted_transition",
+    "planted_width",
+    "seed_outcome",
+    "simulate_training",
+    "size_term",
+]
+
 TRAIN_GAP = 0.02  # nats the training loss ends below the validation loss
 CURVE_DECAY = 5.0  # e-folds the excess loss decays over the run, on top of a linear ramp
 STATE_FILE = "simulated_state.json"  # a checkpoint: the last step reported
 
 
-# --------------------------------------------------------------------------- the planted law
+# --------------------------------------------------------------------------- one trial
 
 
-def planted_width(config: SimulatedConfig, depth: float) -> float:
-    """dx*(L) = exp(a + b·L)."""
-    return math.exp(config.a + config.b * depth)
+def _linked(spec: ExperimentSpec, depth: int) -> tuple[int, ...]:
+    return planted_chain(spec.refine.pairs, depth)[:-1]  # the last member has no partner
 
 
-def planted_transition(config: SimulatedConfig, depth: float) -> float:
-    """N*(L) = 12·L·dx*(L)²: where a configured pair with deeper depth L changes sign."""
-    return 12.0 * depth * planted_width(config, depth) ** 2
+def mean_loss(spec: ExperimentSpec, depth: int, width: float, lr: float | None = None) -> float:
+    """Noise-free final loss S(N) + D(L, ln N) (+ the lr penalty) at the size of (depth, width)."""
+    return mean_loss_at(spec.simulated, _linked(spec, depth), depth, width, lr)
 
 
-def paired_noise_sd(config: SimulatedConfig) -> float:
-    """Standard deviation of a same-seed loss difference between two depths (nats)."""
-    return config.noise * math.sqrt(2.0 * (1.0 - config.seed_correlation))
+def trial_outcome(
+    spec: ExperimentSpec, shape: ModelShape, seed: int, lr: float | None = None
+) -> SeedOutcome:
+    """The trial's end on the configured surface (its lr: ``spec.train.lr`` unless given)."""
+    return seed_outcome(
+        spec.simulated,
+        _linked(spec, shape.depth),
+        shape.depth,
+        shape.width,
+        seed,
+        lr=spec.train.lr if lr is None else lr,
+        trial_key=dataclasses.asdict(shape),
+    )
 
 
-def size_term(n_params: float) -> float:
-    return (N_C / n_params) ** ALPHA
-
-
-def link_term(config: SimulatedConfig, depth: int, log_n: float) -> float:
-    """T(L, x): the planted gap of the pair whose deeper depth is L."""
-    distance = math.log(planted_transition(config, depth)) - log_n
-    return config.gap * math.tanh(distance / config.transition_scale)
-
-
-def mean_loss(spec: ExperimentSpec, depth: int, width: int) -> float:
-    """Noise-free final loss S(N) + D(L, ln N) at the paper size of (depth, width)."""
-    n_params = paper_size(depth, width)
-    linked = planted_chain(spec.refine.pairs, depth)[:-1]  # the last member has no partner
-    depth_term = sum(link_term(spec.simulated, d, math.log(n_params)) for d in linked)
-    return size_term(n_params) + depth_term
-
-
-def _normal(*key: object) -> float:
-    """A standard normal draw that is a pure function of ``key``."""
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).digest()
-    return float(np.random.default_rng(int.from_bytes(digest[:8], "little")).standard_normal())
-
-
-def final_loss(spec: ExperimentSpec, shape: ModelShape, seed: int) -> float:
-    """The trial's final validation loss: mean loss plus its reproducible seed noise."""
-    rho = spec.simulated.seed_correlation
-    z_seed = _normal("seed", seed)
-    z_trial = _normal("trial", dataclasses.asdict(shape), seed)
-    noise = math.sqrt(rho) * z_seed + math.sqrt(1.0 - rho) * z_trial
-    return mean_loss(spec, shape.depth, shape.width) + spec.simulated.noise * noise
+def final_loss(
+    spec: ExperimentSpec, shape: ModelShape, seed: int, lr: float | None = None
+) -> float:
+    """The trial's final validation loss: mean loss plus its reproducible seed noise (NaN
+    when the training diverges)."""
+    return trial_outcome(spec, shape, seed, lr).loss
 
 
 # --------------------------------------------------------------------------- the curve
@@ -165,6 +238,7 @@ def _report_at(
         vocabulary.TOKENS: step * tokens_per_step,
         vocabulary.TRAIN_LOSS: val - TRAIN_GAP * step / total,
         vocabulary.VAL_LOSS: val,
+        vocabulary.VAL_LOSS_SE: 0.0,  # the surface's noise is all seed noise: no eval sampling
         vocabulary.VAL_BEST_LOSS: val,  # the curve only decreases
         vocabulary.LR: spec.train.lr_at(step, total),
         vocabulary.GRAD_NORM: math.nan,
@@ -189,6 +263,25 @@ def _save_state(checkpoint_dir: str | None, step: int) -> str | None:
     return checkpoint_dir
 
 
+def _diverged_report(
+    spec: ExperimentSpec, step: int, total: int, best: float, elapsed_s: float
+) -> dict:
+    """The torch trainer's report of a blown-up training: no evaluation, the losses NaN, the
+    best validation loss so far kept, status diverged."""
+    return {
+        **_report_at(spec, step, total, (math.nan, math.nan), elapsed_s),
+        vocabulary.VAL_BEST_LOSS: best,
+        vocabulary.STATUS: vocabulary.STATUS_DIVERGED,
+    }
+
+
+def _last_step(outcome: SeedOutcome, total: int) -> int:
+    """The step the run ends at: the total, or where a diverging run blows up."""
+    if not outcome.diverged:
+        return total
+    return max(1, min(total, round(outcome.diverged_at * total)))
+
+
 def simulate_training(
     spec: ExperimentSpec,
     shape: ModelShape,
@@ -197,24 +290,36 @@ def simulate_training(
     *,
     checkpoint_dir: str | None = None,
     resume_from: str | None = None,
+    lr: float | None = None,
 ) -> dict:
     """The backend (see :mod:`dwtune.backends.trial`): report the simulated curve, return
-    its end."""
+    its end. ``lr`` is the trial's learning rate (``spec.train.lr`` when None)."""
     total = spec.train.total_steps(spec.data.seq_len)
-    final = final_loss(spec, shape, seed)
+    outcome = trial_outcome(spec, shape, seed, lr)
+    if outcome.diverged:  # the curve it follows until it blows up: its noise-free mean
+        final = mean_loss(spec, shape.depth, shape.width, spec.train.lr if lr is None else lr)
+    else:
+        final = outcome.loss
     losses = (max(math.log(spec.data.vocab_size), final + 1.0), final)
+    end = _last_step(outcome, total)
     done = _resume_step(resume_from)
     started = time.perf_counter()
     last: dict = {}
     previous = done
-    for step in (s for s in eval_steps(total, spec.train.eval_every) if s > done):
+    steps = eval_steps(total, spec.train.eval_every)
+    for step in (s for s in steps if done < s and (s < end or s == total == end)):
         time.sleep(spec.simulated.seconds_per_step * (step - previous))
         previous = step
         last = _report_at(spec, step, total, losses, time.perf_counter() - started)
         if step == total:
             last[vocabulary.STATUS] = vocabulary.STATUS_FINISHED
         report(dict(last), _save_state(checkpoint_dir, step))
-    if not last:  # resumed after the last report: nothing left to train
+    if outcome.diverged:
+        time.sleep(spec.simulated.seconds_per_step * max(0, end - previous))
+        best = last.get(vocabulary.VAL_BEST_LOSS, math.nan)
+        last = _diverged_report(spec, end, total, best, time.perf_counter() - started)
+        report(dict(last), _save_state(checkpoint_dir, end))
+    elif not last:  # resumed after the last report: nothing left to train
         last = {
             **_report_at(spec, total, total, losses, 0.0),
             vocabulary.STATUS: vocabulary.STATUS_FINISHED,

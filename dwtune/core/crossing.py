@@ -3,14 +3,17 @@
 Input: points ``(N_i, Δ_i1..Δ_ik)``, one paired Δ = loss(deeper) − loss(shallower) per seed,
 in nats, at sizes ``N_i`` on the pair's size axis. Output: a :class:`CrossingEstimate`.
 
-Noise (the sd of one paired Δ, nats). Each point with two or more finite Δ gives a sample
-variance ``s_i²`` with ``ν_i = k_i − 1`` degrees of freedom. With ``ν = Σ ν_i ≥ MIN_DOF`` over
-at least three points the noise is *measured* and allowed to change with size: a weighted
-least-squares line through ``ln s_i² − b(ν_i)`` against ``ln N`` (weights ``ν_i``; ``b(ν) =
-ψ(ν/2) − ln(ν/2)`` removes the bias of a log sample variance), evaluated at each point. With
-fewer the pooled sd over all points is used, and when it rests on fewer than ``MIN_DOF`` degrees
-of freedom the larger of it and the prior is used: labelled ``prior (fallback)`` when the prior
-is the larger (so the fallback is never smaller than what the data show). A point's standard
+Noise (the sd of one paired Δ, nats). Each point with two or more finite Δ gives a sum of
+squares ``ss_i`` on ``ν_i = k_i − 1`` degrees of freedom. With ``ν = Σ ν_i ≥ MIN_DOF`` the noise
+is *measured* and may change with size: at each point the variance is pooled locally, weighting
+every point's ``ss_j`` and ``ν_j`` by a Gaussian kernel of ``NOISE_BANDWIDTH`` e-folds in ln N,
+and shrunk towards the pair-wide pool by ``SHRINK_DOF`` degrees of freedom::
+
+    σ²(N_i) = (Σ_j w_ij ss_j + SHRINK_DOF · σ²_pool) / (Σ_j w_ij ν_j + SHRINK_DOF)
+
+(the pair is one depth pair, so the noise is per depth as well as per size). With fewer degrees
+of freedom the pooled sd is used when it is at least the prior; otherwise the prior, labelled
+``prior (fallback)``: the fallback is never smaller than what the data show. A point's standard
 error is ``sqrt(σ(N_i)² / k_i + extra_sd_i²)``; ``extra_sd`` carries errors shared by every seed
 at the point (the evaluation's own sampling error, a size-trend correction).
 
@@ -50,7 +53,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special
 
 from dwtune.core import vocabulary
 
@@ -59,6 +61,9 @@ MIN_DOF = 6  # degrees of freedom of the noise below which the prior is a floor
 DECIDE_Z = 2.0  # |m|/se beyond which a point's sign counts
 Z_CONFIRM = 3.0  # strongest |m|/se a run needs to count when the pattern is not + then −
 EXTEND = 1  # points added on each side of a crossing's window
+NOISE_BANDWIDTH = 1.0  # e-folds of N: the sd of the Gaussian kernel that pools variances locally
+SHRINK_DOF = 4.0  # degrees of freedom the pair-wide pool weighs in each local variance
+MIN_SE = 1e-12  # nats: floor of a standard error (noise-free surfaces)
 
 
 @dataclass(frozen=True)
@@ -100,34 +105,27 @@ class Noise:
     source: str
 
 
-def _log_variance_bias(dof: np.ndarray) -> np.ndarray:
-    """E[ln s²] − ln σ² for a normal sample variance with ``dof`` degrees of freedom."""
-    return special.digamma(dof / 2.0) - np.log(dof / 2.0)
-
-
 def _finite_groups(points: Sequence[DeltaPoint]) -> list[np.ndarray]:
     return [np.asarray([d for d in p.deltas if math.isfinite(d)], dtype=float) for p in points]
 
 
 def estimate_noise(points: Sequence[DeltaPoint], prior: float | None) -> Noise:
-    """The noise model of the module doc."""
+    """The noise model of the module doc: local pooling in ln N, shrunk to the pair's pool."""
     x = np.log([p.n for p in points])
     groups = _finite_groups(points)
     dof = np.array([max(g.size - 1, 0) for g in groups], dtype=float)
     ss = np.array([float(np.sum((g - g.mean()) ** 2)) if g.size > 1 else 0.0 for g in groups])
     total = float(dof.sum())
-    with_dof = dof > 0
-    if total >= MIN_DOF and with_dof.sum() >= 3 and np.ptp(x[with_dof]) > 0:
-        y = np.log(np.maximum(ss[with_dof] / dof[with_dof], 1e-30))
-        y -= _log_variance_bias(dof[with_dof])
-        slope, intercept = np.polyfit(x[with_dof], y, 1, w=np.sqrt(dof[with_dof]))
-        sd = np.exp(0.5 * (intercept + slope * x))
-        return Noise(sd, total, vocabulary.NOISE_MEASURED)
     pooled = math.sqrt(ss.sum() / total) if total > 0 else 0.0
     floor = DEFAULT_NOISE_PRIOR if prior is None else prior
-    if total >= MIN_DOF or (total > 0 and pooled >= floor):
+    if total < MIN_DOF and not (total > 0 and pooled >= floor):
+        return Noise(np.full(len(points), floor), math.inf, vocabulary.NOISE_PRIOR)
+    if total < MIN_DOF:
         return Noise(np.full(len(points), pooled), total, vocabulary.NOISE_MEASURED)
-    return Noise(np.full(len(points), floor), math.inf, vocabulary.NOISE_PRIOR)
+    near = np.exp(-0.5 * ((x[:, None] - x[None, :]) / NOISE_BANDWIDTH) ** 2)
+    local_ss, local_dof = near @ ss, near @ dof
+    variance = (local_ss + SHRINK_DOF * pooled**2) / (local_dof + SHRINK_DOF)
+    return Noise(np.sqrt(variance), total, vocabulary.NOISE_MEASURED)
 
 
 # --------------------------------------------------------------------------- one estimate
@@ -273,7 +271,7 @@ def estimate_crossing(
     noise = estimate_noise(points, noise_prior)
 
     def se_of(sd: np.ndarray) -> np.ndarray:
-        return np.sqrt(sd**2 / counts + extra**2)
+        return np.maximum(np.sqrt(sd**2 / counts + extra**2), MIN_SE)
 
     means = point_means(points)
     se = se_of(noise.sd)

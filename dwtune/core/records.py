@@ -33,7 +33,7 @@ def trial_identity(spec: ExperimentSpec, shape: ModelShape, seed: int) -> str:
         "trainer": spec.trainer,
     }
     if spec.trainer == "simulated":
-        payload["simulated"] = dataclasses.asdict(spec.simulated)
+        payload["simulated"] = spec.simulated.identity()
         # the simulated surface of a depth depends on the pairs it belongs to
         payload["planted_chain"] = list(planted_chain(spec.refine.pairs, shape.depth))
     blob = json.dumps(payload, sort_keys=True, default=str).encode()
@@ -106,6 +106,7 @@ class TrialRecord:
     node: str = ""
     error: str = ""
     simulated: bool = False
+    val_loss_se: float = float("nan")  # standard error of the final val/loss over eval batches
     # One dict per report: metric name -> value (metrics vocabulary); not a trials.parquet column.
     curve: list[dict] = field(default_factory=list, repr=False)
 
@@ -156,5 +157,6 @@ def record_from_result(
         node=node,
         error=error,
         simulated=spec.trainer == "simulated",
+        val_loss_se=float(last.get(vocabulary.VAL_LOSS_SE, float("nan"))),
         curve=list(curve),
     )

@@ -52,6 +52,7 @@ TRIALS_SCHEMA = pa.schema(
         ("node", pa.string()),
         ("error", pa.string()),
         ("simulated", pa.bool_()),
+        ("val_loss_se", pa.float64()),
     ]
 )
 

@@ -22,6 +22,7 @@ derived at the end.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
@@ -30,13 +31,13 @@ import optuna
 import pyarrow as pa
 from optuna.trial import TrialState
 
-from dwtune.core import transitions, vocabulary
-from dwtune.core.crossing import DeltaPoint
+from dwtune.core import pair_points, transitions, vocabulary
 from dwtune.core.errors import InputError
 from dwtune.core.fit.bootstrap import PairPoints
+from dwtune.core.pair_points import PairGrid, PairPoint
 from dwtune.core.records import TrialRecord, TrialRequest, make_request
 from dwtune.core.spec import ExperimentSpec, RefineConfig
-from dwtune.core.transitions import PairGrid, PairPoint, Step, Transition
+from dwtune.core.transitions import Step, Transition
 from dwtune.outputs.pair_deltas import write_pair_deltas
 from dwtune.storage.provenance import write_parquet_atomic
 from dwtune.storage.store import ExperimentStore
@@ -69,6 +70,13 @@ TRANSITION_SCHEMA = pa.schema(
         pa.field("seeds", pa.int64()),
         pa.field("rounds", pa.int64()),
         pa.field("simulated", pa.bool_()),
+        pa.field("n_star_low_68", pa.float64()),
+        pa.field("n_star_high_68", pa.float64()),
+        pa.field("sigma_ln", pa.float64()),
+        pa.field("crossings", pa.list_(pa.float64())),
+        pa.field("noise_source", pa.string()),
+        pa.field("failures_deep", pa.int64()),
+        pa.field("failures_shallow", pa.int64()),
     ]
 )
 
@@ -87,17 +95,27 @@ def bisection_rounds(study: optuna.Study) -> int:
     return sum(t.user_attrs.get(KIND_ATTR) == "bisect" for t in finished)
 
 
-def plan_step(grid: Sequence[PairPoint], study: optuna.Study, refine: RefineConfig) -> Step:
+def decided_points(
+    grid: Sequence[PairPoint], study: optuna.Study, refine: RefineConfig, prior: float
+) -> list[PairPoint]:
+    """Grid and study points, sorted, each sign tested under the pair's current noise."""
+    points = pair_points.merge_points(grid, trial_points(study))
+    return transitions.decide_points(points, refine, prior)
+
+
+def plan_step(
+    grid: Sequence[PairPoint], study: optuna.Study, refine: RefineConfig, prior: float
+) -> Step:
     """The next step of a pair, from its grid points and its study's history alone."""
-    points = transitions.merge_points(grid, trial_points(study))
+    points = decided_points(grid, study, refine, prior)
     return transitions.next_step(points, refine, bisection_rounds(study))
 
 
 class BisectionSampler(optuna.samplers.BaseSampler):
     """Proposes ``log_n``: the bisection point of the pair's current bracket (see bisect)."""
 
-    def __init__(self, grid: Sequence[PairPoint], refine: RefineConfig):
-        self.grid, self.refine = tuple(grid), refine
+    def __init__(self, grid: Sequence[PairPoint], refine: RefineConfig, prior: float):
+        self.grid, self.refine, self.prior = tuple(grid), refine, prior
 
     def infer_relative_search_space(self, study, trial) -> dict:
         return {}
@@ -106,7 +124,7 @@ class BisectionSampler(optuna.samplers.BaseSampler):
         return {}
 
     def sample_independent(self, study, trial, param_name, param_distribution) -> float:
-        step = plan_step(self.grid, study, self.refine)
+        step = plan_step(self.grid, study, self.refine, self.prior)
         if param_name != LOG_N or step.kind != "bisect":
             raise RuntimeError(f"no bisection proposal for {param_name} ({step.kind})")
         return step.log_n
@@ -162,10 +180,6 @@ def noise_prior(spec: ExperimentSpec) -> float:
     return transitions.PAIRED_NOISE_PRIOR
 
 
-def _completed(record: TrialRecord) -> bool:
-    return record.completed and math.isfinite(record.best_val_loss)
-
-
 class PairRefiner:
     """Runs one pair's study to its end and derives the pair's transition."""
 
@@ -177,7 +191,8 @@ class PairRefiner:
         self.seed_order = transitions.seed_sequence(spec.space.seeds, count)
         self.prior = noise_prior(spec)
         self.path = study_path(store, self.pair)
-        self.study = open_study(self.path, BisectionSampler(grid.points, self.refine))
+        sampler = BisectionSampler(grid.points, self.refine, self.prior)
+        self.study = open_study(self.path, sampler)
 
     # ------------------------------------------------------------------ the loop
 
@@ -188,13 +203,10 @@ class PairRefiner:
         if stale:
             self.say(f"[refine {self.grid.label}] resuming: {stale} interrupted trial(s) redone")
         while True:
-            step = plan_step(self.grid.points, self.study, self.refine)
+            step = plan_step(self.grid.points, self.study, self.refine, self.prior)
             if step.kind == "bisect" and self._width_taken(step.log_n):
-                step = Step(
-                    "done",
-                    step.outcome,
-                    reason="width resolution: no legal width between the bracket ends",
-                )
+                reason = "width resolution: no legal width between the bracket ends"
+                step = transitions.close(step.outcome, self.refine, reason)
             if step.kind == "done":
                 return self._transition(step)
             yield from self._round(step)
@@ -210,8 +222,9 @@ class PairRefiner:
             if not math.isclose(log_n, step.log_n, abs_tol=SNAP_TOLERANCE):
                 raise RuntimeError(f"sampler proposed {log_n}, expected {step.log_n}")
             trial.set_user_attr(KIND_ATTR, "bisect")
-        start = max(self.refine.seeds, step.point.requested if step.point else 0)
-        point = yield from self._evaluate(self._snap(log_n), step.kind, start)
+        start = max(self.refine.seeds, step.seeds, step.point.requested if step.point else 0)
+        verified = step.reason == "re-verify"
+        point = yield from self._evaluate(self._snap(log_n), step.kind, start, verified)
         trial.set_user_attr(POINT_ATTR, point.to_dict())
         # Optuna fails a trial told NaN; a point whose trainings all failed is still a result.
         self.study.tell(trial, point.decision.mean if point.n else 0.0)
@@ -231,19 +244,17 @@ class PairRefiner:
     def _width_taken(self, log_n: float) -> bool:
         """A proposal whose deeper width some point already has would learn nothing new."""
         width = self.spec.cell(self.pair[1], math.exp(log_n)).shape.width
-        points = transitions.merge_points(self.grid.points, trial_points(self.study))
+        points = pair_points.merge_points(self.grid.points, trial_points(self.study))
         return any(p.width_deep == width for p in points)
 
     # ------------------------------------------------------------------ one point
 
-    def _evaluate(self, budget: float, kind: str, start: int) -> Rounds:
+    def _evaluate(self, budget: float, kind: str, start: int, verified: bool = False) -> Rounds:
         """Train both depths at ``budget`` with paired seeds until Δ's sign is decided."""
         cells = (self.spec.cell(self.pair[1], budget), self.spec.cell(self.pair[0], budget))
-        sizes = (
-            math.log(cells[0].params_non_embedding),
-            cells[0].shape.width,
-            cells[1].shape.width,
-        )
+        total = self.spec.model.size_convention == "total"
+        size = cells[0].params_total if total else cells[0].params_non_embedding
+        sizes = (math.log(size), cells[0].shape.width, cells[1].shape.width)
         records: dict[int, tuple[TrialRecord, TrialRecord]] = {}
         wanted = start
         while True:
@@ -257,34 +268,25 @@ class PairRefiner:
             records.update(
                 {seed: (results[2 * i], results[2 * i + 1]) for i, seed in enumerate(new_seeds)}
             )
-            point = self._point(budget, sizes, records, kind, wanted)
+            point = self._point(budget, sizes, records, kind, wanted, verified)
             if point.decision.decided or wanted >= self.refine.max_seeds:
                 return point
             wanted = transitions.seeds_wanted(point.decision, wanted, self.refine)
 
-    def _point(self, budget, sizes, records, kind: str, requested: int) -> PairPoint:
-        deep = {s: pair[0] for s, pair in records.items() if _completed(pair[0])}
-        shallow = {s: pair[1] for s, pair in records.items() if _completed(pair[1])}
-        others = [
-            p.deltas
-            for p in transitions.merge_points(self.grid.points, trial_points(self.study))
-            if p.budget != budget
-        ]
-
-        def sd_of(deltas: Sequence[float]) -> float:
-            return transitions.pooled_sd([*others, deltas], self.prior)
-
-        return transitions.make_point(
-            budget,
-            sizes,
-            deep,
-            shallow,
-            self.grid.trend,
-            sd_of,
-            self.refine.noise_z,
-            kind,
-            requested,
+    def _point(self, budget, sizes, records, kind: str, requested: int, verified: bool):
+        """The point of ``records`` (failed trainings included: they count against their
+        depth), sign-tested together with the pair's other points."""
+        deep = {seed: pair[0] for seed, pair in records.items()}
+        shallow = {seed: pair[1] for seed, pair in records.items()}
+        convention = self.spec.model.size_convention
+        trend = self.grid.trend
+        point = pair_points.make_point(
+            budget, sizes, deep, shallow, trend, kind, requested, convention
         )
+        point = dataclasses.replace(point, verified=verified)
+        points = pair_points.merge_points(self.grid.points, [*trial_points(self.study), point])
+        decided = transitions.decide_points(points, self.refine, self.prior)
+        return next(p for p in decided if p.budget == budget)
 
     # ------------------------------------------------------------------ reporting
 
@@ -312,16 +314,12 @@ class PairRefiner:
 
     def pair_points(self) -> PairPoints:
         """Every point of the pair as DeltaPoints: the study bootstrap's input."""
-        points = transitions.merge_points(self.grid.points, trial_points(self.study))
-        return PairPoints(
-            self.grid.label,
-            self.pair[0],
-            self.pair[1],
-            tuple(DeltaPoint(math.exp(p.log_n), p.deltas, seeds=p.seeds) for p in points if p.n),
-        )
+        points = pair_points.merge_points(self.grid.points, trial_points(self.study))
+        deltas = tuple(p.delta_point() for p in points if p.n)
+        return PairPoints(self.grid.label, self.pair[0], self.pair[1], deltas)
 
     def _transition(self, step: Step) -> Transition:
-        points = transitions.merge_points(self.grid.points, trial_points(self.study))
+        points = decided_points(self.grid.points, self.study, self.refine, self.prior)
         transition = transitions.make_transition(
             self.pair,
             step.outcome,
@@ -330,6 +328,9 @@ class PairRefiner:
             rounds=bisection_rounds(self.study),
             simulated=self.spec.trainer == "simulated",
             reason=step.reason,
+            prior=self.prior,
+            z=self.refine.noise_z,
+            convention=self.spec.model.size_convention,
         )
         self.say(f"[refine {self.grid.label}] {describe(transition)}")
         return transition
@@ -338,12 +339,18 @@ class PairRefiner:
 def describe(t: Transition) -> str:
     """One line: status, N* and dx* with uncertainty, and the cost."""
     cost = f"{t.trials} new training(s), {t.rounds} round(s), up to {t.seeds} seed(s)"
-    if t.status == "bracketed":
+    failures = f", failed trainings {t.failures_deep}/{t.failures_shallow} (deeper/shallower)"
+    cost += failures if t.failures_deep or t.failures_shallow else ""
+    if t.status == vocabulary.TRANSITION_BRACKETED:
         found = (
-            f"N* = {t.n_star:.4g} in [{t.n_star_low:.4g}, {t.n_star_high:.4g}], "
-            f"dx* = {t.width_deep:.1f} ± {t.width_deep_err:.1f}"
+            f"N* = {t.n_star:.4g}, 68% [{t.n_star_low_68:.4g}, {t.n_star_high_68:.4g}], "
+            f"95% [{t.n_star_low:.4g}, {t.n_star_high:.4g}], σ(ln N*) = {t.sigma_ln:.3f}, "
+            f"dx* = {t.width_deep:.1f} ± {t.width_deep_err:.1f}; noise {t.noise_source}"
         )
         return f"bracketed: {found} ({t.reason}; {cost})"
+    if t.status == vocabulary.TRANSITION_NON_MONOTONE:
+        listed = ", ".join(f"{n:.4g}" for n in t.crossings)
+        return f"non_monotone: Δ changes sign more than once, at N ≈ {listed}; no N* ({cost})"
     hint = {
         "censored_low": "the deeper net already wins at the smallest budget; lower "
         "space.budgets' minimum",
@@ -358,13 +365,14 @@ def describe(t: Transition) -> str:
 
 def grid_pairs(spec: ExperimentSpec, records: Sequence[TrialRecord]) -> list[PairGrid]:
     """Every configured pair's grid points; InputError for a depth the grid never finished."""
-    prior = noise_prior(spec)
-    return [
-        transitions.grid_pair(
-            records, tuple(pair), spec.space.budgets, spec.space.seeds, spec.refine.noise_z, prior
-        )
-        for pair in spec.refine.pairs
-    ]
+    budgets, seeds = spec.space.budgets, spec.space.seeds
+    convention, prior = spec.model.size_convention, noise_prior(spec)
+    grids = []
+    for pair in spec.refine.pairs:
+        grid = pair_points.grid_pair(records, tuple(pair), budgets, seeds, convention)
+        decided = transitions.decide_points(grid.points, spec.refine, prior)
+        grids.append(dataclasses.replace(grid, points=tuple(decided)))
+    return grids
 
 
 class RefineStage:

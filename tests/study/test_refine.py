@@ -208,7 +208,7 @@ def test_simulated_yaml_recovers_every_planted_transition_within_its_uncertainty
 
 
 def test_pair_deltas_parquet_holds_every_paired_delta_of_every_point(tmp_path):
-    from dwtune.core import transitions as core_transitions
+    from dwtune.core import pair_points as core_points
     from dwtune.core.vocabulary import PAIR_DELTAS_FILE
     from dwtune.outputs.pair_deltas import read_pair_deltas
 
@@ -217,7 +217,7 @@ def test_pair_deltas_parquet_holds_every_paired_delta_of_every_point(tmp_path):
     refine_stage.run_refine(spec, store, refine_stage.InProcessRunner(spec, store).run)
     [pair] = read_pair_deltas(store.root / PAIR_DELTAS_FILE)
     grid = refine_stage.grid_pairs(spec, store.records())[0].points
-    expected = core_transitions.merge_points(grid, study_points(store, (6, 12)))
+    expected = core_points.merge_points(grid, study_points(store, (6, 12)))
     assert (pair.label, pair.depth_shallow, pair.depth_deep) == ("6-12", 6, 12)
     assert [p.n for p in pair.points] == pytest.approx([math.exp(p.log_n) for p in expected])
     assert [p.deltas for p in pair.points] == [p.deltas for p in expected]

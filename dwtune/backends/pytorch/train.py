@@ -182,17 +182,20 @@ def atomic_torch_save(state: dict, path: Path) -> None:
 
 
 @torch.no_grad()
-def evaluate(step: TrainStep, batches: list[np.ndarray]) -> float:
-    """Mean loss over the fixed held-out batches (nats per token)."""
+def evaluate(step: TrainStep, batches: list[np.ndarray]) -> tuple[float, float]:
+    """Mean loss over the fixed held-out batches and its standard error over them (nats per
+    token; the error is NaN with one batch)."""
     model, runtime = step.model, step.runtime
     model.eval()
-    total = torch.zeros((), device=runtime.device)
+    losses = []
     for windows in batches:
         inputs, targets = to_device(windows, runtime.device)
         with runtime.autocast():
-            total += model.loss(inputs, targets).float()
+            losses.append(model.loss(inputs, targets).float())
     model.train()
-    return float(total / len(batches))
+    per_batch = torch.stack(losses)
+    se = per_batch.std() / math.sqrt(len(batches)) if len(batches) > 1 else math.nan
+    return float(per_batch.mean()), float(se)
 
 
 # --------------------------------------------------------------------------- the loop
@@ -335,7 +338,8 @@ class Trainer:
         seconds = interval.seconds()
         train_loss = float(interval.loss_sum) / max(1, interval.steps)
         diverged = diverged or not math.isfinite(train_loss)
-        val = math.nan if diverged else evaluate(self.step_fn, self.eval_windows)
+        no_eval = (math.nan, math.nan)
+        val, val_se = no_eval if diverged else evaluate(self.step_fn, self.eval_windows)
         diverged = diverged or not math.isfinite(val)
         if not diverged and val < self.progress.best_val:
             self.progress.best_val, self.progress.best_step = val, self.progress.step
@@ -345,6 +349,7 @@ class Trainer:
         report = {
             vocabulary.TRAIN_LOSS: train_loss,
             vocabulary.VAL_LOSS: val,
+            vocabulary.VAL_LOSS_SE: val_se,
             vocabulary.VAL_BEST_LOSS: (
                 self.progress.best_val if math.isfinite(self.progress.best_val) else math.nan
             ),

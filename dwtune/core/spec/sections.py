@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -14,6 +15,16 @@ SCHEDULES = ("cosine", "linear", "constant")
 TRAINERS = ("torch", "simulated")
 BUILTIN_CORPORA = ("shakespeare",)
 REFERENCE_FITS = ("levine2020",)  # dwtune.core.projection holds their constants
+# Loss surfaces of the simulated backend; formulas in dwtune.backends.simulated's docstring.
+SIMULATED_SURFACES = (
+    "default",
+    "depth_noise",
+    "non_monotone",
+    "outliers",
+    "divergences",
+    "lr_mistuned",
+    "asymmetric",
+)
 
 
 @dataclass(frozen=True)
@@ -141,7 +152,11 @@ class RefineConfig:
     seeds: int = 1  # paired seeds trained at each proposed size
     max_seeds: int = 3  # seeds added while |Δ| is within noise
     max_rounds: int = 8  # bisection rounds per pair
-    noise_z: float = 2.0  # |mean Δ| must exceed noise_z standard errors to decide its sign
+    # |mean Δ|/se beyond which a point's sign counts in the final N* estimate (crossing.py)
+    noise_z: float = 2.0
+    # two-sided false-sign rate of the sequential sign test at a true Δ of 0 over all its looks
+    # (one look per added seed up to max_seeds; Pocock-type α-spending, core/sequential.py)
+    alpha: float = 0.05
 
     def __post_init__(self) -> None:
         positive("refine.tolerance", self.tolerance)
@@ -149,6 +164,8 @@ class RefineConfig:
         at_least("refine.max_seeds", self.max_seeds, self.seeds)
         at_least("refine.max_rounds", self.max_rounds, 0)
         positive("refine.noise_z", self.noise_z)
+        if not 0 < self.alpha < 0.5:
+            raise InputError(f"refine.alpha: got {self.alpha}; expected a number in (0, 0.5)")
         for pair in self.pairs:
             if len(pair) != 2 or pair[0] >= pair[1]:
                 raise InputError(
@@ -188,7 +205,12 @@ class ResourcesConfig:
 
 @dataclass(frozen=True)
 class SimulatedConfig:
-    """Planted law and noise of the simulated backend (see dwtune.backends.simulated)."""
+    """Planted law, noise and surface of the simulated backend (see dwtune.backends.simulated).
+
+    The fields after ``seed_correlation`` shape the hard surfaces; each one enters a trial's
+    identity only when it differs from its default (:meth:`identity`), so experiment
+    directories made before they existed still resume.
+    """
 
     a: float = 5.039  # planted ln dx* = a + b·L
     b: float = 0.0555
@@ -197,13 +219,93 @@ class SimulatedConfig:
     gap: float = 0.05  # largest loss gap (nats) one planted depth pair opens far from its N*
     transition_scale: float = 0.5  # e-folds of N over which a pair's gap changes sign
     seed_correlation: float = 0.5  # share of the noise variance a seed gives every depth
+    surface: str = "default"  # one of SIMULATED_SURFACES
+    # depth_noise: noise sd(L) = noise·(1 + noise_depth_slope·(L − 1)),
+    # gap(L) = gap / (1 + gap_depth_slope·(L − 1)) for the pair whose deeper depth is L
+    noise_depth_slope: float = 0.1
+    gap_depth_slope: float = 0.1
+    # non_monotone: a bump of depth dip_size·gap, dip_offset e-folds below ln N*, half-width
+    # dip_width e-folds, pulls Δ below zero once before the real crossing
+    dip_size: float = 1.5
+    dip_offset: float = 2.0
+    dip_width: float = 0.5
+    # outliers: a share of the trainings of depth >= outlier_min_depth ends outlier_size nats high
+    outlier_share: float = 0.03
+    outlier_size: float = 0.1
+    outlier_min_depth: int = 0
+    # divergences: P = logistic(diverge_logit + diverge_depth_slope·L
+    #                           + diverge_lr_slope·ln(lr / lr_opt))
+    diverge_logit: float = -4.0
+    diverge_depth_slope: float = 0.1
+    diverge_lr_slope: float = 2.0
+    # learning-rate penalty (any surface; lr_mistuned needs it > 0), nats:
+    # lr_penalty·ln²(lr / lr_opt(w)),  lr_opt(w) = lr_opt·(lr_base_width / w)^lr_width_exponent
+    lr_penalty: float = 0.0
+    lr_opt: float = 3e-3
+    lr_base_width: float = 256.0
+    lr_width_exponent: float = 1.0
+    # asymmetric: above N* the deeper net wins by at most asymmetry_gap_ratio·gap, approached
+    # as a power law of exponent asymmetry_power in the e-folds past N*
+    asymmetry_gap_ratio: float = 0.4
+    asymmetry_power: float = 0.5
 
     def __post_init__(self) -> None:
-        at_least("simulated.noise", self.noise, 0)
-        at_least("simulated.seconds_per_step", self.seconds_per_step, 0)
-        at_least("simulated.gap", self.gap, 0)
-        positive("simulated.transition_scale", self.transition_scale)
-        if not 0 <= self.seed_correlation <= 1:
+        for name in ("a", "b", "diverge_logit", "diverge_depth_slope", "diverge_lr_slope"):
+            value = getattr(self, name)
+            if not math.isfinite(value):
+                raise InputError(f"simulated.{name}: got {value!r}; expected a finite number")
+        for name in (
+            "noise",
+            "seconds_per_step",
+            "gap",
+            "noise_depth_slope",
+            "gap_depth_slope",
+            "dip_size",
+            "outlier_size",
+            "outlier_min_depth",
+            "lr_penalty",
+            "lr_width_exponent",
+        ):
+            at_least(f"simulated.{name}", getattr(self, name), 0)
+        for name in (
+            "transition_scale",
+            "dip_offset",
+            "dip_width",
+            "lr_opt",
+            "lr_base_width",
+            "asymmetry_gap_ratio",
+            "asymmetry_power",
+        ):
+            positive(f"simulated.{name}", getattr(self, name))
+        within("simulated.seed_correlation", self.seed_correlation, 0, 1)
+        within("simulated.outlier_share", self.outlier_share, 0, 1)
+        one_of("simulated.surface", self.surface, SIMULATED_SURFACES)
+        self._check_surface()
+
+    def _check_surface(self) -> None:
+        if self.dip_width >= self.dip_offset:
             raise InputError(
-                f"simulated.seed_correlation: got {self.seed_correlation!r}; expected 0 <= x <= 1"
+                f"simulated.dip_width: got {self.dip_width!r}; expected less than "
+                f"simulated.dip_offset ({self.dip_offset!r}) so the dip ends before N*"
             )
+        if self.surface == "lr_mistuned" and self.lr_penalty == 0:
+            raise InputError(
+                "simulated.lr_penalty: got 0.0 with surface lr_mistuned; "
+                "expected a positive penalty in nats, e.g. lr_penalty: 0.02"
+            )
+
+    def identity(self) -> dict:
+        """The fields that name the surface in a trial's identity: the seven original ones
+        always, every later one only where it differs from its default."""
+        values = dataclasses.asdict(self)
+        original = ORIGINAL_SIMULATED_FIELDS
+        return {
+            f.name: values[f.name]
+            for f in dataclasses.fields(self)
+            if f.name in original or values[f.name] != f.default
+        }
+
+
+ORIGINAL_SIMULATED_FIELDS = frozenset(
+    ("a", "b", "noise", "seconds_per_step", "gap", "transition_scale", "seed_correlation")
+)

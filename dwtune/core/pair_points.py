@@ -1,0 +1,303 @@
+"""A depth pair's points: paired Δ per seed at one budget, from trial records (pure: numpy).
+
+Sizes. A point is a budget at which both depths were trained, each at its own rounded width, so
+their paper sizes ``12·L·w²`` differ by a few percent. ``N`` of a point is the deeper net's size
+(``x = ln N``); the transition is reported on that axis, so ``dx* = sqrt(N*/(12·Ld))`` is the
+width the deeper net really had. Δ is compared at equal ``N``: the shallower net's loss is moved
+along its own size trend, ``loss_Ls(x) ≈ loss_Ls(x_s) + slope·(x − x_s)``, where ``slope`` is the
+derivative of the shallower depth's mean grid loss in ``ln N`` (central differences between grid
+budgets, interpolated). Without it, width rounding alone shifts Δ by ~0.005 nats at 1e7
+parameters, more than a seed's noise.
+
+Paired seeds. Each seed trains both depths (same data order and initialisation seed), so Δ is
+taken seed by seed and its noise is that of a paired difference. The noise model (measured from
+the seeds at every point, allowed to change with size; a prior only as a labelled fallback) is
+:func:`dwtune.core.crossing.estimate_noise`.
+
+Failures are outcomes. A training that diverged or failed at a seed where the other depth
+completed takes the worst (largest) loss its depth completed at that point, so it counts against
+its shape without outweighing the seeds that trained; where its depth completed nothing at that
+point, Δ is +inf (the deeper net failed: it loses there) or −inf (the shallower one failed). A
+seed where both failed carries no sign and is dropped. Every failure is counted on its point
+(``failures_deep``/``failures_shallow``) and on the pair's transition. An infinite Δ decides a
+sign only once the point has ``max_seeds`` seeds (more seeds are trained first), and in means
+and estimates stands for the pair's most extreme finite Δ of that sign
+(:func:`dwtune.core.crossing.point_means`); a budget where one depth failed at every seed is a
+point, never absent.
+
+Sizes follow ``model.size_convention``: ``params_non_embedding`` (the paper's 12·L·w²) or
+``params_total``, both for a point's ``ln N`` and for the equal-N correction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from dwtune.core.crossing import DeltaPoint
+from dwtune.core.errors import InputError
+from dwtune.core.records import TrialRecord
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The sign test of one point: mean paired Δ (nats), its standard error and the verdict."""
+
+    mean: float
+    se: float
+    sd: float  # paired-difference sd the test used
+    decided: bool
+    boundary: float = math.nan  # |mean|/se the test required (the look's α-spending boundary)
+
+    @property
+    def sign(self) -> int:
+        """+1: the deeper net loses here; -1: it wins; 0: within noise."""
+        return int(np.sign(self.mean)) if self.decided else 0
+
+
+def decide(deltas: Sequence[float], sd: float, z: float, extra_sd: float = 0.0) -> Decision:
+    """Decided when |mean Δ| exceeds z standard errors; no data is never decided."""
+    if not deltas:
+        return Decision(math.nan, math.nan, sd, False, z)
+    mean = float(np.mean(deltas))
+    se = math.sqrt(sd**2 / len(deltas) + extra_sd**2)
+    return Decision(mean, se, sd, abs(mean) > z * se, z)
+
+
+# --------------------------------------------------------------------------- points
+
+
+@dataclass(frozen=True)
+class PairPoint:
+    """Both depths of a pair trained at one budget, with paired seeds."""
+
+    budget: float
+    log_n: float  # ln of the deeper net's size (model.size_convention)
+    width_deep: int
+    width_shallow: int
+    seeds: tuple[int, ...]  # seeds with a Δ (at least one depth completed)
+    deltas: tuple[float, ...]  # Δ per seed at equal N (nats); ±inf for a failure (module doc)
+    decision: Decision
+    kind: str = "grid"  # grid | verify | bisect
+    requested: int = 0  # seeds asked for (some trainings may have failed)
+    extra_sd: float = 0.0  # nats: evaluation error shared by every seed (val/loss_se)
+    failures_deep: int = 0
+    failures_shallow: int = 0
+    verified: bool = False  # re-tested with more seeds before the pair closed
+
+    @property
+    def n(self) -> int:
+        return len(self.deltas)
+
+    def within_noise(self, max_seeds: int) -> bool:
+        """Undecided with every seed it may have: it cannot bound a bracket."""
+        return not self.decision.decided and max(self.requested, self.n) >= max_seeds
+
+    def delta_point(self) -> DeltaPoint:
+        return DeltaPoint(
+            n=math.exp(self.log_n),
+            deltas=self.deltas,
+            extra_sd=self.extra_sd,
+            seeds=self.seeds,
+            failures_deep=self.failures_deep,
+            failures_shallow=self.failures_shallow,
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> PairPoint:
+        """A point from a journal; fields added since (with defaults) may be absent."""
+        raw = dict(raw)
+        raw["decision"] = Decision(**raw["decision"])
+        raw["seeds"] = tuple(raw["seeds"])
+        raw["deltas"] = tuple(float(d) for d in raw["deltas"])
+        return cls(**raw)
+
+
+def size_of(record: TrialRecord, convention: str) -> int:
+    """A record's size on the axis of ``model.size_convention``."""
+    return record.params_total if convention == "total" else record.params_non_embedding
+
+
+class SizeTrend:
+    """d loss / d ln N of the shallower depth, from its mean grid losses (nats per e-fold)."""
+
+    def __init__(self, log_n: Sequence[float], losses: Sequence[float]):
+        order = np.argsort(log_n)
+        self.x = np.asarray(log_n, dtype=float)[order]
+        y = np.asarray(losses, dtype=float)[order]
+        self.slopes = np.gradient(y, self.x) if self.x.size >= 2 else np.zeros_like(self.x)
+
+    def slope_at(self, log_n: float) -> float:
+        return float(np.interp(log_n, self.x, self.slopes)) if self.x.size else 0.0
+
+
+def _usable(record: TrialRecord) -> bool:
+    return record.completed and math.isfinite(record.best_val_loss)
+
+
+@dataclass(frozen=True)
+class PairedDeltas:
+    seeds: tuple[int, ...]
+    deltas: tuple[float, ...]
+    failures_deep: int
+    failures_shallow: int
+    extra_sd: float  # nats: sqrt(mean se² of the deeper + of the shallower net's val/loss_se)
+
+
+def _eval_error(records: Iterable[TrialRecord]) -> float:
+    """Mean squared val/loss_se of the completed records (nats²; 0 where none was reported)."""
+    errors = [r.val_loss_se**2 for r in records if _usable(r) and math.isfinite(r.val_loss_se)]
+    return float(np.mean(errors)) if errors else 0.0
+
+
+def _loss_or_worst(records: dict[int, TrialRecord], seed: int) -> float:
+    """The seed's loss; for a failed training the worst completed loss of that depth at this
+    point, +inf when none completed (module doc)."""
+    if _usable(records[seed]):
+        return records[seed].best_val_loss
+    completed = [r.best_val_loss for r in records.values() if _usable(r)]
+    return max(completed, default=math.inf)
+
+
+def paired_deltas(
+    deep: dict[int, TrialRecord],
+    shallow: dict[int, TrialRecord],
+    trend: SizeTrend,
+    convention: str = "non_embedding",
+) -> PairedDeltas:
+    """Δ at the deeper net's size of every seed both depths ran; failures count (module doc)."""
+    seeds, deltas, failed_deep, failed_shallow = [], [], 0, 0
+    for seed in sorted(s for s in deep if s in shallow):
+        ok_deep, ok_shallow = _usable(deep[seed]), _usable(shallow[seed])
+        failed_deep += not ok_deep
+        failed_shallow += not ok_shallow
+        if not (ok_deep or ok_shallow):
+            continue  # both failed: no sign
+        loss_deep, loss_shallow = _loss_or_worst(deep, seed), _loss_or_worst(shallow, seed)
+        if math.isinf(loss_deep) or math.isinf(loss_shallow):
+            deltas.append(math.inf if math.isinf(loss_deep) else -math.inf)
+        else:
+            x_deep = math.log(size_of(deep[seed], convention))
+            x_shallow = math.log(size_of(shallow[seed], convention))
+            moved = trend.slope_at(x_shallow) * (x_deep - x_shallow)
+            deltas.append(loss_deep - loss_shallow - moved)
+        seeds.append(seed)
+    extra = math.sqrt(_eval_error(deep.values()) + _eval_error(shallow.values()))
+    return PairedDeltas(tuple(seeds), tuple(deltas), failed_deep, failed_shallow, extra)
+
+
+def make_point(
+    budget: float,
+    sizes: tuple[float, int, int],
+    deep: dict[int, TrialRecord],
+    shallow: dict[int, TrialRecord],
+    trend: SizeTrend,
+    kind: str,
+    requested: int,
+    convention: str = "non_embedding",
+) -> PairPoint:
+    """A point (undecided until :func:`decide_points`) from both depths' records at ``budget``.
+
+    ``sizes`` is (ln N of the deeper net, deeper width, shallower width).
+    """
+    paired = paired_deltas(deep, shallow, trend, convention)
+    log_n, width_deep, width_shallow = sizes
+    return PairPoint(
+        budget=float(budget),
+        log_n=float(log_n),
+        width_deep=int(width_deep),
+        width_shallow=int(width_shallow),
+        seeds=paired.seeds,
+        deltas=paired.deltas,
+        decision=decide([], math.nan, math.nan),
+        kind=kind,
+        requested=requested,
+        extra_sd=paired.extra_sd,
+        failures_deep=paired.failures_deep,
+        failures_shallow=paired.failures_shallow,
+    )
+
+
+def by_budget(
+    records: Iterable[TrialRecord], depth: int, budgets: Sequence[float], seeds: Sequence[int]
+) -> dict[float, dict[int, TrialRecord]]:
+    """Records (completed or failed) of ``depth`` at grid ``budgets`` and ``seeds``."""
+    table: dict[float, dict[int, TrialRecord]] = {}
+    for record in records:
+        if record.depth != depth or record.seed not in seeds:
+            continue
+        budget = next((b for b in budgets if math.isclose(b, record.budget, rel_tol=1e-9)), None)
+        if budget is not None:
+            table.setdefault(budget, {})[record.seed] = record
+    return table
+
+
+def shallow_trend(table: dict[float, dict[int, TrialRecord]], convention: str) -> SizeTrend:
+    """The size trend of one depth's completed grid means (one rounded width merged)."""
+    by_size: dict[int, list[float]] = {}
+    for row in table.values():
+        for record in filter(_usable, row.values()):
+            by_size.setdefault(size_of(record, convention), []).append(record.best_val_loss)
+    sizes = sorted(by_size)
+    return SizeTrend([math.log(s) for s in sizes], [float(np.mean(by_size[s])) for s in sizes])
+
+
+@dataclass(frozen=True)
+class PairGrid:
+    """What the grid knows of one pair: its points and the shallower depth's size trend."""
+
+    depth_shallow: int
+    depth_deep: int
+    points: tuple[PairPoint, ...]
+    trend: SizeTrend = field(repr=False)
+    convention: str = "non_embedding"
+
+    @property
+    def label(self) -> str:
+        return f"{self.depth_shallow}-{self.depth_deep}"
+
+
+def _sizes_of(deep: dict[int, TrialRecord], shallow: dict[int, TrialRecord], convention: str):
+    any_deep, any_shallow = next(iter(deep.values())), next(iter(shallow.values()))
+    return math.log(size_of(any_deep, convention)), any_deep.width, any_shallow.width
+
+
+def grid_pair(
+    records: Sequence[TrialRecord],
+    pair: tuple[int, int],
+    budgets: Sequence[float],
+    seeds: Sequence[int],
+    convention: str = "non_embedding",
+) -> PairGrid:
+    """The pair's grid points (every budget both depths ran, failures included; undecided
+    until :func:`decide_points`); InputError if a depth has no finished grid trial."""
+    shallow_depth, deep_depth = pair
+    tables = {d: by_budget(records, d, budgets, seeds) for d in pair}
+    for depth in pair:
+        if not any(_usable(r) for row in tables[depth].values() for r in row.values()):
+            raise InputError(
+                f"refine pair [{shallow_depth}, {deep_depth}]: depth {depth} has no finished grid "
+                f"trials; add it to space.depths and rerun `dwtune run`"
+            )
+    trend = shallow_trend(tables[shallow_depth], convention)
+    common = [b for b in budgets if b in tables[deep_depth] and b in tables[shallow_depth]]
+    points = []
+    for b in common:
+        deep, shallow = tables[deep_depth][b], tables[shallow_depth][b]
+        sizes = _sizes_of(deep, shallow, convention)
+        points.append(make_point(b, sizes, deep, shallow, trend, "grid", len(seeds), convention))
+    return PairGrid(shallow_depth, deep_depth, tuple(points), trend, convention)
+
+
+def merge_points(grid: Sequence[PairPoint], later: Sequence[PairPoint]) -> list[PairPoint]:
+    """All points sorted by size; a later point at the same budget replaces the earlier one."""
+    merged = {p.budget: p for p in grid}
+    for point in later:
+        merged[point.budget] = point
+    return sorted(merged.values(), key=lambda p: (p.log_n, p.budget))
