@@ -38,7 +38,7 @@ CSV_COLUMNS = ("depth", "width", "width_err")
 TRANSITIONS_HINT = "expected the transitions schema (pair, depth_deep, status, width_deep, ...)"
 CSV_HINT = "expected a header line depth,width,width_err"
 GIT_KEY = "dwtune.git_revision"  # the provenance key that is plain text, not JSON
-SIGMA_COLUMN = "sigma_ln_n_star"  # σ(ln N*) where the transitions table carries it
+SIGMA_COLUMN = "sigma_ln"  # σ(ln N*) where the transitions table carries it
 
 
 @dataclass(frozen=True)
@@ -143,8 +143,9 @@ def censored_pair(row: pd.Series) -> CensoredPair:
 def _sigma_ln(row: pd.Series) -> tuple[float, str]:
     """σ(ln N*) of a row and the column it came from: its own column where the table has
     one, else 2·width_err/width."""
-    if SIGMA_COLUMN in row.index:
-        return _row_number(row, SIGMA_COLUMN), SIGMA_COLUMN
+    own = _row_number(row, SIGMA_COLUMN) if SIGMA_COLUMN in row.index else math.nan
+    if math.isfinite(own):
+        return own, SIGMA_COLUMN
     err = _row_number(row, "width_deep_err")
     return 2.0 * err / _row_number(row, "width_deep"), "width_err"
 

@@ -29,6 +29,7 @@ from dwtune.core.fit import CensoredPair, FitResult
 from dwtune.core.projection import LEVINE2020, DepthWidthLaw, project_budget, project_depth
 from dwtune.core.units import format_size, parse_size
 from dwtune.core.vocabulary import COMPLETED_STATUSES
+from dwtune.outputs import law_checks
 from dwtune.outputs.fit_files import (
     FIT_FILE,
     GIT_KEY,
@@ -787,8 +788,9 @@ def _fit_lines(record: dict) -> list[str]:
     ]
     headers = ["", "value", "std. error", f"{level} interval", "published", "published − fit (σ)"]
     return [
-        f"ln dx* = a + b·L over {record['n_points']} bracketed transitions "
-        f"(weighted least squares; errors from the transitions' uncertainties, not rescaled).",
+        f"ln dx* = a + b·L over {record['n_points']} bracketed transitions{_censored_note(record)} "
+        f"({_METHODS.get(record.get('method'), 'weighted least squares')}; the transitions' "
+        "uncertainties taken as given, not rescaled).",
         "",
         _md_table(headers, rows),
         "",
@@ -796,6 +798,22 @@ def _fit_lines(record: dict) -> list[str]:
         f"χ²_red = {record['chi2_red']:.3f} with {record['dof']} degrees of freedom "
         "(near 1: the uncertainties describe the scatter; well above 1: intervals too narrow).",
     ]
+
+
+_METHODS = {
+    "wls": "weighted least squares",
+    "censored_mle": "interval-censored likelihood, errors from its observed information",
+}
+
+
+def _censored_note(record: dict) -> str:
+    """' and 2 censored pair(s) (pair 36-48, ...)' where censored pairs are in the fit."""
+    inside = record.get("censored_in_fit") or []
+    excluded = record.get("excluded") or []
+    note = f" and {len(inside)} censored pair(s) ({', '.join(inside)})" if inside else ""
+    if excluded:
+        note += "; excluded: " + "; ".join(f"{e['label']} ({e['reason']})" for e in excluded)
+    return note
 
 
 def _no_fit_lines(record: dict) -> list[str]:
@@ -973,6 +991,7 @@ def _markdown(study, outcome, cells, rows, budgets, record, figures, tb) -> str:
         _measured_section(study, cells),
         _transitions_section(study),
         _fit_section(record, outcome),
+        law_checks.markdown(record.get("law_checks")),
         _projection_section(study, outcome, rows, budgets),
         _figures_section(figures, study.exp_dir),
         _files_section(record["metadata"], tb),
@@ -991,11 +1010,22 @@ def write_report(exp_dir: str | Path) -> ReportFiles:
     rows = projection_rows(study, outcome, budgets)
     # The records first: everything below (figures, TensorBoard, markdown) is drawn from them.
     record = fit_record(study, outcome, metadata_json(study.spec))
+    observations = outcome.points.observations if outcome.points is not None else ()
+    checks = law_checks.for_report(study.exp_dir, observations, outcome.fit is not None, budgets)
+    if checks is not None:
+        record["law_checks"] = checks.record
     fit_json = write_json_atomic(study.exp_dir / FIT_FILE, record)
     projections = write_projections(
         study.exp_dir / PROJECTIONS_FILE, rows.to_dict("records"), study.spec
     )
     figures = draw_figures(study, outcome, rows, cells)
+    extra = law_checks.draw(
+        checks,
+        study.exp_dir / FIGURES_DIR / law_checks.FIGURE_NAME,
+        lambda w, h: _new_figure(w, h, study),
+        _save,
+    )
+    figures += (extra,) if extra is not None else ()
     fit_text = "\n".join(_header(study)[:3] + _fit_section(record, outcome))
     tb = write_tensorboard(study.exp_dir, record, fit_text)
     report = study.exp_dir / REPORT_FILE
