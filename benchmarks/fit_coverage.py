@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dwtune.core.fit import TransitionObservation, fit_law, fit_transitions  # noqa: E402
+from dwtune.core.fit import TransitionObservation, fit_law, fit_transitions
 
 A, B = 5.039, 0.0555
 PAIRS = ((6, 12), (12, 18), (18, 24), (24, 30), (30, 36), (36, 48))
