@@ -209,10 +209,20 @@ def _draw_loo(ax, record: dict) -> None:
     rows = [r for r in record["leave_one_pair_out"] if r["projections"]]
     for k, budget in enumerate(LOO_BUDGETS):
         values = [next(p["depth"] for p in r["projections"] if p["budget"] == budget) for r in rows]
-        ax.plot(values, np.arange(len(rows)) + 0.15 * k, "o", label=format_size(budget))
+        line = ax.plot(values, np.arange(len(rows)) + 0.15 * k, "o", label=format_size(budget))
+        full = _linear_depth(record, budget)
+        if full is not None and math.isfinite(full):
+            ax.axvline(full, color=line[0].get_color(), linestyle=":", linewidth=1)
     ax.set_yticks(np.arange(len(rows)), [f"without {r['pair']}" for r in rows], fontsize=8)
     ax.set_xlabel("projected optimal depth")
     ax.legend(fontsize=8)
+
+
+def _linear_depth(record: dict, budget: float) -> float | None:
+    """The full linear fit's optimal depth at ``budget`` (the dotted line of the LOO panel)."""
+    linear = next((f for f in record["forms"]["forms"] if f["form"] == "linear"), None)
+    by = {p["budget"]: p["depth"] for p in linear["projections"]} if linear else {}
+    return by.get(budget)
 
 
 def draw(checks: LawChecks | None, path: Path, new_figure, save) -> Path | None:
@@ -225,5 +235,5 @@ def draw(checks: LawChecks | None, path: Path, new_figure, save) -> Path | None:
     _draw_forms(left, checks)
     left.set_title("law forms on the same likelihood", fontsize=10)
     _draw_loo(right, checks.record)
-    right.set_title("leave-one-pair-out projections", fontsize=10)
+    right.set_title("leave-one-pair-out projections (dotted: all pairs)", fontsize=10)
     return save(fig, path)
