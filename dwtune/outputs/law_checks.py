@@ -29,6 +29,7 @@ from dwtune.core.fit.forms import FORMS, compare_forms, transition_log_n
 from dwtune.core.fit.loo import LOO_BUDGETS, leave_one_pair_out
 from dwtune.core.units import format_size
 from dwtune.core.vocabulary import PAIR_DELTAS_FILE
+from dwtune.outputs.fit_files import json_ready
 from dwtune.outputs.pair_deltas import read_pair_deltas
 
 BOOTSTRAP_REPLICATES = 200  # percentile intervals at 95%: 5 replicates in each tail
@@ -86,7 +87,7 @@ def law_checks(
         record["leave_one_pair_out"] = []
         record["leave_one_pair_out_reason"] = str(exc)
     record["bootstrap"] = _bootstrap(exp_dir, wanted, replicates)
-    return LawChecks(record, tuple(observations))
+    return LawChecks(json_ready(record), tuple(observations))  # NaN/inf -> null, as fit.json
 
 
 # ---------------------------------------------------------------- markdown

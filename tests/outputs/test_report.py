@@ -331,3 +331,28 @@ def test_loss_curves_figure_is_drawn_from_curves_parquet(tmp_path):
     assert [p.name for p in files.figures][-1] == "5_loss_curves.png"
     assert (exp / "figures" / "5_loss_curves.png").stat().st_size > 10_000
     assert "5_loss_curves.png" in (exp / "report.md").read_text()
+
+
+def test_a_censored_pair_is_in_the_fit_and_the_law_checks_are_reported(tmp_path):
+    from dwtune.core.fit import fit_transitions
+
+    statuses = ("bracketed", "bracketed", "bracketed", "censored_high")
+    exp = make_study(tmp_path / "exp", statuses=statuses)
+    files = write_report(exp)
+    record = json.loads((exp / "fit.json").read_text())
+    assert record["method"] == "censored_mle" and record["censored_in_fit"] == ["pair 24-30"]
+    points = record["points"]
+    bracketed_only = fit_transitions(
+        [p["depth"] for p in points], [p["width"] for p in points], [p["width_err"] for p in points]
+    )
+    # "depth 30 never beat depth 24 up to 1e10" asks for a steeper line than the 3 points alone.
+    assert record["b"] > bracketed_only.b
+    checks = record["law_checks"]
+    assert [r["pair"] for r in checks["leave_one_pair_out"]] == [
+        "pair 6-12", "pair 12-18", "pair 18-24", "pair 24-30"
+    ]  # fmt: skip
+    assert checks["bootstrap"]["status"] == "not run"  # no pair_deltas.parquet here
+    text = (exp / "report.md").read_text()
+    assert "and 1 censored pair(s) (pair 24-30)" in text
+    assert "## Law checks: form, leave-one-pair-out, study bootstrap" in text
+    assert "6_law_checks.png" in [p.name for p in files.figures]
