@@ -118,7 +118,7 @@ def test_a_resampled_point_keeps_its_size_and_pairs_each_delta_with_its_seed():
 
 def test_point_resampling_keeps_every_pair_and_its_label():
     pairs = synthetic_study(np.random.default_rng(33), shared=0.0, per_pair=0.005)
-    replicates = build_replicates(pairs, 20, seed=2, estimator=stand_in_estimate)
+    replicates = build_replicates(pairs, 20, seed=2, estimator=stand_in_estimate, points=True)
     assert len(replicates) == 20
     assert all([o.label for o in rep] == [p.label for p in pairs] for rep in replicates)
 

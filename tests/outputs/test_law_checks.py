@@ -50,15 +50,16 @@ def _observations(pairs) -> list[TransitionObservation]:
 def test_law_checks_record_has_forms_loo_and_a_bootstrap(tmp_path):
     pairs = _study(np.random.default_rng(2))
     write_pair_deltas(pairs, tmp_path / PAIR_DELTAS_FILE, None, simulated=True)
-    checks = law_checks.law_checks(tmp_path, _observations(pairs), [1e13], replicates=40)
+    checks = law_checks.law_checks(tmp_path, _observations(pairs), [1e13], replicates=100)
     record = checks.record
     assert [f["form"] for f in record["forms"]["forms"]] == ["linear", "quadratic", "power"]
     assert record["forms"]["best_bic"] == "linear"  # the planted law is linear in L
     assert [r["pair"] for r in record["leave_one_pair_out"]] == [p.label for p in pairs]
     boot = record["bootstrap"]
-    assert boot["status"] == "done" and boot["replicates"] == 40
+    assert boot["status"] == "done" and boot["replicates"] == 100
     assert boot["b"]["low"] < B < boot["b"]["high"]
     assert [p["budget"] for p in boot["projections"]] == [1.75e11, 1e12, 1e13]
+    assert record["bootstrap_with_points"]["replicates"] == 50  # the sensitivity check
     text = "\n".join(law_checks.markdown(record))
     assert "LR test, quadratic vs linear" in text and "without" not in text
     assert "| pair left out |" in text and "Study bootstrap (" in text

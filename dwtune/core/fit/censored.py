@@ -243,11 +243,18 @@ def maximise(design: np.ndarray, data: Prepared) -> LikelihoodFit:
     else:
         theta = start
     value, _, hess = negative_log_likelihood(theta, design, data)
+    cov = np.linalg.inv(hess)
+    if not (np.all(np.isfinite(cov)) and np.all(np.diag(cov) > 0)):
+        raise InputError(
+            "fit: the likelihood's information matrix is singular (σ(ln N*) of "
+            f"{data.sd.min() * 2:.2g} against {data.sd.max() * 2:.2g}); check the transitions' "
+            "uncertainties"
+        )
     est = data.estimated
     resid = (data.y[est] - design[est] @ theta) / data.sd[est]
     return LikelihoodFit(
         theta=theta,
-        cov=np.linalg.inv(hess),
+        cov=cov,
         log_likelihood=-value,
         chi2=float(resid @ resid),
         dof=int(est.sum()) - design.shape[1],
