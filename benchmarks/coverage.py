@@ -124,7 +124,7 @@ class SimulatedPair:
 
     @property
     def prior(self) -> float:
-        return paired_noise_sd(self.config)  # what dwtune.study.refine.noise_prior gives
+        return paired_noise_sd(self.config, *PAIR)  # what dwtune.study.refine.noise_prior gives
 
 
 # --------------------------------------------------------------------------- the new rule

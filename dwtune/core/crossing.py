@@ -30,17 +30,20 @@ within noise lie above them), only negative → ``censored_low`` (``undecided`` 
 points lie below), one change from + to − → ``bracketed``, anything else (two or more changes,
 or a single change from − to +) → ``non_monotone`` with every crossing listed and no N*.
 
-Estimate. Each sign change is located by a weighted (1/se²) straight line of mean Δ on ln N
-through the window from the last point of the run before the change to the first point of the
-run after it, extended by ``EXTEND`` points on each side (its slope then rests on points that are
-clearly decided, which are less biased by the sequential test's selection than the innermost
-ones); its zero is ``ln N*``. A line that does not fall (slope ≥ 0) gives the window's innermost
-geometric midpoint.
+Estimate. Each sign change lies between the last point of the run before it and the first
+point of the run after it (the innermost bracket, whose signs are decided). Where the mean Δ of
+the points in that bracket changes sign once, ``ln N*`` is the linear interpolation between the
+two points around that change: local, so a kinked or asymmetric Δ biases it only within their
+spacing. Where it changes sign several times (points within noise), ``ln N*`` is the zero of a
+weighted (1/se²) straight line of mean Δ on ln N through the bracket's points (``EXTEND``
+points more on each side within those runs), kept inside the bracket; a line that does not
+fall gives the bracket's geometric midpoint.
 
-Interval: a parametric bootstrap of the whole procedure (signs, runs, window, line). Each
-replicate draws the noise sd from its own sampling distribution (``σ* = σ·sqrt(ν/χ²_ν)``: the
-noise is measured, not known) and every point's mean from ``N(m_i, se*_i²)``, and re-runs the
-estimate; the crossing nearest the original one is kept, the bracketing window's innermost
+Interval: a parametric bootstrap of the whole procedure (signs, runs, bracket, interpolation).
+Each replicate draws the noise sd from its own sampling distribution (``σ* = σ·sqrt(ν/χ²_ν)``:
+the noise is measured, not known) and every point's mean from ``N(m_i, se*_i²)`` around the
+observed means (a centre on a fitted line understated the spread where Δ is kinked), and re-runs
+the estimate; the crossing nearest the original one is kept, the bracketing window's innermost
 midpoint when the replicate has none. 68% and 95% intervals are the percentiles of ``ln N*``;
 ``σ(ln N*)`` is half the 68% interval's width. Coverage of these intervals is measured, not
 assumed: ``benchmarks/coverage.py``.
@@ -60,7 +63,7 @@ DEFAULT_NOISE_PRIOR = 0.003  # nats: sd of a paired difference when nothing meas
 MIN_DOF = 6  # degrees of freedom of the noise below which the prior is a floor
 DECIDE_Z = 2.0  # |m|/se beyond which a point's sign counts
 Z_CONFIRM = 3.0  # strongest |m|/se a run needs to count when the pattern is not + then −
-EXTEND = 1  # points added on each side of a crossing's window
+EXTEND = 0  # points added on each side of a crossing's window
 NOISE_BANDWIDTH = 1.0  # e-folds of N: the sd of the Gaussian kernel that pools variances locally
 SHRINK_DOF = 4.0  # degrees of freedom the pair-wide pool weighs in each local variance
 MIN_SE = 1e-12  # nats: floor of a standard error (noise-free surfaces)
@@ -179,7 +182,7 @@ def _clean(runs: list[list]) -> list[list]:
 @dataclass(frozen=True)
 class _Shape:
     status: str
-    windows: tuple[tuple[int, int], ...]  # innermost point indices around each crossing
+    windows: tuple[tuple[int, int, int, int], ...]  # innermost indices, then the extended span
 
 
 def classify(signs: Sequence[int], strong: Sequence[bool]) -> _Shape:
@@ -197,34 +200,63 @@ def classify(signs: Sequence[int], strong: Sequence[bool]) -> _Shape:
         below = bool(noisy) and noisy[0] < runs[0][1]
         status = vocabulary.TRANSITION_UNDECIDED if below else vocabulary.TRANSITION_CENSORED_LOW
         return _Shape(status, ())
-    windows = tuple((runs[k][2], runs[k + 1][1]) for k in range(len(runs) - 1))
+    windows = tuple(
+        (
+            runs[k][2],
+            runs[k + 1][1],
+            max(runs[k][2] - EXTEND, runs[k][1]),
+            min(runs[k + 1][1] + EXTEND, runs[k + 1][2]),
+        )
+        for k in range(len(runs) - 1)
+    )
     bracketed = pattern == [1, -1]
     status = vocabulary.TRANSITION_BRACKETED if bracketed else vocabulary.TRANSITION_NON_MONOTONE
     return _Shape(status, windows)
 
 
-def roots(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int]):
-    """ln N where the window's weighted line crosses zero, for each row of ``means``/``se``
-    (module doc): one closed-form weighted least-squares line per row."""
-    before, after = window
-    lo, hi = max(before - EXTEND, 0), min(after + EXTEND, x.size - 1)
-    xs = x[lo : hi + 1]
-    ys, w = np.atleast_2d(means)[:, lo : hi + 1], np.atleast_2d(se)[:, lo : hi + 1] ** -2.0
+def _span(window: tuple[int, int, int, int], size: int) -> slice:
+    """Indices of a crossing's window, extended by EXTEND points each side within its runs."""
+    return slice(window[2], window[3] + 1)
+
+
+def _lines(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]):
+    """Weighted least-squares line of each row over the window: (x̄, ȳ, slope)."""
+    span = _span(window, x.size)
+    xs = x[span]
+    ys, w = np.atleast_2d(means)[:, span], np.atleast_2d(se)[:, span] ** -2.0
     total = w.sum(axis=1)
     x_bar = (w * xs).sum(axis=1) / total
     y_bar = (w * ys).sum(axis=1) / total
     dx = xs - x_bar[:, None]
     slope = (w * dx * (ys - y_bar[:, None])).sum(axis=1) / (w * dx**2).sum(axis=1)
+    return x_bar, y_bar, slope
+
+
+def roots(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]):
+    """ln N* of each row of ``means``/``se`` at a crossing (module doc): interpolated where
+    the means change sign once inside the bracket, else the window's weighted line."""
+    before, after = window[:2]
+    rows = np.atleast_2d(means)
+    x_bar, y_bar, slope = _lines(x, rows, se, window)
     with np.errstate(divide="ignore", invalid="ignore"):
-        zero = np.clip(x_bar - y_bar / slope, xs[0], xs[-1])
-    falling = np.isfinite(slope) & (slope < 0)
-    return np.where(falling, zero, 0.5 * (x[before] + x[after]))
+        line = np.where(
+            np.isfinite(slope) & (slope < 0), x_bar - y_bar / slope, 0.5 * (x[before] + x[after])
+        )
+        inner = rows[:, before : after + 1]
+        falls = (inner[:, :-1] > 0) & (inner[:, 1:] <= 0)
+        j = np.argmax(falls, axis=1)
+        take = np.arange(rows.shape[0])
+        m0, m1 = inner[take, j], inner[take, j + 1]
+        x0, x1 = x[before + j], x[before + j + 1]
+        between = x0 + m0 / (m0 - m1) * (x1 - x0)
+    zero = np.where(falls.sum(axis=1) == 1, between, line)
+    return np.clip(zero, x[before], x[after])
 
 
 # --------------------------------------------------------------------------- the interval
 
 
-def _replicate_roots(x, means, se_of, noise: Noise, target: float, z: float, n_boot, rng):
+def _replicate_roots(x, centre, se_of, noise: Noise, target: float, z: float, n_boot, rng):
     """ln N* of each parametric bootstrap replicate (module doc): replicates that share a
     sign pattern share their windows, so each pattern is classified once."""
     if math.isfinite(noise.dof):
@@ -232,7 +264,7 @@ def _replicate_roots(x, means, se_of, noise: Noise, target: float, z: float, n_b
     else:
         scale = np.ones(n_boot)
     se = se_of(noise.sd[None, :] * scale[:, None])
-    drawn = means + rng.standard_normal(se.shape) * se
+    drawn = centre + rng.standard_normal(se.shape) * se
     signs, strong = _signs(drawn, se, z)
     keys = np.concatenate([signs + 1, strong.astype(int)], axis=1)
     patterns, inverse = np.unique(keys, axis=0, return_inverse=True)
@@ -281,8 +313,8 @@ def estimate_crossing(
     if shape.status != vocabulary.TRANSITION_BRACKETED:
         return _empty(shape.status, crossings, noise.source)
     rng = np.random.default_rng(seed)
-    replicates = _replicate_roots(x, means, se_of, noise, found[0], z, n_boot, rng)
     window = shape.windows[0]
+    replicates = _replicate_roots(x, means, se_of, noise, found[0], z, n_boot, rng)
     replicates[np.isnan(replicates)] = 0.5 * (x[window[0]] + x[window[1]])
     q = np.percentile(replicates, [2.5, 16.0, 84.0, 97.5])
     return CrossingEstimate(

@@ -121,10 +121,10 @@ def outcome_of(points: Sequence[PairPoint], max_seeds: int) -> Outcome:
     decided = [i for i, s in enumerate(signs) if s]
     noisy = [p.log_n for p, s in zip(points, signs, strict=True) if s == 0 and p.n]
     if shape.status == vocabulary.TRANSITION_BRACKETED:
-        low, high = (points[i] for i in shape.windows[0])
+        low, high = (points[i] for i in shape.windows[0][:2])
         return Outcome(shape.status, (low, high), low.log_n, high.log_n, low, high)
     if shape.status == vocabulary.TRANSITION_NON_MONOTONE:
-        ends = sorted({i for window in shape.windows for i in window})
+        ends = sorted({i for window in shape.windows for i in window[:2]})
         return Outcome(shape.status, tuple(points[i] for i in ends))
     if shape.status == vocabulary.TRANSITION_CENSORED_HIGH:
         edge = points[decided[-1]]

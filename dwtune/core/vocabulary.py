@@ -25,12 +25,22 @@ STATUS_FAILED = "failed"
 # A training that produced a usable final validation loss.
 COMPLETED_STATUSES = (STATUS_FINISHED, STATUS_EARLY_STOPPED)
 
-# Scalars written to TensorBoard and curves.parquet, in this order.
-CURVE_SCALARS = (TRAIN_LOSS, VAL_LOSS, VAL_BEST_LOSS, LR, GRAD_NORM, TOKENS_PER_S, STEP_TIME_S, MFU)
-
 # Standard error of val/loss over its evaluation batches (nats): the evaluation's own sampling
 # error, reported beside val/loss by the trainers.
 VAL_LOSS_SE = "val/loss_se"
+
+# Scalars written to TensorBoard and curves.parquet, in this order.
+CURVE_SCALARS = (
+    TRAIN_LOSS,
+    VAL_LOSS,
+    VAL_BEST_LOSS,
+    LR,
+    GRAD_NORM,
+    TOKENS_PER_S,
+    STEP_TIME_S,
+    MFU,
+    VAL_LOSS_SE,
+)
 
 # Outcome of a depth pair (transitions.parquet `status`, dwtune.core.crossing).
 TRANSITION_BRACKETED = "bracketed"

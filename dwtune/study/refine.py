@@ -17,7 +17,13 @@ of :mod:`dwtune.core.transitions`, stores the point as the trial's ``point`` use
 tells Optuna its mean Δ. So a killed stage resumes from the journal: finished trials are
 replayed, a trial left running is marked failed and asked again, and its trainings are not
 repeated because the runner reuses every recorded trial identity. ``transitions.parquet`` is
-derived at the end.
+derived at the end, with N* and its intervals from every point
+(:func:`dwtune.core.crossing.estimate_crossing`).
+
+Journal format: unchanged. Points written before the α-spending rule load (their new fields
+take defaults: no failures, not re-verified), and every decision is recomputed from the stored
+Δ under the current rule, so such a journal resumes without retraining a finished trial; its
+decisive points may then be re-verified, which trains only the added seeds.
 """
 
 from __future__ import annotations
@@ -171,12 +177,13 @@ def clear_stale_trials(study: optuna.Study) -> int:
 # --------------------------------------------------------------------------- one pair
 
 
-def noise_prior(spec: ExperimentSpec) -> float:
-    """Paired-difference sd assumed before any point has two seeds (see dwtune.core.transitions)."""
+def noise_prior(spec: ExperimentSpec, pair: tuple[int, int] = (1, 1)) -> float:
+    """Paired-difference sd assumed until the seeds measure it (dwtune.core.crossing): the
+    simulated surface's own for the pair's depths, else the paper's third-digit stability."""
     if spec.trainer == "simulated":
         from dwtune.backends.simulated import paired_noise_sd
 
-        return paired_noise_sd(spec.simulated)
+        return paired_noise_sd(spec.simulated, *pair)
     return transitions.PAIRED_NOISE_PRIOR
 
 
@@ -189,7 +196,7 @@ class PairRefiner:
         self.pair = (grid.depth_shallow, grid.depth_deep)
         count = max(self.refine.max_seeds, len(spec.space.seeds))
         self.seed_order = transitions.seed_sequence(spec.space.seeds, count)
-        self.prior = noise_prior(spec)
+        self.prior = noise_prior(spec, self.pair)
         self.path = study_path(store, self.pair)
         sampler = BisectionSampler(grid.points, self.refine, self.prior)
         self.study = open_study(self.path, sampler)
@@ -366,10 +373,11 @@ def describe(t: Transition) -> str:
 def grid_pairs(spec: ExperimentSpec, records: Sequence[TrialRecord]) -> list[PairGrid]:
     """Every configured pair's grid points; InputError for a depth the grid never finished."""
     budgets, seeds = spec.space.budgets, spec.space.seeds
-    convention, prior = spec.model.size_convention, noise_prior(spec)
+    convention = spec.model.size_convention
     grids = []
     for pair in spec.refine.pairs:
         grid = pair_points.grid_pair(records, tuple(pair), budgets, seeds, convention)
+        prior = noise_prior(spec, tuple(pair))
         decided = transitions.decide_points(grid.points, spec.refine, prior)
         grids.append(dataclasses.replace(grid, points=tuple(decided)))
     return grids

@@ -6,11 +6,11 @@ import sys
 
 import pytest
 
-from dwtune.core import transitions
+from dwtune.core import pair_points, transitions
 from dwtune.core.errors import InputError
+from dwtune.core.pair_points import Decision, PairPoint
 from dwtune.core.records import TrialRecord
 from dwtune.core.spec import RefineConfig
-from dwtune.core.transitions import Decision, PairPoint
 
 REFINE = RefineConfig(
     pairs=((6, 12),), tolerance=0.05, seeds=1, max_seeds=4, max_rounds=8, noise_z=2.0
@@ -25,6 +25,7 @@ def point(
     n: int = 1,
     kind: str = "grid",
     se: float = 0.001,
+    verified: bool = True,
 ) -> PairPoint:
     return PairPoint(
         budget=math.exp(log_n),
@@ -36,10 +37,20 @@ def point(
         decision=Decision(mean, se, 0.002, decided),
         kind=kind,
         requested=n,
+        verified=verified,
     )
 
 
-def record(depth: int, budget: float, params: int, seed: int, loss: float) -> TrialRecord:
+def record(
+    depth: int,
+    budget: float,
+    params: int,
+    seed: int,
+    loss: float,
+    *,
+    total: int | None = None,
+    status: str = "finished",
+) -> TrialRecord:
     return TrialRecord(
         trial_id=f"{depth}-{budget}-{seed}",
         stage="grid",
@@ -48,9 +59,9 @@ def record(depth: int, budget: float, params: int, seed: int, loss: float) -> Tr
         heads=2,
         budget=budget,
         params_non_embedding=params,
-        params_total=params,
+        params_total=params if total is None else total,
         seed=seed,
-        status="finished",
+        status=status,
         best_val_loss=loss,
     )
 
@@ -69,14 +80,6 @@ def test_seeds_wanted_jumps_to_what_the_mean_needs_within_the_cap():
     assert transitions.seeds_wanted(close, 1, REFINE) == 2
     tiny = transitions.decide([0.0002], sd=0.002, z=2.0)
     assert transitions.seeds_wanted(tiny, 1, REFINE) == REFINE.max_seeds
-
-
-def test_pooled_sd_trusts_enough_repeats_and_otherwise_keeps_the_prior():
-    assert transitions.pooled_sd([[0.1], [0.2]], prior=0.003) == 0.003
-    few = [[0.0, 0.001]]  # sample sd 0.0007 on 1 dof: not trusted below the prior
-    assert transitions.pooled_sd(few, prior=0.003) == 0.003
-    many = [[0.0, 0.002]] * 12  # 12 dof, pooled sd sqrt(2)·0.001
-    assert transitions.pooled_sd(many, prior=0.003) == pytest.approx(math.sqrt(2) * 0.001)
 
 
 def test_seed_sequence_starts_with_the_grid_seeds():
@@ -129,7 +132,7 @@ def test_points_within_noise_split_the_bracket_then_stop_it():
 def test_grid_pair_refuses_a_depth_without_finished_grid_trials():
     records = [record(6, 1e6, 1_000_000, 0, 4.0), record(6, 1e7, 10_000_000, 0, 3.4)]
     with pytest.raises(InputError) as info:
-        transitions.grid_pair(records, (6, 12), (1e6, 1e7), (0,), 2.0, 0.002)
+        pair_points.grid_pair(records, (6, 12), (1e6, 1e7), (0,))
     assert str(info.value) == (
         "refine pair [6, 12]: depth 12 has no finished grid trials; add it to space.depths "
         "and rerun `dwtune run`"
@@ -143,29 +146,10 @@ def test_delta_is_compared_at_equal_size_along_the_shallow_trend():
     budgets = (1e6, 1e7, 1e8)
     shallow = [record(6, b, int(b * 1.03), 0, loss(b * 1.03)) for b in budgets]
     deep = [record(12, b, int(b * 0.98), 0, loss(b * 0.98)) for b in budgets]
-    grid = transitions.grid_pair(shallow + deep, (6, 12), budgets, (0,), 2.0, 0.002)
+    grid = pair_points.grid_pair(shallow + deep, (6, 12), budgets, (0,))
     raw = [d.best_val_loss - s.best_val_loss for d, s in zip(deep, shallow, strict=True)]
     assert all(r > 0.01 for r in raw)  # width rounding alone makes the deeper net look worse
-    assert all(abs(p.decision.mean) < 1e-6 for p in grid.points)
-
-
-def test_a_bracketed_transition_reports_its_midpoint_width_and_uncertainty():
-    low, high = point(16.0, 0.01, kind="bisect"), point(16.1, -0.01, kind="bisect")
-    points = [point(15, 0.03), low, high, point(17, -0.03)]
-    outcome = transitions.outcome_of(points, REFINE.max_seeds)
-    t = transitions.make_transition((6, 12), outcome, points, trials=10, rounds=3, simulated=True)
-    assert t.status == "bracketed" and t.pair == "6-12"
-    assert t.n_star == pytest.approx(math.exp(16.05))
-    assert (t.n_star_low, t.n_star_high) == (
-        pytest.approx(math.exp(16)),
-        pytest.approx(math.exp(16.1)),
-    )
-    assert t.width_deep == pytest.approx(math.sqrt(t.n_star / (12 * 12)))
-    assert t.width_shallow == pytest.approx(math.sqrt(t.n_star / (12 * 6)))
-    slope = transitions.delta_slope(points, 16.0, 16.1)
-    expected = math.hypot(0.05, 0.001 / abs(slope))
-    assert t.log_n_sigma == pytest.approx(expected)
-    assert t.width_deep_err == pytest.approx(0.5 * t.width_deep * expected)
+    assert all(abs(p.deltas[0]) < 1e-6 for p in grid.points)
 
 
 def test_a_censored_transition_has_no_n_star_but_keeps_its_bound():
@@ -179,7 +163,8 @@ def test_a_censored_transition_has_no_n_star_but_keeps_its_bound():
 
 def test_the_pure_modules_import_no_heavy_library():
     code = (
-        "import sys, dwtune.core.transitions, dwtune.backends.simulated; "
+        "import sys, dwtune.core.transitions, dwtune.core.crossing, dwtune.core.sequential, "
+        "dwtune.core.pair_points, dwtune.backends.simulated; "
         "print(sorted(m for m in ('torch', 'ray', 'optuna', 'pyarrow') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,0 +1,99 @@
+"""N* from every point: noise model, sign runs, non_monotone, bootstrap intervals (pure)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from dwtune.core import crossing, vocabulary
+from dwtune.core.crossing import DeltaPoint, estimate_crossing
+
+TRUTH = math.log(1e8)  # planted crossing, ln N
+GAP, SCALE = 0.05, 0.5  # nats, e-folds (the simulated default surface)
+
+
+def tanh_points(rng, sd=0.01, seeds=3, offset=0.0, spacing=0.6, count=9):
+    """Points of Δ = GAP·tanh((x* − x)/SCALE) + noise around the planted crossing."""
+    xs = TRUTH + offset + spacing * (np.arange(count) - count // 2)
+    means = GAP * np.tanh((TRUTH - xs) / SCALE)
+    return [
+        DeltaPoint(math.exp(x), tuple(m + sd * rng.normal(size=seeds)))
+        for x, m in zip(xs, means, strict=True)
+    ]
+
+
+def test_a_planted_crossing_lies_inside_its_intervals_and_they_nest():
+    rng = np.random.default_rng(3)
+    estimate = estimate_crossing(tanh_points(rng, offset=0.17), seed=1)
+    assert estimate.status == vocabulary.TRANSITION_BRACKETED
+    assert estimate.n_star_low < estimate.n_star_low_68 < estimate.n_star < estimate.n_star_high
+    assert estimate.n_star_low_68 <= math.exp(TRUTH) <= estimate.n_star_high_68 or (
+        estimate.n_star_low <= math.exp(TRUTH) <= estimate.n_star_high
+    )
+    assert estimate.sigma_ln == pytest.approx(
+        0.5 * math.log(estimate.n_star_high_68 / estimate.n_star_low_68)
+    )
+    assert estimate.crossings == (estimate.n_star,) and estimate.noise_source == "measured"
+
+
+def test_bootstrap_intervals_cover_a_planted_crossing_at_their_nominal_rates():
+    # 80 seeded pairs: each rate must lie within 3 binomial sd of its nominal level.
+    rng = np.random.default_rng(11)
+    trials, hits68, hits95 = 80, 0, 0
+    for k in range(trials):
+        points = tanh_points(rng, offset=rng.uniform(-0.3, 0.3))
+        e = estimate_crossing(points, n_boot=500, seed=k)
+        assert e.status == vocabulary.TRANSITION_BRACKETED
+        hits68 += e.n_star_low_68 <= math.exp(TRUTH) <= e.n_star_high_68
+        hits95 += e.n_star_low <= math.exp(TRUTH) <= e.n_star_high
+    for hits, level in ((hits68, 0.68), (hits95, 0.95)):
+        margin = 3 * math.sqrt(level * (1 - level) / trials)
+        assert abs(hits / trials - level) <= margin, (hits, level)
+
+
+def test_a_second_sign_change_beyond_noise_is_non_monotone_with_every_crossing():
+    # + + − − + + − −: a dip below zero before the real crossing, each run far beyond noise.
+    means = [0.05, 0.04, -0.03, -0.03, 0.03, 0.02, -0.04, -0.05]
+    points = [DeltaPoint(math.exp(14 + i), (m, m + 0.001, m - 0.001)) for i, m in enumerate(means)]
+    estimate = estimate_crossing(points)
+    assert estimate.status == vocabulary.TRANSITION_NON_MONOTONE
+    assert estimate.n_star is None and estimate.sigma_ln is None
+    assert len(estimate.crossings) == 3
+    lows = [math.exp(14 + i) for i in (1, 3, 5)]  # each crossing between its two runs
+    for found, low in zip(estimate.crossings, lows, strict=True):
+        assert low < found < low * math.e
+
+
+def test_a_reversed_point_within_noise_does_not_make_a_pair_non_monotone():
+    # sd 0.0038 over 3 seeds: se 0.0022; one positive point at 2.2 se among negatives is
+    # decided (> 2 se) but below Z_CONFIRM = 3 se, so it is not a sign change beyond noise
+    sd, se = 0.0038, 0.0038 / math.sqrt(3)
+    means = [0.05, 0.03, -0.03, 2.2 * se, -0.04, -0.05]
+    points = [DeltaPoint(math.exp(14 + i), (m - sd, m, m + sd)) for i, m in enumerate(means)]
+    estimate = estimate_crossing(points)
+    assert estimate.status == vocabulary.TRANSITION_BRACKETED
+    assert math.exp(15) < estimate.n_star <= math.exp(16)  # inside the innermost bracket
+    means[3] = 4 * se  # beyond Z_CONFIRM: now it is a second (and third) sign change
+    points = [DeltaPoint(math.exp(14 + i), (m - sd, m, m + sd)) for i, m in enumerate(means)]
+    assert estimate_crossing(points).status == vocabulary.TRANSITION_NON_MONOTONE
+
+
+def test_noise_is_measured_locally_and_a_prior_is_only_a_labelled_floor():
+    rng = np.random.default_rng(5)
+    quiet = [DeltaPoint(math.exp(10 + i), tuple(0.001 * rng.normal(size=4))) for i in range(4)]
+    loud = [DeltaPoint(math.exp(20 + i), tuple(0.02 * rng.normal(size=4))) for i in range(4)]
+    noise = crossing.estimate_noise(quiet + loud, prior=0.003)
+    assert noise.source == vocabulary.NOISE_MEASURED
+    assert noise.sd[:4].max() < 0.7 * noise.sd[4:].min()  # the sd follows the size
+    few = [DeltaPoint(1e6, (0.0, 0.001)), DeltaPoint(1e7, (0.01,))]  # 1 dof, sd 0.0007
+    fallback = crossing.estimate_noise(few, prior=0.003)
+    assert fallback.source == vocabulary.NOISE_PRIOR and np.all(fallback.sd == 0.003)
+    noisy = [DeltaPoint(1e6, (0.0, 0.01)), DeltaPoint(1e7, (0.01,))]  # 1 dof, sd 0.007 > prior
+    assert crossing.estimate_noise(noisy, prior=0.003).sd[0] == pytest.approx(0.01 / math.sqrt(2))
+
+
+def test_failed_trainings_count_as_the_most_extreme_delta_of_their_sign():
+    points = [DeltaPoint(1e6, (0.04, math.inf)), DeltaPoint(1e7, (-0.03, -math.inf))]
+    assert crossing.point_means(points) == pytest.approx([0.04, -0.03])
+    only_failures = [DeltaPoint(1e6, (math.inf,)), DeltaPoint(1e7, (-0.02,))]
+    assert crossing.point_means(only_failures)[0] == 0.0  # no positive finite Δ: 0, no sign

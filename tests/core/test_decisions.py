@@ -1,0 +1,123 @@
+"""Issue 10's decision rules: re-verification, every sign run, failures as outcomes, total size."""
+
+import math
+
+import pytest
+
+from dwtune.core import pair_points, transitions, vocabulary
+from dwtune.core.pair_points import SizeTrend
+from tests.core.test_transitions import REFINE, point, record
+
+
+def test_the_ends_of_a_closing_bracket_are_re_verified_with_twice_their_seeds():
+    narrow = [point(15, 0.02, verified=False), point(15.04, -0.02, verified=False)]
+    step = transitions.next_step(narrow, REFINE, rounds=3)
+    assert (step.kind, step.reason, step.point.log_n, step.seeds) == ("verify", "re-verify", 15, 2)
+    both = [point(15, 0.02), point(15.04, -0.02, verified=False)]
+    assert transitions.next_step(both, REFINE, rounds=3).point.log_n == 15.04
+    done = transitions.next_step([point(15, 0.02), point(15.04, -0.02)], REFINE, rounds=3)
+    assert (done.kind, done.reason) == ("done", "tolerance reached")
+    full = [point(15, 0.02, n=4, verified=False), point(15.04, -0.02, n=4, verified=False)]
+    assert transitions.next_step(full, REFINE, rounds=3).kind == "done"  # max_seeds already
+
+
+def test_a_re_verified_end_that_loses_its_sign_reopens_the_bracket():
+    before = [point(15, 0.02), point(16, 0.01), point(16.04, -0.01), point(17, -0.02)]
+    assert transitions.outcome_of(before, REFINE.max_seeds).low == 16
+    flipped = [before[0], point(16, 0.0002, decided=False, n=4), *before[2:]]
+    outcome = transitions.outcome_of(flipped, REFINE.max_seeds)
+    assert (outcome.status, outcome.low, outcome.high) == ("bracketed", 15, 16.04)
+    step = transitions.next_step(flipped, REFINE, rounds=2)
+    assert step.kind == "bisect" and 15 < step.log_n < 16.04
+
+
+def test_the_outcome_uses_every_point_and_reports_a_second_sign_change():
+    # old rule: the first negative point closed the bracket at (16, 17) and hid the rest
+    signs = [0.03, 0.02, -0.02, -0.02, 0.02, 0.03, -0.03]
+    points = [point(15 + i, m, se=0.001) for i, m in enumerate(signs)]
+    outcome = transitions.outcome_of(points, REFINE.max_seeds)
+    assert outcome.status == vocabulary.TRANSITION_NON_MONOTONE
+    assert {p.log_n for p in outcome.decisive} == {16, 17, 18, 19, 20, 21}
+    assert transitions.next_step(points, REFINE, rounds=0).reason == "non_monotone"
+
+
+def _pair(losses_deep, losses_shallow, *, budget=1e7, statuses=None):
+    statuses = statuses or {}
+    deep = {
+        s: record(12, budget, int(budget), s, loss, status=statuses.get((12, s), "finished"))
+        for s, loss in enumerate(losses_deep)
+    }
+    shallow = {
+        s: record(6, budget, int(budget), s, loss, status=statuses.get((6, s), "finished"))
+        for s, loss in enumerate(losses_shallow)
+    }
+    return deep, shallow
+
+
+def test_a_diverged_training_counts_against_its_depth_never_absent():
+    deep, shallow = _pair(
+        [3.00, 3.02, math.nan], [3.01, 3.01, 3.01], statuses={(12, 2): "diverged"}
+    )
+    paired = pair_points.paired_deltas(deep, shallow, SizeTrend([], []))
+    assert paired.seeds == (0, 1, 2) and paired.failures_deep == 1
+    assert paired.deltas[2] == pytest.approx(3.02 - 3.01)  # the worst loss depth 12 completed
+    all_failed = {(12, s): "diverged" for s in range(2)}
+    deep, shallow = _pair([math.nan] * 2, [3.0, 3.1], statuses=all_failed)
+    paired = pair_points.paired_deltas(deep, shallow, SizeTrend([], []))
+    assert paired.deltas == (math.inf, math.inf) and paired.failures_deep == 2
+    both = {(12, 0): "failed", (6, 0): "diverged"}
+    deep, shallow = _pair([math.nan, 3.0], [math.nan, 3.1], statuses=both)
+    paired = pair_points.paired_deltas(deep, shallow, SizeTrend([], []))
+    assert paired.seeds == (1,) and (paired.failures_deep, paired.failures_shallow) == (1, 1)
+
+
+def test_a_budget_where_the_deeper_net_always_failed_stays_in_the_pair_and_is_counted():
+    budgets = (1e6, 1e7, 1e8)
+    records = [record(6, b, int(b), 0, 3.0) for b in budgets]
+    records += [record(12, 1e6, int(1e6), 0, 3.05), record(12, 1e7, int(1e7), 0, 3.04)]
+    records.append(record(12, 1e8, int(1e8), 0, math.nan, status="diverged"))
+    grid = pair_points.grid_pair(records, (6, 12), budgets, (0,))
+    assert [p.budget for p in grid.points] == list(budgets)
+    assert grid.points[-1].deltas == (math.inf,) and grid.points[-1].failures_deep == 1
+    t = transitions.make_transition(
+        (6, 12), transitions.outcome_of(list(grid.points), 4), list(grid.points),
+        trials=0, rounds=0, simulated=False, prior=0.003,
+    )  # fmt: skip
+    assert (t.failures_deep, t.failures_shallow) == (1, 0)
+    assert t.status == vocabulary.TRANSITION_CENSORED_HIGH  # the failure counts as losing
+
+
+def test_total_size_convention_compares_at_equal_total_size():
+    def loss(total: float) -> float:  # one law in the total size: Δ is 0 at equal total N
+        return 3.0 - 0.25 * math.log(total / 1e6)
+
+    budgets = (1e6, 1e7, 1e8)
+    # non-embedding sizes equal, total sizes differ (the shallower net has a wider embedding)
+    shallow = [record(6, b, int(b), 0, loss(b * 1.10), total=int(b * 1.10)) for b in budgets]
+    deep = [record(12, b, int(b), 0, loss(b * 1.02), total=int(b * 1.02)) for b in budgets]
+    total = pair_points.grid_pair(shallow + deep, (6, 12), budgets, (0,), "total")
+    assert all(abs(p.deltas[0]) < 1e-6 for p in total.points)
+    assert total.points[0].log_n == pytest.approx(math.log(1.02e6), abs=1e-6)
+    paper = pair_points.grid_pair(shallow + deep, (6, 12), budgets, (0,), "non_embedding")
+    assert all(p.deltas[0] > 0.01 for p in paper.points)  # the old correction: a false Δ
+
+
+def test_points_from_journals_written_before_issue_10_still_load():
+    old = {  # a PairPoint as the refine stage stored it before (no failure or verify fields)
+        "budget": 1e7, "log_n": 16.1, "width_deep": 300, "width_shallow": 420,
+        "seeds": [0, 1], "deltas": [0.01, 0.012],
+        "decision": {"mean": 0.011, "se": 0.0014, "sd": 0.002, "decided": True},
+        "kind": "bisect", "requested": 2,
+    }  # fmt: skip
+    loaded = pair_points.PairPoint.from_dict(old)
+    assert loaded.deltas == (0.01, 0.012) and not loaded.verified and loaded.failures_deep == 0
+    [redecided] = transitions.decide_points([loaded], REFINE, prior=0.002)
+    assert redecided.decision.decided and redecided.decision.boundary > 2.0
+
+
+def test_refine_alpha_must_be_a_probability_below_one_half():
+    from dwtune.core.errors import InputError
+    from dwtune.core.spec import RefineConfig
+
+    with pytest.raises(InputError, match=r"refine.alpha: got 0.7; expected a number in \(0, 0.5\)"):
+        RefineConfig(alpha=0.7)

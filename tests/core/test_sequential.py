@@ -1,0 +1,72 @@
+"""The α-spending sign test: boundaries and the false-sign bound over repeated looks (pure)."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from dwtune.core import sequential, transitions
+from dwtune.core.pair_points import Decision, PairPoint
+from dwtune.core.spec import RefineConfig
+
+REFINE = RefineConfig(pairs=((6, 12),), seeds=1, max_seeds=4, alpha=0.05)
+SD = 0.002  # nats: paired noise of the Monte Carlo points
+
+
+def test_boundaries_spend_alpha_over_the_looks():
+    one = sequential.boundaries(1, 0.05)
+    assert one[0] == pytest.approx(1.96, abs=0.005)  # a single look is the fixed-sample test
+    four = sequential.boundaries(4, 0.05)
+    assert all(c > 1.96 for c in four)  # repeated looks need wider boundaries
+    rng = np.random.default_rng(0)
+    sums = np.cumsum(rng.standard_normal((200_000, 4)), axis=1) / np.sqrt(np.arange(1, 5))
+    rate = float((np.abs(sums) > np.array(four)).any(axis=1).mean())
+    assert abs(rate - 0.05) <= 3 * math.sqrt(0.05 * 0.95 / 200_000)
+
+
+def test_an_estimated_noise_widens_the_boundary_like_a_student_t():
+    assert sequential.t_boundary(2.0, math.inf) == 2.0
+    assert sequential.t_boundary(2.0, 5) > sequential.t_boundary(2.0, 50) > 2.0
+
+
+def _point(log_n: float, deltas) -> PairPoint:
+    return PairPoint(
+        budget=math.exp(log_n), log_n=log_n, width_deep=100, width_shallow=120,
+        seeds=tuple(range(len(deltas))), deltas=tuple(deltas),
+        decision=Decision(math.nan, math.nan, SD, False), kind="bisect", requested=len(deltas),
+    )  # fmt: skip
+
+
+def _sign_at_zero(rng, refine, decide) -> int:
+    """The refine loop at one point whose true Δ is 0: seeds added until decided or max."""
+    context = [_point(10 + k, SD * rng.standard_normal(2) + 0.05) for k in range(3)]
+    noise = SD * rng.standard_normal(refine.max_seeds)
+    wanted = refine.seeds
+    while True:
+        point = decide(context, _point(20, noise[:wanted]), refine)
+        if point.decision.decided or wanted >= refine.max_seeds:
+            return point.decision.sign
+        wanted = transitions.seeds_wanted(point.decision, wanted, refine)
+
+
+def _alpha_spending(context, point, refine):
+    return transitions.decide_points([*context, point], refine, prior=SD)[-1]
+
+
+def _z_every_look(context, point, refine):  # today's rule before issue 10: z = 2 at every look
+    decision = transitions.decide(point.deltas, SD, 2.0)
+    return dataclasses.replace(point, decision=decision)
+
+
+def test_the_false_sign_rate_over_repeated_looks_is_bounded_by_alpha():
+    trials = 1500
+    margin = 3 * math.sqrt(REFINE.alpha * (1 - REFINE.alpha) / trials)  # binomial sd × 3
+    rng = np.random.default_rng(7)
+    signed = sum(_sign_at_zero(rng, REFINE, _alpha_spending) != 0 for _ in range(trials))
+    assert signed / trials <= REFINE.alpha + margin
+    # the same Monte Carlo catches the uncorrected rule: 4 looks at z = 2 exceed α
+    rng = np.random.default_rng(7)
+    looks = dataclasses.replace(REFINE, max_seeds=4)
+    naive = sum(_sign_at_zero(rng, looks, _z_every_look) != 0 for _ in range(trials))
+    assert naive / trials > REFINE.alpha + margin
