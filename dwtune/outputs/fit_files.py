@@ -25,6 +25,7 @@ from dwtune.core.fit import (
     fit_transitions,
 )
 from dwtune.core.projection import BudgetProjection, DepthProjection, DepthWidthLaw
+from dwtune.core.vocabulary import TRANSITION_BRACKETED
 from dwtune.storage.provenance import provenance, read_parquet_checked, write_parquet_atomic
 from dwtune.storage.store import atomic_write_text
 
@@ -155,7 +156,7 @@ def observation(row: pd.Series, label: str) -> TransitionObservation:
     status = str(row["status"])
     listed = censored_pair(row)
     seeds = listed.seeds
-    if status != "bracketed":
+    if status != TRANSITION_BRACKETED:
         bound = listed.bound
         log_n = math.log(bound) if math.isfinite(bound) else math.nan
         return TransitionObservation(

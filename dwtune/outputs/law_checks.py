@@ -29,6 +29,8 @@ from dwtune.core.fit.forms import FORMS, compare_forms, transition_log_n
 from dwtune.core.fit.loo import LOO_BUDGETS, leave_one_pair_out
 from dwtune.core.units import format_size
 from dwtune.core.vocabulary import PAIR_DELTAS_FILE
+from dwtune.core.vocabulary import TRANSITION_BRACKETED as BRACKETED
+from dwtune.core.vocabulary import TRANSITION_CENSORED_HIGH as CENSORED_HIGH
 from dwtune.outputs.fit_files import json_ready
 from dwtune.outputs.pair_deltas import read_pair_deltas
 
@@ -194,13 +196,13 @@ def markdown(record: dict | None) -> list[str]:
 
 def _draw_forms(ax, checks: LawChecks) -> None:
     fitted = [o for o in checks.observations if o.fitted]
-    est = [o for o in fitted if o.status == "bracketed"]
+    est = [o for o in fitted if o.status == BRACKETED]
     ax.errorbar([o.depth_deep for o in est], [o.log_width for o in est],
                 yerr=[o.sigma_log_width for o in est], fmt="o", color="black",
                 label="transitions")  # fmt: skip
     for o in fitted:
-        if o.status != "bracketed":
-            up = o.status == "censored_high"
+        if o.status != BRACKETED:
+            up = o.status == CENSORED_HIGH
             ax.annotate("", (o.depth_deep, o.log_width + (0.3 if up else -0.3)),
                         (o.depth_deep, o.log_width), arrowprops={"arrowstyle": "->"})  # fmt: skip
     depths = np.linspace(min(o.depth_deep for o in fitted) * 0.8, 100.0, 200)
