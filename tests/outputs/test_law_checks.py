@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from dwtune.core.crossing import DeltaPoint, estimate_crossing
-from dwtune.core.fit import TransitionObservation
+from dwtune.core.fit import TransitionObservation, fit_law
 from dwtune.core.fit.bootstrap import PairPoints, observation_from_estimate
 from dwtune.core.vocabulary import PAIR_DELTAS_FILE
 from dwtune.outputs import law_checks
@@ -57,7 +57,9 @@ def test_law_checks_record_has_forms_loo_and_a_bootstrap(tmp_path):
     assert [r["pair"] for r in record["leave_one_pair_out"]] == [p.label for p in pairs]
     boot = record["bootstrap"]
     assert boot["status"] == "done" and boot["replicates"] == 100
-    assert boot["b"]["low"] < B < boot["b"]["high"]
+    fitted = fit_law(_observations(pairs))
+    assert boot["b"]["low"] < fitted.b < boot["b"]["high"]  # around the study's own estimate
+    assert 0 < boot["sd_b"] < 0.01
     assert [p["budget"] for p in boot["projections"]] == [1.75e11, 1e12, 1e13]
     assert record["bootstrap_with_points"]["replicates"] == 50  # the sensitivity check
     text = "\n".join(law_checks.markdown(record))
