@@ -19,7 +19,9 @@ at the point (the evaluation's own sampling error, a size-trend correction).
 
 Failures. A Δ of ``+inf`` (the deeper net diverged or failed, the shallower one did not) or
 ``−inf`` (the reverse) counts for the sign: it is replaced by the largest (smallest) finite Δ
-of the pair, so a failure is the worst outcome the data show for that net, never absent.
+of the pair, so a failure is the worst outcome the data show for that net, never absent. A point
+whose every Δ is infinite (its net failed at every seed) has a sign but is never *beyond noise*
+(below): failures alone do not make a pair non_monotone.
 
 Signs. A point is positive (deeper loses) when ``m_i > z·se_i``, negative when
 ``m_i < −z·se_i``, else within noise. Consecutive points of one sign form a run. The expected
@@ -256,7 +258,7 @@ def roots(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, i
 # --------------------------------------------------------------------------- the interval
 
 
-def _replicate_roots(x, centre, se_of, noise: Noise, target: float, z: float, n_boot, rng):
+def _replicate_roots(x, centre, se_of, noise: Noise, target, z, n_boot, rng, measured):
     """ln N* of each parametric bootstrap replicate (module doc): replicates that share a
     sign pattern share their windows, so each pattern is classified once."""
     if math.isfinite(noise.dof):
@@ -266,6 +268,7 @@ def _replicate_roots(x, centre, se_of, noise: Noise, target: float, z: float, n_
     se = se_of(noise.sd[None, :] * scale[:, None])
     drawn = centre + rng.standard_normal(se.shape) * se
     signs, strong = _signs(drawn, se, z)
+    strong &= measured  # a run of failures alone is never beyond noise (module doc)
     keys = np.concatenate([signs + 1, strong.astype(int)], axis=1)
     patterns, inverse = np.unique(keys, axis=0, return_inverse=True)
     found = np.full(n_boot, np.nan)
@@ -307,14 +310,16 @@ def estimate_crossing(
 
     means = point_means(points)
     se = se_of(noise.sd)
-    shape = classify(*_signs(means, se, z))
+    measured = np.array([any(math.isfinite(d) for d in p.deltas) for p in points])
+    signs, strong = _signs(means, se, z)
+    shape = classify(signs, strong & measured)
     found = tuple(float(roots(x, means, se, w)[0]) for w in shape.windows)
     crossings = tuple(math.exp(r) for r in found)
     if shape.status != vocabulary.TRANSITION_BRACKETED:
         return _empty(shape.status, crossings, noise.source)
     rng = np.random.default_rng(seed)
     window = shape.windows[0]
-    replicates = _replicate_roots(x, means, se_of, noise, found[0], z, n_boot, rng)
+    replicates = _replicate_roots(x, means, se_of, noise, found[0], z, n_boot, rng, measured)
     replicates[np.isnan(replicates)] = 0.5 * (x[window[0]] + x[window[1]])
     q = np.percentile(replicates, [2.5, 16.0, 84.0, 97.5])
     return CrossingEstimate(

@@ -111,7 +111,8 @@ def _provisional_sign(point: PairPoint, max_seeds: int) -> int:
 
 def _strong(point: PairPoint) -> bool:
     ratio = abs(point.decision.mean) / point.decision.se if point.decision.se > 0 else math.inf
-    return point.decision.decided and ratio >= crossing.Z_CONFIRM
+    finite = any(math.isfinite(d) for d in point.deltas)  # failures alone: not beyond noise
+    return point.decision.decided and finite and ratio >= crossing.Z_CONFIRM
 
 
 def outcome_of(points: Sequence[PairPoint], max_seeds: int) -> Outcome:

@@ -97,3 +97,19 @@ def test_failed_trainings_count_as_the_most_extreme_delta_of_their_sign():
     assert crossing.point_means(points) == pytest.approx([0.04, -0.03])
     only_failures = [DeltaPoint(1e6, (math.inf,)), DeltaPoint(1e7, (-0.02,))]
     assert crossing.point_means(only_failures)[0] == 0.0  # no positive finite Δ: 0, no sign
+
+
+def test_failures_alone_never_make_a_pair_non_monotone():
+    # the deeper net failed at every seed of one size past the crossing: it loses there, but a
+    # run of failures alone is not a sign change beyond noise
+    sd = 0.002
+    means = [0.05, 0.04, -0.03, None, -0.04, -0.05]
+    points = [
+        DeltaPoint(math.exp(14 + i), (math.inf,) * 3 if m is None else (m - sd, m, m + sd))
+        for i, m in enumerate(means)
+    ]
+    estimate = estimate_crossing(points, n_boot=300)
+    assert estimate.status == vocabulary.TRANSITION_BRACKETED
+    assert math.exp(15) < estimate.n_star < math.exp(16)
+    measured = [*points[:3], DeltaPoint(math.exp(17), (0.03 - sd, 0.03, 0.03 + sd)), *points[4:]]
+    assert estimate_crossing(measured, n_boot=300).status == vocabulary.TRANSITION_NON_MONOTONE
