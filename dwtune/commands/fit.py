@@ -31,8 +31,11 @@ def format_fit(fit, level: float, simulated: bool, source: str) -> str:
     (a_lo, a_hi), (b_lo, b_hi) = fit.interval("a", level), fit.interval("b", level)
     corr = fit.cov[0][1] / (fit.se_a * fit.se_b)
     lines = ["SIMULATED data: a planted law, not a measurement"] if simulated else []
+    censored = f" and {len(fit.censored_fitted)} censored pair(s)" if fit.censored_fitted else ""
+    method = "interval-censored likelihood" if fit.censored_fitted else "weighted least squares"
     lines += [
-        f"fit of ln dx* = a + b·L over {fit.n_points} bracketed transitions at depths {depths}",
+        f"fit of ln dx* = a + b·L over {fit.n_points} bracketed transitions{censored} at depths "
+        f"{depths} ({method})",
         f"  source: {source}",
         f"  a = {fit.a:.4f} ± {fit.se_a:.4f}   ({level:.0%} interval {a_lo:.4f} to {a_hi:.4f})",
         f"  b = {fit.b:.5f} ± {fit.se_b:.5f}   ({level:.0%} interval {b_lo:.5f} to {b_hi:.5f})",
@@ -40,7 +43,11 @@ def format_fit(fit, level: float, simulated: bool, source: str) -> str:
         f"  R² = {fit.r2:.4f}   χ²_red = {fit.chi2_red:.3f} with {fit.dof} dof"
         "   (errors from the given uncertainties, not scaled by χ²_red)",
     ]
-    lines += [f"  not fitted: pair {c.pair}: {c.describe()}" for c in fit.censored]
+    in_fit = {label.removeprefix("pair ") for label in fit.censored_fitted}
+    for c in fit.censored:
+        where = "censored, in the fit" if c.pair in in_fit else "not fitted"
+        lines.append(f"  {where}: pair {c.pair}: {c.describe()}")
+    lines += [f"  excluded: {label}: {why}" for label, why in fit.excluded]
     lines.append(f"published (Levine et al. 2020): a = {LEVINE2020.a}, b = {LEVINE2020.b}")
     return "\n".join(lines)
 

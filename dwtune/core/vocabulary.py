@@ -137,3 +137,5 @@ AGREEMENT_NO_PREDICTION = "no_prediction"  # inside the law's own interval of N*
 # Roles of a runs table's columns (`dwtune analyze --columns ROLE=COLUMN`).
 RUN_COLUMNS_REQUIRED = ("depth", "width", "params", "loss")
 RUN_COLUMNS_OPTIONAL = ("seed", "tokens", "step", "run")
+# Every paired Δ of the refine stage, per (pair, point, seed): the study bootstrap's input.
+PAIR_DELTAS_FILE = "pair_deltas.parquet"

@@ -17,7 +17,13 @@ import pandas as pd
 import pyarrow as pa
 
 from dwtune.core.errors import InputError
-from dwtune.core.fit import CensoredPair, FitResult, fit_transitions
+from dwtune.core.fit import (
+    CensoredPair,
+    FitResult,
+    TransitionObservation,
+    fit_law,
+    fit_transitions,
+)
 from dwtune.core.projection import BudgetProjection, DepthProjection, DepthWidthLaw
 from dwtune.core.vocabulary import (
     TRANSITIONS_FILE,
@@ -31,6 +37,7 @@ CSV_COLUMNS = ("depth", "width", "width_err")
 TRANSITIONS_HINT = "expected the transitions schema (pair, depth_deep, status, width_deep, ...)"
 CSV_HINT = "expected a header line depth,width,width_err"
 GIT_KEY = "dwtune.git_revision"  # the provenance key that is plain text, not JSON
+SIGMA_COLUMN = "sigma_ln"  # σ(ln N*) where the transitions table carries it
 
 
 @dataclass(frozen=True)
@@ -45,8 +52,15 @@ class FitInput:
     simulated: bool
     source: str
     seeds: tuple[int, ...] = ()  # seeds behind each point, where the table says
+    # Every pair of a transitions table (censored ones with their bound); () for a CSV table.
+    observations: tuple[TransitionObservation, ...] = ()
 
     def fit(self) -> FitResult:
+        """The censored likelihood over every pair of a study; WLS for a published table.
+
+        Without censored pairs the two are the same fit (dwtune.core.fit.censored)."""
+        if self.observations:
+            return fit_law(self.observations, listed=self.censored)
         return fit_transitions(
             self.depths, self.widths, self.width_errs, labels=self.labels, censored=self.censored
         )
@@ -125,6 +139,37 @@ def censored_pair(row: pd.Series) -> CensoredPair:
     )
 
 
+def _sigma_ln(row: pd.Series) -> tuple[float, str]:
+    """σ(ln N*) of a row and the column it came from: its own column where the table has
+    one, else 2·width_err/width."""
+    own = _row_number(row, SIGMA_COLUMN) if SIGMA_COLUMN in row.index else math.nan
+    if math.isfinite(own):
+        return own, SIGMA_COLUMN
+    err = _row_number(row, "width_deep_err")
+    return 2.0 * err / _row_number(row, "width_deep"), "width_err"
+
+
+def observation(row: pd.Series, label: str) -> TransitionObservation:
+    """A transitions row as the fit's observation (bound of a censored pair: its range end)."""
+    status = str(row["status"])
+    listed = censored_pair(row)
+    seeds = listed.seeds
+    if status != TransitionStatus.BRACKETED:
+        bound = listed.bound
+        log_n = math.log(bound) if math.isfinite(bound) else math.nan
+        return TransitionObservation(
+            label, listed.depth_shallow, listed.depth_deep, status, log_n, math.nan, seeds
+        )
+    n_star = _row_number(row, "n_star")
+    if not (math.isfinite(n_star) and n_star > 0):  # older tables: N* from the width
+        n_star = 12.0 * listed.depth_deep * _row_number(row, "width_deep") ** 2
+    sigma, field = _sigma_ln(row)
+    return TransitionObservation(
+        label, listed.depth_shallow, listed.depth_deep, status, math.log(n_star), sigma, seeds,
+        sigma_field=field,
+    )  # fmt: skip
+
+
 def points_from_transitions(frame: pd.DataFrame, path: Path) -> FitInput:
     """Bracketed rows are points (depth_deep, width_deep, width_deep_err); others are listed."""
     require_columns(frame, TRANSITION_COLUMNS, path, TRANSITIONS_HINT)
@@ -146,7 +191,14 @@ def points_from_transitions(frame: pd.DataFrame, path: Path) -> FitInput:
         simulated=_is_simulated(frame),
         source=str(path),
         seeds=tuple(_seed_counts(bracketed)),
+        observations=tuple(
+            observation(row, _pair_label(row, i)) for i, (_, row) in enumerate(frame.iterrows())
+        ),
     )
+
+
+def _pair_label(row: pd.Series, index: int) -> str:
+    return f"pair {row['pair']}" if "pair" in row.index else f"row {index + 1}"
 
 
 def _seed_counts(rows: pd.DataFrame) -> list[int]:
@@ -303,6 +355,12 @@ def fit_to_dict(
             "errors_scaled_by_chi2_red": False,
             "points": points_dicts(fit.depths, fit.widths, fit.width_errs, fit.labels, seeds),
             "censored": [asdict(c) for c in fit.censored],
+            # Since the interval-censored fit: how it was fitted and what it left out.
+            "method": fit.method,
+            "errors_from": "observed information (inverse Hessian of -log L)",
+            "log_likelihood": fit.log_likelihood,
+            "censored_in_fit": list(fit.censored_fitted),
+            "excluded": [{"label": label, "reason": why} for label, why in fit.excluded],
         }
     )
 

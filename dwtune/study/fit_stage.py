@@ -17,6 +17,7 @@ import pandas as pd
 from dwtune.core.errors import InputError
 from dwtune.core.projection import LEVINE2020, DepthWidthLaw, project_budget, project_depth
 from dwtune.core.vocabulary import FIT_FILE, PROJECTIONS_FILE, TRANSITIONS_FILE
+from dwtune.outputs import law_checks
 from dwtune.outputs.fit_files import (
     FitInput,
     fit_to_dict,
@@ -101,6 +102,11 @@ def write_fit(exp_dir: str | Path) -> FitFiles:
     outcome = fit_study(study)
     rows = projection_rows(study, outcome, budgets)
     record = fit_record(study, outcome, metadata_json(study.spec))
+    # Law forms, leave-one-pair-out and the study bootstrap: computed once, here, with the fit.
+    observations = outcome.points.observations if outcome.points is not None else ()
+    checks = law_checks.for_report(study.exp_dir, observations, outcome.fit is not None, budgets)
+    if checks is not None:
+        record["law_checks"] = checks.record
     fit_json = write_json_atomic(study.exp_dir / FIT_FILE, record)
     projections = write_projections(
         study.exp_dir / PROJECTIONS_FILE, rows.to_dict("records"), study.spec

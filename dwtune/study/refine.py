@@ -39,6 +39,7 @@ from optuna.trial import TrialState
 
 from dwtune.core import pair_points, transitions, vocabulary
 from dwtune.core.errors import InputError
+from dwtune.core.fit.bootstrap import PairPoints
 from dwtune.core.pair_points import PairGrid, PairPoint
 from dwtune.core.records import TrialRecord, TrialRequest, make_request
 from dwtune.core.spec import ExperimentSpec, RefineConfig
@@ -51,6 +52,7 @@ from dwtune.core.vocabulary import (
     StepKind,
     TransitionStatus,
 )
+from dwtune.outputs.pair_deltas import write_pair_deltas
 from dwtune.outputs.schemas import TRANSITION_SCHEMA
 from dwtune.storage.provenance import write_parquet_atomic
 from dwtune.storage.store import ExperimentStore
@@ -311,6 +313,12 @@ class PairRefiner:
         records = (self.store.read_record(i) for i in ids)
         return sum(r is not None and r.stage == Stage.REFINE for r in records)
 
+    def pair_points(self) -> PairPoints:
+        """Every point of the pair as DeltaPoints: the study bootstrap's input."""
+        points = pair_points.merge_points(self.grid.points, trial_points(self.study))
+        deltas = tuple(p.delta_point() for p in points if p.n)
+        return PairPoints(self.grid.label, self.pair[0], self.pair[1], deltas)
+
     def _transition(self, step: Step) -> Transition:
         points = decided_points(self.grid.points, self.study, self.refine, self.prior)
         transition = transitions.make_transition(
@@ -403,6 +411,12 @@ class RefineStage:
                 _advance(index, rounds, mine, waiting, done)
         transitions = [done[index] for index in range(len(self.refiners))]
         write_transitions(transitions, self.store.root / TRANSITIONS_FILE, self.spec)
+        write_pair_deltas(
+            [r.pair_points() for r in self.refiners],
+            self.store.root / vocabulary.PAIR_DELTAS_FILE,
+            self.spec.to_dict(),
+            self.spec.trainer == "simulated",
+        )
         return transitions
 
 

@@ -40,7 +40,7 @@ def test_the_shipped_tree_keeps_every_contract():
 @pytest.mark.parametrize(
     ("module", "line", "contract"),
     [
-        ("core/fit.py", "import torch", "The pure core imports none of"),
+        ("core/fit/wls.py", "import torch", "The pure core imports none of"),
         ("core/budget.py", "import dwtune.study.refine", "Layers:"),
         ("outputs/tables.py", "import ray", "Only the Ray runner imports ray"),
         ("study/progress.py", "import torch", "Only the PyTorch backend imports torch"),

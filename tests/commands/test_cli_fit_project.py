@@ -152,15 +152,21 @@ def test_fit_csv_json_matches_the_library(capsys, tmp_path):
     assert data["errors_scaled_by_chi2_red"] is False
 
 
-def test_fit_experiment_dir_lists_censored_pairs(capsys, tmp_path):
+def test_fit_experiment_dir_keeps_censored_pairs_in_the_fit(capsys, tmp_path):
+    # Pair 12-18 is censored_high with its bound 10% above the planted N* (n_star_high): the
+    # likelihood asks the line to pass above that bound at depth 18, so it rises there.
     statuses = ["bracketed", "censored_high", "bracketed", "bracketed", "bracketed"]
     exp = write_transitions(tmp_path / "exp", statuses)
     code, out, _ = run_cli(capsys, "fit", str(exp))
     assert code == 0
-    assert "over 4 bracketed transitions at depths 12, 24, 30, 36" in out
-    assert "a = 5.0390 ± " in out and "b = 0.05550 ± " in out
-    assert "not fitted: pair 12-18: depth 18 never beat depth 12 up to N = " in out
+    assert "over 4 bracketed transitions and 1 censored pair(s) at depths 12, 24, 30, 36" in out
+    assert "(interval-censored likelihood)" in out
+    assert "censored, in the fit: pair 12-18: depth 18 never beat depth 12 up to N = " in out
     assert "(3 seeds)" in out
+    data = json.loads(run_cli(capsys, "fit", str(exp), "--json")[1])
+    assert data["method"] == "censored_mle" and data["censored_in_fit"] == ["pair 12-18"]
+    assert data["a"] + 18 * data["b"] > A + 18 * B + 1e-4  # pulled up at depth 18
+    assert data["n_points"] == 4 and data["dof"] == 2
 
 
 def test_fit_transitions_parquet_path(capsys, tmp_path):

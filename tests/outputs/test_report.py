@@ -147,7 +147,8 @@ def test_full_study_writes_every_file(tmp_path):
     exp = make_study(tmp_path / "exp", spec=SPEC)
     files = fit_and_report(exp)
     assert files.report == exp / "report.md"
-    assert [p.name for p in files.figures] == list(FIGURE_NAMES)
+    # A fitted study also gets the law checks (forms, leave-one-pair-out) figure.
+    assert [p.name for p in files.figures] == [*FIGURE_NAMES, "6_law_checks.png"]
     for path in files.figures:
         assert_png(path)
     assert not list(exp.rglob(".*.tmp-*")), "temporary files must be renamed or removed"
@@ -259,7 +260,7 @@ def test_transitions_without_trials_still_reports(tmp_path):
     files = fit_and_report(exp)
     text = (exp / "report.md").read_text()
     assert "trials.parquet not found" in text and "No completed trials yet" in text
-    assert len(files.figures) == 4
+    assert len(files.figures) == 5  # 1-4 and the law checks of the fit (no loss curves)
 
 
 def test_nan_uncertainty_is_reported_not_raised(tmp_path):
@@ -335,7 +336,7 @@ def test_loss_curves_figure_is_drawn_from_curves_parquet(tmp_path):
     )
     curves.to_parquet(exp / "curves.parquet")
     files = fit_and_report(exp)
-    assert [p.name for p in files.figures][-1] == "5_loss_curves.png"
+    assert [p.name for p in files.figures][-2:] == ["5_loss_curves.png", "6_law_checks.png"]
     assert (exp / "figures" / "5_loss_curves.png").stat().st_size > 10_000
     assert "5_loss_curves.png" in (exp / "report.md").read_text()
 
@@ -358,3 +359,28 @@ def test_the_report_alone_refuses_a_directory_the_fit_stage_never_saw(tmp_path):
     exp = make_study(tmp_path / "exp", spec=SPEC)
     with pytest.raises(InputError, match=r"fit\.json: no such file; the fit stage writes it"):
         write_report(exp)
+
+
+def test_a_censored_pair_is_in_the_fit_and_the_law_checks_are_reported(tmp_path):
+    from dwtune.core.fit import fit_transitions
+
+    statuses = ("bracketed", "bracketed", "bracketed", "censored_high")
+    exp = make_study(tmp_path / "exp", statuses=statuses)
+    files = fit_and_report(exp)
+    record = json.loads((exp / "fit.json").read_text())
+    assert record["method"] == "censored_mle" and record["censored_in_fit"] == ["pair 24-30"]
+    points = record["points"]
+    bracketed_only = fit_transitions(
+        [p["depth"] for p in points], [p["width"] for p in points], [p["width_err"] for p in points]
+    )
+    # "depth 30 never beat depth 24 up to 1e10" asks for a steeper line than the 3 points alone.
+    assert record["b"] > bracketed_only.b
+    checks = record["law_checks"]
+    assert [r["pair"] for r in checks["leave_one_pair_out"]] == [
+        "pair 6-12", "pair 12-18", "pair 18-24", "pair 24-30"
+    ]  # fmt: skip
+    assert checks["bootstrap"]["status"] == "not run"  # no pair_deltas.parquet here
+    text = (exp / "report.md").read_text()
+    assert "and 1 censored pair(s) (pair 24-30)" in text
+    assert "## Law checks: form, leave-one-pair-out, study bootstrap" in text
+    assert "6_law_checks.png" in [p.name for p in files.figures]

@@ -216,3 +216,20 @@ def test_simulated_yaml_recovers_every_planted_transition_within_its_uncertainty
         planted_width = math.exp(spec.simulated.a + spec.simulated.b * t.depth_deep)
         assert abs(t.width_deep - planted_width) <= 2 * t.width_deep_err * 1.01, t
     assert len(missed) <= 1, missed
+
+
+def test_pair_deltas_parquet_holds_every_paired_delta_of_every_point(tmp_path):
+    from dwtune.core import pair_points as core_points
+    from dwtune.core.vocabulary import PAIR_DELTAS_FILE
+    from dwtune.outputs.pair_deltas import read_pair_deltas
+
+    spec = make_spec(simulated={"noise": 0.002})
+    store = grid_done(tmp_path, spec)
+    refine_stage.run_refine(spec, store, refine_stage.InProcessRunner(spec, store).run)
+    [pair] = read_pair_deltas(store.root / PAIR_DELTAS_FILE)
+    grid = refine_stage.grid_pairs(spec, store.records())[0].points
+    expected = core_points.merge_points(grid, study_points(store, (6, 12)))
+    assert (pair.label, pair.depth_shallow, pair.depth_deep) == ("6-12", 6, 12)
+    assert [p.n for p in pair.points] == pytest.approx([math.exp(p.log_n) for p in expected])
+    assert [p.deltas for p in pair.points] == [p.deltas for p in expected]
+    assert [p.seeds for p in pair.points] == [p.seeds for p in expected]

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from dwtune.core.vocabulary import FIT_FILE, PROJECTIONS_FILE, REPORT_FILE
-from dwtune.outputs.report.figures import draw_figures
+from dwtune.core.vocabulary import FIGURES_DIR, FIT_FILE, PROJECTIONS_FILE, REPORT_FILE
+from dwtune.outputs import law_checks
+from dwtune.outputs.report.figures import _new_figure, _save, draw_figures
 from dwtune.outputs.report.load import TB_FIT, cell_table, load_fit, load_study, table_budgets
 from dwtune.outputs.report.markdown import _fit_section, _header, _markdown
 from dwtune.storage.store import atomic_write_text
@@ -48,6 +49,16 @@ def write_tensorboard(exp_dir: Path, record: dict, fit_text: str) -> Path | None
     return folder
 
 
+def _law_checks_figure(study, outcome, record: dict) -> tuple[Path, ...]:
+    """figures/6_law_checks.png from the checks the fit stage stored in fit.json."""
+    if "law_checks" not in record or outcome.points is None:
+        return ()
+    checks = law_checks.LawChecks(record["law_checks"], outcome.points.observations)
+    path = study.exp_dir / FIGURES_DIR / law_checks.FIGURE_NAME
+    drawn = law_checks.draw(checks, path, lambda w, h: _new_figure(w, h, study), _save)
+    return (drawn,) if drawn is not None else ()
+
+
 def write_report(exp_dir: str | Path) -> ReportFiles:
     """report.md, figures/ and tb/fit for an experiment whose fit stage has run."""
     study = load_study(exp_dir)
@@ -57,6 +68,7 @@ def write_report(exp_dir: str | Path) -> ReportFiles:
     cells = cell_table(study.completed)
     outcome, rows, record = load_fit(study)
     figures = draw_figures(study, outcome, rows, cells)
+    figures += _law_checks_figure(study, outcome, record)
     fit_text = "\n".join(_header(study)[:3] + _fit_section(record, outcome))
     tb = write_tensorboard(study.exp_dir, record, fit_text)
     report = study.exp_dir / REPORT_FILE

@@ -12,6 +12,7 @@ from dwtune.core.fit import CensoredPair
 from dwtune.core.projection import LEVINE2020
 from dwtune.core.units import format_size
 from dwtune.core.vocabulary import FIT_FILE, PROJECTIONS_FILE, TransitionStatus
+from dwtune.outputs import law_checks
 from dwtune.outputs.fit_files import GIT_KEY, censored_pair
 from dwtune.outputs.report.load import (
     LEVEL,
@@ -118,6 +119,22 @@ def _transitions_section(study: Study) -> list[str]:
     return [*lines, f"{len(frame)} depth pair(s): {summary}.", "", table, ""]
 
 
+_METHODS = {
+    "wls": "weighted least squares",
+    "censored_mle": "interval-censored likelihood, errors from its observed information",
+}
+
+
+def _censored_note(record: dict) -> str:
+    """' and 2 censored pair(s) (pair 36-48, ...)' where censored pairs are in the fit."""
+    inside = record.get("censored_in_fit") or []
+    excluded = record.get("excluded") or []
+    note = f" and {len(inside)} censored pair(s) ({', '.join(inside)})" if inside else ""
+    if excluded:
+        note += "; excluded: " + "; ".join(f"{e['label']} ({e['reason']})" for e in excluded)
+    return note
+
+
 def _fit_lines(record: dict) -> list[str]:
     a_lo, a_hi = record["ci_a"]
     b_lo, b_hi = record["ci_b"]
@@ -142,8 +159,9 @@ def _fit_lines(record: dict) -> list[str]:
     ]
     headers = ["", "value", "std. error", f"{level} interval", "published", "published − fit (σ)"]
     return [
-        f"ln dx* = a + b·L over {record['n_points']} bracketed transitions "
-        f"(weighted least squares; errors from the transitions' uncertainties, not rescaled).",
+        f"ln dx* = a + b·L over {record['n_points']} bracketed transitions{_censored_note(record)} "
+        f"({_METHODS.get(record.get('method'), 'weighted least squares')}; the transitions' "
+        "uncertainties taken as given, not rescaled).",
         "",
         _md_table(headers, rows),
         "",
@@ -292,6 +310,7 @@ def _markdown(study, outcome, cells, rows, budgets, record, figures, tb) -> str:
         _measured_section(study, cells),
         _transitions_section(study),
         _fit_section(record, outcome),
+        law_checks.markdown(record.get("law_checks")),
         _projection_section(study, outcome, rows, budgets),
         _figures_section(figures, study.exp_dir),
         _files_section(record["metadata"], tb),

@@ -1,5 +1,9 @@
 """Weighted least-squares fit of the transition law ``ln dx* = a + b·L`` (pure: numpy, scipy).
 
+The method of the published tables (bracketed points only). A study's own transitions are
+fitted by :func:`dwtune.core.fit.censored.fit_law`, which keeps censored pairs in the fit and
+equals this fit exactly when there are none.
+
 Each bracketed transition gives a point: the deeper net's depth ``L`` and its width ``dx*`` at
 the transition, with an uncertainty ``width_err`` (same units as the width). On the log scale the
 uncertainty is ``sigma = width_err / width`` (first-order error propagation of ``ln``), and each
@@ -103,6 +107,12 @@ class FitResult:
     width_errs: tuple[float, ...]
     labels: tuple[str, ...]
     censored: tuple[CensoredPair, ...] = ()
+    # "wls" (bracketed points only) or "censored_mle" (see dwtune.core.fit.censored).
+    method: str = "wls"
+    log_likelihood: float = math.nan  # of the Gaussian (and censored) terms at the estimate
+    # Censored pairs that entered the likelihood, by label (the rest of ``censored`` is listed).
+    censored_fitted: tuple[str, ...] = ()
+    excluded: tuple[tuple[str, str], ...] = ()  # (label, reason) of pairs left out of the fit
 
     @property
     def cov_matrix(self) -> np.ndarray:

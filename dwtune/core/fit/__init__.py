@@ -1,0 +1,30 @@
+"""The transition-law fit (pure: numpy, scipy).
+
+- :mod:`.wls`: weighted least squares of ``ln dx* = a + b·L`` over bracketed transitions (the
+  published tables' method), its result type and the interval helpers;
+- :mod:`.censored`: the interval-censored likelihood that keeps censored pairs in the fit;
+- :mod:`.forms`: alternative law forms (curvature, power law) with AIC/BIC and an LR test;
+- :mod:`.loo`: leave-one-pair-out projections;
+- :mod:`.bootstrap`: the study-level bootstrap (seeds resampled jointly across pairs).
+"""
+
+from dwtune.core.fit.censored import TransitionObservation, fit_law
+from dwtune.core.fit.wls import (
+    MIN_POINTS,
+    CensoredPair,
+    FitResult,
+    fit_transitions,
+    line_with_se,
+    z_value,
+)
+
+__all__ = [
+    "MIN_POINTS",
+    "CensoredPair",
+    "FitResult",
+    "TransitionObservation",
+    "fit_law",
+    "fit_transitions",
+    "line_with_se",
+    "z_value",
+]

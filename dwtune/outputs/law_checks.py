@@ -1,0 +1,252 @@
+"""The law's checks for the report and fit.json: alternative forms, leave-one-pair-out, bootstrap.
+
+Orchestration layer (matplotlib for the figure, pyarrow through :mod:`.pair_deltas`). The report
+calls :func:`law_checks` once; what it returns goes to fit.json (``law_checks``), to a section of
+report.md and to ``figures/6_law_checks.png``. All numbers come from :mod:`dwtune.core.fit`:
+
+- forms (:mod:`dwtune.core.fit.forms`): linear, quadratic and power law on the same censored
+  likelihood, AIC/AICc/BIC and the likelihood-ratio test of curvature;
+- leave-one-pair-out (:mod:`dwtune.core.fit.loo`): the projections at 175B and 1T without each
+  pair;
+- study bootstrap (:mod:`dwtune.core.fit.bootstrap`): seeds resampled jointly across pairs,
+  points within pairs, every transition re-estimated by ``estimate_crossing``. It needs
+  ``pair_deltas.parquet`` (written by the refine stage); without it the record says why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dwtune.core.errors import InputError
+from dwtune.core.fit import TransitionObservation
+from dwtune.core.fit.bootstrap import bootstrap_fit, build_replicates
+from dwtune.core.fit.forms import FORMS, compare_forms, transition_log_n
+from dwtune.core.fit.loo import LOO_BUDGETS, leave_one_pair_out
+from dwtune.core.units import format_size
+from dwtune.core.vocabulary import PAIR_DELTAS_FILE, TransitionStatus
+from dwtune.outputs.fit_files import json_ready
+from dwtune.outputs.pair_deltas import read_pair_deltas
+
+BRACKETED = TransitionStatus.BRACKETED
+CENSORED_HIGH = TransitionStatus.CENSORED_HIGH
+
+BOOTSTRAP_REPLICATES = 200  # percentile intervals at 95%: 5 replicates in each tail
+# (the sensitivity check with resampled points runs half as many)
+BOOTSTRAP_SEED = 0
+FIGURE_NAME = "6_law_checks.png"
+
+
+@dataclass(frozen=True)
+class LawChecks:
+    record: dict  # fit.json["law_checks"]
+    observations: tuple[TransitionObservation, ...]
+
+
+def _bootstrap(exp_dir: Path, budgets: Sequence[float], replicates: int, points: bool) -> dict:
+    path = exp_dir / PAIR_DELTAS_FILE
+    if not path.is_file():
+        return {"status": "not run", "reason": f"no {PAIR_DELTAS_FILE} (rerun the refine stage)"}
+    try:
+        pairs = read_pair_deltas(path)
+        studies = build_replicates(pairs, replicates, seed=BOOTSTRAP_SEED, points=points)
+    except InputError as exc:
+        return {"status": "not run", "reason": str(exc)}
+    result = bootstrap_fit(studies, budgets)
+    method = _METHOD + (_POINTS if points else "")
+    return {"status": "done", "seed": BOOTSTRAP_SEED, "method": method} | result.to_dict()
+
+
+_METHOD = (
+    "seeds drawn jointly across pairs (one draw of seed ids serves every pair); each pair "
+    "re-estimated by estimate_crossing; refit by the interval-censored likelihood; percentile "
+    "intervals"
+)
+_POINTS = (
+    "; points also drawn with replacement within each pair (sensitivity check: it discards the "
+    "bracket the bisection built, so it over-states the spread; dwtune.core.fit.bootstrap)"
+)
+
+
+def for_report(
+    exp_dir: Path, observations: Sequence[TransitionObservation], fitted: bool, budgets
+) -> LawChecks | None:
+    """The checks of a fitted study (None without a fit or without per-pair observations)."""
+    return law_checks(exp_dir, observations, budgets) if fitted and observations else None
+
+
+def law_checks(
+    exp_dir: Path,
+    observations: Sequence[TransitionObservation],
+    budgets: Sequence[float] = (),
+    replicates: int = BOOTSTRAP_REPLICATES,
+) -> LawChecks:
+    """Forms, leave-one-pair-out and bootstrap of a study's fit (each says why if it cannot)."""
+    wanted = sorted({*LOO_BUDGETS, *(float(b) for b in budgets)})
+    record: dict = {"budgets": wanted}
+    record["forms"] = compare_forms(observations, wanted).to_dict()
+    try:
+        rows = leave_one_pair_out(observations, LOO_BUDGETS)
+        record["leave_one_pair_out"] = [r.to_dict() for r in rows]
+    except InputError as exc:
+        record["leave_one_pair_out"] = []
+        record["leave_one_pair_out_reason"] = str(exc)
+    record["bootstrap"] = _bootstrap(exp_dir, wanted, replicates, points=False)
+    record["bootstrap_with_points"] = _bootstrap(exp_dir, wanted, replicates // 2, points=True)
+    return LawChecks(json_ready(record), tuple(observations))  # NaN/inf -> null, as fit.json
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def _n(value, fmt: str = ".3g") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–" if value is None or math.isnan(value) else "∞"
+    return format(value, fmt)
+
+
+def _forms_lines(forms: dict) -> list[str]:
+    rows = ["| form | law | k | log L | AIC | AICc | BIC | χ²_red | L_opt 175B | L_opt 1T |",
+            "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for f in forms["forms"]:
+        depth = {p["budget"]: p["depth"] for p in f["projections"]}
+        rows.append(
+            f"| {f['form']} | {f['formula']} | {f['k']} | {_n(f['log_likelihood'], '.2f')} | "
+            f"{_n(f['aic'], '.2f')} | {_n(f['aicc'], '.2f')} | {_n(f['bic'], '.2f')} | "
+            f"{_n(f['chi2_red'], '.2f')} | {_n(depth.get(1.75e11), '.1f')} | "
+            f"{_n(depth.get(1e12), '.1f')} |"
+        )
+    lr = forms["lr_test"]
+    lines = [*rows, ""]
+    lines.append(
+        f"Curvature (LR test, quadratic vs linear): 2Δlog L = {_n(lr['statistic'], '.2f')}, "
+        f"p = {_n(lr['p_value'], '.3f')} on 1 dof; "
+        + ("**curvature detected** at 5%." if lr["curvature_detected"] else "none at 5%.")
+        + f" Preferred: AIC {forms['best_aic']}, AICc {forms['best_aicc']}, "
+        f"BIC {forms['best_bic']}."
+    )
+    lines += [f"- {s['form']} not fitted: {s['reason']}" for s in forms["skipped"]]
+    return lines
+
+
+def _loo_lines(record: dict) -> list[str]:
+    rows = record["leave_one_pair_out"]
+    if not rows:
+        return [f"Leave-one-pair-out: not run ({record.get('leave_one_pair_out_reason', '')})."]
+    head = ["| pair left out | status | a | b |"]
+    head += [f" L_opt {format_size(b)} (shift) |" for b in LOO_BUDGETS]
+    lines = ["".join(head), "|---|---|---|---|" + "---|" * len(LOO_BUDGETS)]
+    for r in rows:
+        by = {p["budget"]: p for p in r["projections"]}
+        cells = [r["pair"], r["status"], _n(r["a"], ".4f"), _n(r["b"], ".5f")]
+        for budget in LOO_BUDGETS:
+            p = by.get(budget)
+            cells.append(
+                f"{_n(p['depth'], '.1f')} ({_n(p['depth_shift'], '+.1f')})" if p else r["note"]
+            )
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _bootstrap_lines(boot: dict, name: str = "Study bootstrap") -> list[str]:
+    if boot["status"] != "done":
+        return [f"{name}: not run ({boot['reason']})."]
+    level = f"{boot['level']:.0%}"
+    a, b = boot["a"], boot["b"]
+    lines = [
+        f"{name} ({boot['fitted']} of {boot['replicates']} replicates fitted; "
+        f"{boot['method']}): a {level} [{a['low']:.4f}, {a['high']:.4f}], "
+        f"b {level} [{b['low']:.5f}, {b['high']:.5f}] (sd {boot['sd_a']:.4f}, {boot['sd_b']:.5f})."
+    ]
+    for p in boot["projections"]:
+        d = p["depth"]
+        lines.append(
+            f"- {format_size(p['budget'])}: optimal depth {_n(d['median'], '.1f')} "
+            f"[{_n(d['low'], '.1f')}, {_n(d['high'], '.1f')}]"
+        )
+    if boot["failures"]:
+        lines += [f"- {n} replicate(s) not fitted: {why}" for why, n in boot["failures"].items()]
+    return lines
+
+
+def markdown(record: dict | None) -> list[str]:
+    """The report's "Is the law's form right?" section."""
+    lines = ["## Law checks: form, leave-one-pair-out, study bootstrap", ""]
+    if record is None:
+        return [*lines, "No fit, so nothing to check.", ""]
+    lines += [*_forms_lines(record["forms"]), "", *_loo_lines(record), ""]
+    lines += _bootstrap_lines(record["bootstrap"])
+    if "bootstrap_with_points" in record:
+        lines += ["", *_bootstrap_lines(record["bootstrap_with_points"], "Sensitivity check")]
+    lines += [
+        "",
+        "What this cannot show: with 5-7 pairs an information criterion separates forms only "
+        "when they differ by several σ inside the measured depths; far beyond them (175B, 1T) "
+        "every form is an extrapolation.",
+        "",
+    ]
+    return lines
+
+
+# ---------------------------------------------------------------- figure
+
+
+def _draw_forms(ax, checks: LawChecks) -> None:
+    fitted = [o for o in checks.observations if o.fitted]
+    est = [o for o in fitted if o.status == BRACKETED]
+    ax.errorbar([o.depth_deep for o in est], [o.log_width for o in est],
+                yerr=[o.sigma_log_width for o in est], fmt="o", color="black",
+                label="transitions")  # fmt: skip
+    for o in fitted:
+        if o.status != BRACKETED:
+            up = o.status == CENSORED_HIGH
+            ax.annotate("", (o.depth_deep, o.log_width + (0.3 if up else -0.3)),
+                        (o.depth_deep, o.log_width), arrowprops={"arrowstyle": "->"})  # fmt: skip
+    depths = np.linspace(min(o.depth_deep for o in fitted) * 0.8, 100.0, 200)
+    by_name = {f.name: f for f in FORMS}
+    for form_record in checks.record["forms"]["forms"]:
+        form = by_name[form_record["form"]]
+        theta = np.array([form_record["params"][p] for p in form.params])
+        y = 0.5 * (transition_log_n(form, theta, depths) - np.log(12.0 * depths))
+        ax.plot(depths, y, label=f"{form.name} (AIC {form_record['aic']:.1f})")
+    ax.set_xlabel("depth L of the deeper net")
+    ax.set_ylabel("ln dx*")
+    ax.legend(fontsize=8)
+
+
+def _draw_loo(ax, record: dict) -> None:
+    rows = [r for r in record["leave_one_pair_out"] if r["projections"]]
+    for k, budget in enumerate(LOO_BUDGETS):
+        values = [next(p["depth"] for p in r["projections"] if p["budget"] == budget) for r in rows]
+        line = ax.plot(values, np.arange(len(rows)) + 0.15 * k, "o", label=format_size(budget))
+        full = _linear_depth(record, budget)
+        if full is not None and math.isfinite(full):
+            ax.axvline(full, color=line[0].get_color(), linestyle=":", linewidth=1)
+    ax.set_yticks(np.arange(len(rows)), [f"without {r['pair']}" for r in rows], fontsize=8)
+    ax.set_xlabel("projected optimal depth")
+    ax.legend(fontsize=8)
+
+
+def _linear_depth(record: dict, budget: float) -> float | None:
+    """The full linear fit's optimal depth at ``budget`` (the dotted line of the LOO panel)."""
+    linear = next((f for f in record["forms"]["forms"] if f["form"] == "linear"), None)
+    by = {p["budget"]: p["depth"] for p in linear["projections"]} if linear else {}
+    return by.get(budget)
+
+
+def draw(checks: LawChecks | None, path: Path, new_figure, save) -> Path | None:
+    """``figures/6_law_checks.png``; ``new_figure(w, h)`` and ``save(fig, path)`` are the
+    report's own (SIMULATED watermark, atomic write)."""
+    if checks is None or not [o for o in checks.observations if o.fitted]:
+        return None
+    fig = new_figure(11, 4.5)
+    left, right = fig.subplots(1, 2)
+    _draw_forms(left, checks)
+    left.set_title("law forms on the same likelihood", fontsize=10)
+    _draw_loo(right, checks.record)
+    right.set_title("leave-one-pair-out projections (dotted: all pairs)", fontsize=10)
+    return save(fig, path)
