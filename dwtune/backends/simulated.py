@@ -148,7 +148,7 @@ from dwtune.backends.simulated_surface import (
 from dwtune.core import vocabulary
 from dwtune.core.budget import ModelShape
 from dwtune.core.records import planted_chain
-from dwtune.core.spec import ExperimentSpec
+from dwtune.core.spec import ExperimentSpec, SimulatedConfig
 
 __all__ = [
     "ALPHA",
@@ -179,13 +179,21 @@ STATE_FILE = "simulated_state.json"  # a checkpoint: the last step reported
 # --------------------------------------------------------------------------- one trial
 
 
+def effective_config(spec: ExperimentSpec) -> SimulatedConfig:
+    """The surface a trial sees: under mup and completep the best rate does not move with
+    width (effective ``lr_width_exponent`` 0), as those parametrisations are built to do."""
+    if spec.model.parametrization == "sp" or spec.simulated.lr_width_exponent == 0:
+        return spec.simulated
+    return dataclasses.replace(spec.simulated, lr_width_exponent=0.0)
+
+
 def _linked(spec: ExperimentSpec, depth: int) -> tuple[int, ...]:
     return planted_chain(spec.refine.pairs, depth)[:-1]  # the last member has no partner
 
 
 def mean_loss(spec: ExperimentSpec, depth: int, width: float, lr: float | None = None) -> float:
     """Noise-free final loss S(N) + D(L, ln N) (+ the lr penalty) at the size of (depth, width)."""
-    return mean_loss_at(spec.simulated, _linked(spec, depth), depth, width, lr)
+    return mean_loss_at(effective_config(spec), _linked(spec, depth), depth, width, lr)
 
 
 def trial_outcome(
@@ -193,7 +201,7 @@ def trial_outcome(
 ) -> SeedOutcome:
     """The trial's end on the configured surface (its lr: ``spec.train.lr`` unless given)."""
     return seed_outcome(
-        spec.simulated,
+        effective_config(spec),
         _linked(spec, shape.depth),
         shape.depth,
         shape.width,

@@ -47,12 +47,24 @@ def storage_root(storage: str) -> Path:
     return Path(storage).expanduser().resolve()
 
 
-def _refine(spec, store, runner, progress) -> None:
+def _refine(spec, store, runner, progress, rates=None) -> None:
     if not spec.refine.pairs:
         return
     from dwtune.study.refine import run_refine
 
-    run_refine(spec, store, runner.run, progress=progress)
+    rate_for = rates.rate_for if rates is not None else None
+    run_refine(spec, store, runner.run, progress=progress, rate_for=rate_for)
+
+
+def _searched_rates(spec, store, runner):
+    """The per-cell learning-rate search of the grid (None when train.lr is a number)."""
+    if spec.train.lr_search is None:
+        return None
+    from dwtune.study.lr_search import RateBook
+
+    book = RateBook(spec, store, runner.run_lr_search)
+    book.search_grid(spec.grid())
+    return book
 
 
 def answer_lines(files) -> list[str]:
@@ -78,9 +90,10 @@ def _study(args: argparse.Namespace, spec, store, progress) -> None:
     from dwtune.study.runners.ray_tune import TuneRunner
 
     with TuneRunner(spec, store, address=args.address, progress=progress) as runner:
-        runner.run(grid_requests(spec))
+        rates = _searched_rates(spec, store, runner)
+        runner.run(grid_requests(spec, rates.grid_rates if rates else None))
         if not args.grid_only:
-            _refine(spec, store, runner, progress)
+            _refine(spec, store, runner, progress, rates)
     trials_path, curves_path = export_experiment(store)
     progress.note(f"wrote {trials_path} and {curves_path}")
     if not args.grid_only:

@@ -27,3 +27,16 @@ COMPLETED_STATUSES = (STATUS_FINISHED, STATUS_EARLY_STOPPED)
 
 # Scalars written to TensorBoard and curves.parquet, in this order.
 CURVE_SCALARS = (TRAIN_LOSS, VAL_LOSS, VAL_BEST_LOSS, LR, GRAD_NORM, TOKENS_PER_S, STEP_TIME_S, MFU)
+
+# Stages a trial is trained for (trials.parquet ``stage``).
+STAGE_GRID = "grid"
+STAGE_REFINE = "refine"
+STAGE_LR_SEARCH = "lr_search"  # a reduced-fidelity trial of a per-shape learning-rate search
+STAGES = (STAGE_GRID, STAGE_REFINE, STAGE_LR_SEARCH)
+
+# Where a trial's learning rate came from (trials.parquet ``lr_source``).
+LR_SOURCE_SPEC = "spec"  # train.lr, one rate for every shape
+LR_SOURCE_SEARCH = "search"  # the best rate of the cell's own search
+LR_SOURCE_INTERPOLATED = "interpolated"  # ln-width interpolation of the grid's best rates
+LR_SOURCE_PROPOSED = "proposed"  # an lr_search trial: the rate Optuna proposed
+LR_SOURCES = (LR_SOURCE_SPEC, LR_SOURCE_SEARCH, LR_SOURCE_INTERPOLATED, LR_SOURCE_PROPOSED)

@@ -52,6 +52,12 @@ TRIALS_SCHEMA = pa.schema(
         ("node", pa.string()),
         ("error", pa.string()),
         ("simulated", pa.bool_()),
+        ("lr", pa.float64()),
+        ("lr_source", pa.string()),
+        ("parametrization", pa.string()),
+        ("head_dim", pa.int64()),
+        ("compare", pa.string()),
+        ("tokens_per_param", pa.float64()),
     ]
 )
 

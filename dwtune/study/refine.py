@@ -31,6 +31,7 @@ import pyarrow as pa
 from optuna.trial import TrialState
 
 from dwtune.core import transitions, vocabulary
+from dwtune.core.budget import GridCell
 from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord, TrialRequest, make_request
 from dwtune.core.spec import ExperimentSpec, RefineConfig
@@ -39,6 +40,8 @@ from dwtune.storage.provenance import write_parquet_atomic
 from dwtune.storage.store import ExperimentStore
 
 RunTrials = Callable[[list[TrialRequest]], list[TrialRecord]]
+# A refine cell's (learning rate, source) when train.lr is a search (dwtune.study.lr_search).
+RateFor = Callable[[GridCell], tuple[float, str]]
 Progress = Callable[[str], None]
 # A pair's refinement: yields request batches, is sent their records, returns its transition.
 Rounds = Generator[list[TrialRequest], list[TrialRecord], Transition]
@@ -166,6 +169,8 @@ def _completed(record: TrialRecord) -> bool:
 class PairRefiner:
     """Runs one pair's study to its end and derives the pair's transition."""
 
+    rate_for: RateFor | None = None  # set by RefineStage when the spec searches rates
+
     def __init__(self, spec: ExperimentSpec, store: ExperimentStore, grid: PairGrid, say: Progress):
         self.spec, self.store, self.grid, self.say = spec, store, grid, say
         self.refine = spec.refine
@@ -246,7 +251,7 @@ class PairRefiner:
         while True:
             new_seeds = [s for s in self.seed_order[:wanted] if s not in records]
             requests = [
-                make_request(self.spec, cell, seed, "refine")
+                self._request(cell, seed)
                 for seed in new_seeds
                 for cell in cells
             ]
@@ -258,6 +263,11 @@ class PairRefiner:
             if point.decision.decided or wanted >= self.refine.max_seeds:
                 return point
             wanted = transitions.seeds_wanted(point.decision, wanted, self.refine)
+
+    def _request(self, cell, seed: int) -> TrialRequest:
+        """A refine training; its rate from ``rate_for`` when the spec searches rates."""
+        lr, source = self.rate_for(cell) if self.rate_for else (None, vocabulary.LR_SOURCE_SPEC)
+        return make_request(self.spec, cell, seed, "refine", lr=lr, lr_source=source)
 
     def _point(self, budget, sizes, records, kind: str, requested: int) -> PairPoint:
         deep = {s: pair[0] for s, pair in records.items() if _completed(pair[0])}
@@ -301,7 +311,7 @@ class PairRefiner:
             for depth in self.pair:
                 cell = self.spec.cell(depth, point.budget)
                 ids |= {
-                    make_request(self.spec, cell, seed, "refine").trial_id
+                    self._request(cell, seed).trial_id
                     for seed in self.seed_order[: point.requested]
                 }
         records = (self.store.read_record(i) for i in ids)
@@ -346,6 +356,8 @@ def describe(t: Transition) -> str:
 def grid_pairs(spec: ExperimentSpec, records: Sequence[TrialRecord]) -> list[PairGrid]:
     """Every configured pair's grid points; InputError for a depth the grid never finished."""
     prior = noise_prior(spec)
+    # a search trial trains the cell's shape at reduced fidelity: never a grid point
+    records = [r for r in records if r.stage != vocabulary.STAGE_LR_SEARCH]
     return [
         transitions.grid_pair(
             records, tuple(pair), spec.space.budgets, spec.space.seeds, spec.refine.noise_z, prior
@@ -361,12 +373,20 @@ class RefineStage:
     here, before Ray starts or anything is trained.
     """
 
-    def __init__(self, spec: ExperimentSpec, store: ExperimentStore, progress=None):
+    def __init__(
+        self,
+        spec: ExperimentSpec,
+        store: ExperimentStore,
+        progress=None,
+        rate_for: RateFor | None = None,
+    ):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.spec, self.store = spec, store
         say = _say(progress)
         grids = grid_pairs(spec, store.records())
         self.refiners = [PairRefiner(spec, store, grid, say) for grid in grids]
+        for refiner in self.refiners:
+            refiner.rate_for = rate_for
 
     def run(self, run_trials: RunTrials) -> list[Transition]:
         """Refine every pair (or resume), write transitions.parquet, return its rows.
@@ -399,14 +419,18 @@ def _advance(index: int, rounds: Rounds, records, waiting: dict, done: dict) -> 
 
 
 def run_refine(
-    spec: ExperimentSpec, store: ExperimentStore, run_trials: RunTrials, progress=None
+    spec: ExperimentSpec,
+    store: ExperimentStore,
+    run_trials: RunTrials,
+    progress=None,
+    rate_for: RateFor | None = None,
 ) -> list[Transition]:
     """Refine every configured pair (or resume); ``run_trials`` trains batches of requests.
 
     ``progress``: a :class:`dwtune.study.progress.StudyProgress` (lines go to its ``note``), any
     callable taking one line, or None.
     """
-    return RefineStage(spec, store, progress).run(run_trials)
+    return RefineStage(spec, store, progress, rate_for).run(run_trials)
 
 
 def _say(progress) -> Progress:

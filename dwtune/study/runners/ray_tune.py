@@ -28,12 +28,13 @@ from pathlib import Path
 
 import ray
 from ray import tune
+from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler
 
 from dwtune.backends.trial import run_training
 from dwtune.core import vocabulary
 from dwtune.core.budget import flops_per_token
 from dwtune.core.errors import InputError
-from dwtune.core.records import TrialRecord, TrialRequest, record_from_result
+from dwtune.core.records import TrialRecord, TrialRequest, record_from_result, request_spec
 from dwtune.core.spec import ExperimentSpec
 from dwtune.outputs import tables
 from dwtune.storage.store import ExperimentStore
@@ -90,6 +91,7 @@ def _resume_dir() -> Iterator[str | None]:
 def trial_main(config: dict, *, spec: ExperimentSpec, requests: dict[str, TrialRequest]) -> None:
     """The Tune function trainable: train one request, reporting through ``tune.report``."""
     request = requests[config["trial_id"]]
+    spec = request_spec(spec, request)  # the trial's own rate and steps
     start = time.perf_counter()
     node = _node_label()
 
@@ -150,9 +152,13 @@ class RecordingCallback(tune.Callback):
         requests: dict[str, TrialRequest],
         progress: StudyProgress | None,
         tensorboard: bool,
+        stopped_early: bool = False,
     ):
         self.spec, self.store, self.requests = spec, store, requests
         self.progress, self.tensorboard = progress, tensorboard
+        # under a stopping scheduler (the lr search's ASHA) a trial that ends without its final
+        # report after reporting a curve was stopped there: early_stopped, not failed
+        self.stopped_early = stopped_early
         self.states: dict[str, _TrialState] = {}
 
     def _state(self, trial) -> _TrialState:
@@ -207,6 +213,9 @@ class RecordingCallback(tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         state = self._state(trial)
+        if not state.final and self.stopped_early and state.points:
+            self._finish(state, vocabulary.STATUS_EARLY_STOPPED, "")
+            return
         if not state.final:
             self._finish(state, vocabulary.STATUS_FAILED, "the trial ended without a final result")
             return
@@ -429,8 +438,11 @@ class TuneRunner:
             return None
         return record
 
-    def run(self, requests: list[TrialRequest]) -> list[TrialRecord]:
-        """Records for ``requests`` (same order); only those not yet recorded are trained."""
+    def run(
+        self, requests: list[TrialRequest], *, scheduler: object = None
+    ) -> list[TrialRecord]:
+        """Records for ``requests`` (same order); only those not yet recorded are trained.
+        ``scheduler``: a Tune trial scheduler that may stop trials early (the lr search's)."""
         reused = {r.trial_id: rec for r in requests if (rec := self._reusable(r)) is not None}
         todo = list({r.trial_id: r for r in requests if r.trial_id not in reused}.values())
         stage = requests[0].stage if requests else "grid"
@@ -438,7 +450,7 @@ class TuneRunner:
             costs = {r.trial_id: self._cost(r) for r in todo}
             self.progress.begin(stage, todo, list(reused.values()), costs)
         if todo:
-            self._fit(stage, todo)
+            self._fit(stage, todo, scheduler)
             if self.progress:
                 self.progress.end()
         return [reused.get(r.trial_id) or self._recorded(r) for r in requests]
@@ -480,12 +492,19 @@ class TuneRunner:
         numbers = [int(n.rsplit("-", 1)[1]) for n in taken if n.rsplit("-", 1)[1].isdigit()]
         return f"{stage}-{max(numbers, default=0) + 1:03d}"
 
-    def _fit(self, stage: str, todo: list[TrialRequest]) -> None:
+    def _fit(self, stage: str, todo: list[TrialRequest], scheduler: object = None) -> None:
         self._prepare_corpus()
         # Costliest first: the long trials do not end up alone at the end while slots idle.
         todo = sorted(todo, key=self._cost, reverse=True)
         by_id = {r.trial_id: r for r in todo}
-        callback = RecordingCallback(self.spec, self.store, by_id, self.progress, self.tensorboard)
+        callback = RecordingCallback(
+            self.spec,
+            self.store,
+            by_id,
+            self.progress,
+            self.tensorboard,
+            stopped_early=scheduler is not None,
+        )
         name = self._experiment_name(stage)
         tuner = tune.Tuner(
             self._trainable(by_id),
@@ -497,6 +516,7 @@ class TuneRunner:
                 # Reusing a CPU trial's worker saves its start-up (~1 s); GPU trials get a
                 # fresh process so CUDA memory is returned between trials.
                 reuse_actors=self.spec.resources.gpu == 0,
+                scheduler=scheduler,
             ),
             run_config=tune.RunConfig(
                 name=name,
@@ -510,6 +530,13 @@ class TuneRunner:
         tuner.fit()
         _drop_checkpoints(self.store.root / "ray" / name)
 
+    # ------------------------------------------------------------------ lr search (issue 12)
+
+    def run_lr_search(self, requests: list[TrialRequest]) -> list[TrialRecord]:
+        """Records of ``lr_search`` requests, trained under one ASHA scheduler per cell (see
+        :class:`CellASHA`): the rates of one cell compete, cells never do."""
+        return self.run(requests, scheduler=CellASHA(requests, self.spec))
+
     def _trainable(self, by_id: dict[str, TrialRequest]):
         trainable = tune.with_parameters(trial_main, spec=self.trial_spec, requests=by_id)
         resources = {"cpu": self.spec.resources.cpu, "gpu": self.spec.resources.gpu}
@@ -520,3 +547,64 @@ def _drop_checkpoints(run_dir: Path) -> None:
     """Checkpoints only serve retries; once a batch is recorded they are dead weight (GBs)."""
     for path in run_dir.glob("*/checkpoint_*"):
         shutil.rmtree(path, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- lr search (issue 12)
+
+ASHA_REDUCTION_FACTOR = 2  # each rung keeps the better half of a cell's rates
+
+
+class CellASHA(FIFOScheduler):
+    """ASHA (asynchronous successive halving) within each cell of an lr-search batch.
+
+    One Tune run trains the search trials of many cells at once; comparing a narrow net's loss
+    with a wide one's would stop the wrong rates, so each cell (depth, width) gets its own
+    :class:`~ray.tune.schedulers.AsyncHyperBandScheduler` on ``val/loss`` against ``step``:
+    rungs from one evaluation interval up to the search steps, halving at each rung. A rate's
+    last report at the full search steps is never stopped (``stop_last_trials=False``), so
+    finished trials keep their final report.
+    """
+
+    def __init__(self, requests: list[TrialRequest], spec: ExperimentSpec):
+        super().__init__()
+        self._cell = {r.trial_id: (r.shape.depth, r.shape.width) for r in requests}
+        self._steps = {r.trial_id: r.search_steps or 1 for r in requests}
+        self._grace = spec.train.eval_every
+        self._by_cell: dict[tuple[int, int], AsyncHyperBandScheduler] = {}
+
+    def _for(self, trial) -> AsyncHyperBandScheduler:
+        trial_id = trial.config["trial_id"]
+        cell = self._cell[trial_id]
+        if cell not in self._by_cell:
+            max_t = self._steps[trial_id]
+            self._by_cell[cell] = AsyncHyperBandScheduler(
+                time_attr=vocabulary.STEP,
+                metric=vocabulary.VAL_LOSS,
+                mode="min",
+                max_t=max_t,
+                grace_period=min(self._grace, max_t),
+                reduction_factor=ASHA_REDUCTION_FACTOR,
+                stop_last_trials=False,
+            )
+        return self._by_cell[cell]
+
+    def set_search_properties(self, metric, mode, **spec) -> bool:
+        return True  # the metric is fixed: val/loss, minimised
+
+    def on_trial_add(self, tune_controller, trial) -> None:
+        self._for(trial).on_trial_add(tune_controller, trial)
+
+    def on_trial_error(self, tune_controller, trial) -> None:
+        self._for(trial).on_trial_error(tune_controller, trial)
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        return self._for(trial).on_trial_result(tune_controller, trial, result)
+
+    def on_trial_complete(self, tune_controller, trial, result: dict) -> None:
+        self._for(trial).on_trial_complete(tune_controller, trial, result)
+
+    def on_trial_remove(self, tune_controller, trial) -> None:
+        self._for(trial).on_trial_remove(tune_controller, trial)
+
+    def debug_string(self) -> str:
+        return f"ASHA per cell ({len(self._by_cell)} cells)"
