@@ -25,6 +25,7 @@ COMMANDS = {
     "fit": "fit ln dx* = a + b*L to transitions",
     "project": "project the optimal depth and width for a budget",
     "report": "write report.md and figures for an experiment",
+    "coordcheck": "activation RMS per layer across widths under sp, mup, completep",
 }
 
 

@@ -110,3 +110,17 @@ def parametrization_for(
         base_depth=base_depth,
         base_head_dim=base_head_dim,
     )
+
+
+def for_shape(model: object, shape: object) -> Parametrization:
+    """The rules of ``model`` (a ModelConfig: parametrization, base_width, base_depth,
+    head_dim) for one ModelShape."""
+    return parametrization_for(
+        model.parametrization,
+        width=shape.width,
+        depth=shape.depth,
+        heads=shape.heads,
+        base_width=model.base_width,
+        base_depth=model.base_depth,
+        head_dim_fixed=model.head_dim is not None,
+    )

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from dwtune.core.budget import GridCell, ModelShape, size_of, solve_width, training_flops
+from dwtune.core.errors import InputError
 from dwtune.core.spec.checks import as_plain
 from dwtune.core.spec.sections import (
     DataConfig,
@@ -46,6 +47,18 @@ class ExperimentSpec:
             bias=self.model.bias,
         )
 
+    def shape_at(self, depth: int, width: int) -> ModelShape:
+        """The model of ``depth`` blocks at ``width`` (heads = width / head_dim when the head
+        width is fixed); InputError when head_dim does not divide the width."""
+        head_dim = self.model.head_dim
+        if head_dim and width % head_dim:
+            raise InputError(
+                f"model.head_dim: {head_dim} does not divide width {width}; use a width that "
+                f"is a multiple of {head_dim}"
+            )
+        heads = width // head_dim if head_dim else self.model.heads
+        return dataclasses.replace(self.shape_template(), depth=depth, width=width, heads=heads)
+
     def cell(self, depth: int, budget: float) -> GridCell:
         """The grid cell (shape at the budget-solving width) for one depth and budget."""
         return solve_width(
@@ -84,4 +97,6 @@ class ExperimentSpec:
         """Plain, YAML-safe resolved spec (every default filled in)."""
         raw = dataclasses.asdict(self)
         raw.pop("source")
+        if self.model.head_dim is not None:  # heads follow the width: only head_dim is given
+            raw["model"].pop("heads")
         return as_plain(raw)

@@ -193,7 +193,7 @@ def _train(raw: object) -> object:
 
 
 def _model(raw: object) -> object:
-    if isinstance(raw, dict) and "heads" in raw and "head_dim" in raw:
+    if isinstance(raw, dict) and "heads" in raw and raw.get("head_dim") is not None:
         raise InputError(
             f"model: got both heads ({raw['heads']!r}) and head_dim ({raw['head_dim']!r}); "
             f"give one: heads fixes the head count, head_dim the head width"
