@@ -54,7 +54,12 @@ def run_trial_inprocess(spec: ExperimentSpec, request: TrialRequest) -> TrialRec
     """Train one request in this process (no Ray) and summarise it as a record."""
     curve: list[dict] = []
     start = time.perf_counter()
-    final = run_training(request_spec(spec, request), request.shape, request.seed, lambda m, _ckpt: curve.append(dict(m)))
+    final = run_training(
+        request_spec(spec, request),
+        request.shape,
+        request.seed,
+        lambda m, _ckpt: curve.append(dict(m)),
+    )
     return record_from_result(
         request,
         spec,

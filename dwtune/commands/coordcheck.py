@@ -79,7 +79,8 @@ def summary(results: dict, widths: list[int]) -> dict:
             slopes[str(depth)] = ln_slope(widths, [by_width[w][last] for w in widths])
         first = str(min(by_depth))
         layers = {
-            str(depth): {str(w): by_width[w] for w in widths} for depth, by_width in by_depth.items()
+            str(depth): {str(w): by_width[w] for w in widths}
+            for depth, by_width in by_depth.items()
         }
         out[name] = {"width_slope": slopes[first], "width_slopes": slopes, "layers": layers}
     return out
@@ -113,11 +114,22 @@ def run(args: argparse.Namespace) -> int:
     result = summary(results, widths)
     png = plot_coordcheck(result, widths, Path(args.out))
     if args.json:
-        print(json.dumps({"steps": args.steps, "lr": lr, "widths": widths, "png": str(png),
-                          "parametrizations": result}))
+        print(
+            json.dumps(
+                {
+                    "steps": args.steps,
+                    "lr": lr,
+                    "widths": widths,
+                    "png": str(png),
+                    "parametrizations": result,
+                }
+            )
+        )
         return 0
     print("\n".join(_table(results, widths)))
     for name, item in result.items():
-        print(f"{name}: width_slope {item['width_slope']:+.3f} (ln RMS of the last block vs ln width)")
+        print(
+            f"{name}: width_slope {item['width_slope']:+.3f} (ln RMS of the last block vs ln width)"
+        )
     print(f"plot: {png}")
     return 0

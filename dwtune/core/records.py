@@ -136,9 +136,7 @@ def grid_requests(
     for cell in spec.grid():
         lr, source = (rates or {}).get((cell.depth, cell.shape.width), (None, "spec"))
         for seed in spec.space.seeds:
-            request = make_request(
-                spec, cell, seed, vocabulary.STAGE_GRID, lr=lr, lr_source=source
-            )
+            request = make_request(spec, cell, seed, vocabulary.STAGE_GRID, lr=lr, lr_source=source)
             requests.setdefault(request.trial_id, request)
     return list(requests.values())
 

@@ -250,11 +250,7 @@ class PairRefiner:
         wanted = start
         while True:
             new_seeds = [s for s in self.seed_order[:wanted] if s not in records]
-            requests = [
-                self._request(cell, seed)
-                for seed in new_seeds
-                for cell in cells
-            ]
+            requests = [self._request(cell, seed) for seed in new_seeds for cell in cells]
             results = yield requests  # both depths x the new seeds: one batch, in parallel
             records.update(
                 {seed: (results[2 * i], results[2 * i + 1]) for i, seed in enumerate(new_seeds)}

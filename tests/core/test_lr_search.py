@@ -21,7 +21,10 @@ def test_the_best_rate_is_the_lowest_loss_among_trials_that_trained_the_full_ste
 
 
 def test_stopped_trials_count_only_when_none_finished_and_nothing_usable_gives_none():
-    stopped = [SearchOutcome(1e-3, "early_stopped", 3.2, 20), SearchOutcome(2e-3, "early_stopped", 3.1, 40)]
+    stopped = [
+        SearchOutcome(1e-3, "early_stopped", 3.2, 20),
+        SearchOutcome(2e-3, "early_stopped", 3.1, 40),
+    ]
     assert best_rate(stopped, 100) == 2e-3
     assert best_rate([SearchOutcome(1e-3, "failed", math.nan, 0)], 100) is None
 
@@ -35,7 +38,7 @@ def test_interpolation_is_a_power_law_in_width_between_and_beyond_the_known_widt
 
 
 def test_interpolation_without_searched_rates_is_an_input_error():
-    with pytest.raises(InputError, match="train.lr.refine"):
+    with pytest.raises(InputError, match=r"train\.lr\.refine"):
         interpolate_rate([], 100.0)
 
 

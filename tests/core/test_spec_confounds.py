@@ -57,7 +57,9 @@ def test_bad_input_exits_2_with_one_line(sections, message, write_spec, capsys):
 def test_new_fields_at_their_defaults_leave_trial_identities_unchanged():
     spec = spec_from_dict(_raw())
     cell = spec.grid()[0]
-    explicit = dataclasses.replace(spec, model=dataclasses.replace(spec.model, parametrization="sp"))
+    explicit = dataclasses.replace(
+        spec, model=dataclasses.replace(spec.model, parametrization="sp")
+    )
     assert trial_identity(explicit, cell.shape, 0) == trial_identity(spec, cell.shape, 0)
     # a fixed identity computed before issue 12 (same payload, fields of today's defaults)
     assert "tokens_per_param" not in spec.train.identity()
@@ -91,7 +93,7 @@ def test_head_dim_fixes_the_head_width_and_heads_follow_the_width():
     spec = spec_from_dict(raw)
     for cell in spec.grid():
         assert cell.shape.width % 16 == 0 and cell.shape.heads == cell.shape.width // 16
-    with pytest.raises(InputError, match="model.head_dim: 16 does not divide width 40"):
+    with pytest.raises(InputError, match=r"model\.head_dim: 16 does not divide width 40"):
         spec.shape_at(2, 40)
 
 

@@ -14,7 +14,6 @@ Shapes in comments: B batch, T sequence, D width, H heads, K head_dim = D / H, V
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 from torch import nn

@@ -28,11 +28,11 @@ import torch
 
 from dwtune.backends.pytorch.data import eval_batches, prepare_corpus, train_batch
 from dwtune.backends.pytorch.model import GPT, build_model, check_shape, compile_blocks
-from dwtune.core.parametrization import Parametrization, for_shape
 from dwtune.backends.pytorch.perf import Peak, mfu, peak_flops, synchronize, tune_cpu_allocator
 from dwtune.core import vocabulary
 from dwtune.core.budget import ModelShape, flops_per_token
 from dwtune.core.errors import InputError
+from dwtune.core.parametrization import Parametrization, for_shape
 from dwtune.core.spec import ExperimentSpec, TrainConfig
 from dwtune.storage.store import atomic_file
 

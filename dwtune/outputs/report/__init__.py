@@ -28,7 +28,7 @@ from dwtune.core.errors import InputError
 from dwtune.core.fit import CensoredPair, FitResult
 from dwtune.core.projection import LEVINE2020, DepthWidthLaw, project_budget, project_depth
 from dwtune.core.units import format_size, parse_size
-from dwtune.core.vocabulary import COMPLETED_STATUSES
+from dwtune.core.vocabulary import COMPLETED_STATUSES, STAGE_LR_SEARCH
 from dwtune.outputs.fit_files import (
     FIT_FILE,
     GIT_KEY,
@@ -47,6 +47,7 @@ from dwtune.outputs.fit_files import (
     write_json_atomic,
     write_projections,
 )
+from dwtune.outputs.lr_figure import plot_best_lr  # issue 12: best rate against width
 from dwtune.outputs.tables import CURVES_FILE
 from dwtune.storage.store import atomic_write_bytes, atomic_write_text
 
@@ -128,7 +129,8 @@ def _read_trials(exp_dir: Path) -> tuple[pd.DataFrame, str]:
     if not path.is_file():
         note = f"{TRIALS_FILE} not found (run `dwtune export {exp_dir}`): no losses to plot"
         return pd.DataFrame({c: pd.Series(dtype=float) for c in TRIAL_COLUMNS}), note
-    return read_table(path, TRIAL_COLUMNS, "expected the trials schema of dwtune export"), ""
+    trials = read_table(path, TRIAL_COLUMNS, "expected the trials schema of dwtune export")
+    return trials[trials.stage != STAGE_LR_SEARCH], ""  # search trials: reduced fidelity
 
 
 def _read_transitions(exp_dir: Path) -> tuple[pd.DataFrame | None, str]:
@@ -995,7 +997,7 @@ def write_report(exp_dir: str | Path) -> ReportFiles:
     projections = write_projections(
         study.exp_dir / PROJECTIONS_FILE, rows.to_dict("records"), study.spec
     )
-    figures = draw_figures(study, outcome, rows, cells)
+    figures = plot_best_lr(study.exp_dir, draw_figures(study, outcome, rows, cells))
     fit_text = "\n".join(_header(study)[:3] + _fit_section(record, outcome))
     tb = write_tensorboard(study.exp_dir, record, fit_text)
     report = study.exp_dir / REPORT_FILE

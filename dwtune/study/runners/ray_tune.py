@@ -438,9 +438,7 @@ class TuneRunner:
             return None
         return record
 
-    def run(
-        self, requests: list[TrialRequest], *, scheduler: object = None
-    ) -> list[TrialRecord]:
+    def run(self, requests: list[TrialRequest], *, scheduler: object = None) -> list[TrialRecord]:
         """Records for ``requests`` (same order); only those not yet recorded are trained.
         ``scheduler``: a Tune trial scheduler that may stop trials early (the lr search's)."""
         reused = {r.trial_id: rec for r in requests if (rec := self._reusable(r)) is not None}
