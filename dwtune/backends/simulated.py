@@ -95,7 +95,10 @@ transition_scale`` (positive below N*, where the deeper net loses) and ``σ = no
       penalty(w, lr) = lr_penalty · ln²(lr / lr_opt(w))                       [nats; 0 = off]
       lr_opt(w)      = lr_opt · (lr_base_width / w)^lr_width_exponent    [3e-3, 256, 1]
 
-  ``lr`` is the trial's learning rate (``spec.train.lr`` unless the caller passes ``lr=``).
+  ``lr`` is the trial's learning rate (``spec.train.lr`` unless the caller passes ``lr=``;
+  a searched rate reaches the backend as ``spec.train.lr`` through ``records.request_spec``).
+  Under ``model.parametrization`` mup or completep the effective ``lr_width_exponent`` is 0
+  (``effective_config``): the best rate no longer moves with width.
   Under standard parametrisation (exponent 1) the best rate falls as 1/width, so one shared
   rate mis-tunes the two nets of a pair differently: at equal N the deeper net is narrower
   and Δ gains ``penalty(w_d, lr) − penalty(w_s, lr)``, which moves the crossing away from

@@ -10,6 +10,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from dwtune.core import vocabulary
 from dwtune.core.errors import InputError
 
@@ -24,12 +26,19 @@ class SearchOutcome:
     steps: int  # steps it trained before finishing or being stopped
 
 
-def best_rate(outcomes: Sequence[SearchOutcome], search_steps: int) -> float | None:
-    """The rate of the lowest final validation loss among the trials that trained the full
-    search steps (ASHA's survivors); None when no trial has a finite loss.
+PARABOLA_POINTS = 5  # the lowest losses a parabola in ln lr is fitted through
 
-    Trials ASHA stopped are compared only when no trial reached the full search budget: a loss
-    at fewer steps is higher by construction and never beats a finished one fairly.
+
+def best_rate(outcomes: Sequence[SearchOutcome], search_steps: int) -> float | None:
+    """The best rate among the trials that trained the full search steps (ASHA's survivors);
+    None when no trial has a finite loss.
+
+    Near its optimum the final loss is close to a parabola in ln lr, so the best rate is the
+    vertex of a least-squares parabola through the (up to) five lowest losses, when it opens
+    upwards and its vertex lies between the rates it was fitted to; else the rate of the lowest
+    loss. The vertex averages the seed noise of several trials, where the lowest single loss
+    picks it up. Trials ASHA stopped are compared only when no trial reached the full search
+    budget: a loss at fewer steps is higher by construction and never beats a finished one.
     """
     usable = [
         o
@@ -37,10 +46,24 @@ def best_rate(outcomes: Sequence[SearchOutcome], search_steps: int) -> float | N
         if o.status in vocabulary.COMPLETED_STATUSES and math.isfinite(o.final_val_loss)
     ]
     full = [o for o in usable if o.steps >= search_steps]
-    pool = full or usable
+    pool = sorted(full or usable, key=lambda o: (o.final_val_loss, o.lr))
     if not pool:
         return None
-    return min(pool, key=lambda o: (o.final_val_loss, o.lr)).lr
+    vertex = parabola_vertex(pool[:PARABOLA_POINTS])
+    return pool[0].lr if vertex is None else vertex
+
+
+def parabola_vertex(outcomes: Sequence[SearchOutcome]) -> float | None:
+    """exp(vertex) of loss = c0 + c1·x + c2·x², x = ln lr, when c2 > 0 and the vertex lies
+    within the fitted rates; None otherwise (fewer than three distinct rates)."""
+    x = np.log([o.lr for o in outcomes])
+    if len(set(x.tolist())) < 3:
+        return None
+    c2, c1, _ = np.polyfit(x, [o.final_val_loss for o in outcomes], 2)
+    if c2 <= 0:
+        return None
+    vertex = -c1 / (2 * c2)
+    return float(math.exp(vertex)) if x.min() <= vertex <= x.max() else None
 
 
 def interpolate_rate(known: Sequence[tuple[float, float]], width: float) -> float:

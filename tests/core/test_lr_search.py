@@ -20,6 +20,18 @@ def test_the_best_rate_is_the_lowest_loss_among_trials_that_trained_the_full_ste
     assert best_rate(outcomes, 100) == 3e-3
 
 
+def test_the_vertex_of_a_parabola_in_ln_lr_averages_the_noise_of_several_trials():
+    best = 2e-3  # loss = 3 + 0.02·ln²(lr / best), plus a noise the lowest single loss picks up
+    rates = [5e-4, 1e-3, 1.8e-3, 3e-3, 6e-3, 1.2e-2]
+    noise = [0.0, 0.001, 0.002, -0.002, 0.001, 0.0]
+    outcomes = [
+        SearchOutcome(r, "finished", 3 + 0.02 * math.log(r / best) ** 2 + e, 100)
+        for r, e in zip(rates, noise, strict=True)
+    ]
+    assert min(outcomes, key=lambda o: o.final_val_loss).lr == 3e-3  # the noisy argmin
+    assert abs(math.log(best_rate(outcomes, 100) / best)) < abs(math.log(3e-3 / best))
+
+
 def test_stopped_trials_count_only_when_none_finished_and_nothing_usable_gives_none():
     stopped = [
         SearchOutcome(1e-3, "early_stopped", 3.2, 20),
