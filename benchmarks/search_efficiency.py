@@ -38,7 +38,8 @@ from dwtune.core import transitions
 from dwtune.core.records import TrialRecord, grid_requests
 from dwtune.core.spec import ExperimentSpec, load_spec
 from dwtune.storage.store import ExperimentStore
-from dwtune.study.refine import InProcessRunner, RefineStage
+from dwtune.study.refine import RefineStage
+from dwtune.study.runners.local import LocalRunner
 
 SPEC = Path(__file__).resolve().parent.parent / "search_spaces" / "simulated.yaml"
 DENSE_SEEDS = (0, 1, 2)  # the paper's 3 reruns per point
@@ -70,7 +71,7 @@ def run_dwtune(spec: ExperimentSpec, root: Path) -> tuple[int, float]:
     """(trainings of grid + refine, largest N* error) of the real stages on one law."""
     store = ExperimentStore.for_spec(root, spec)
     store.initialise(spec)
-    runner = InProcessRunner(spec, store)
+    runner = LocalRunner(spec, store)
     runner.run(grid_requests(spec))
     transitions = RefineStage(spec, store).run(runner.run)
     errors = [

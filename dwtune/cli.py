@@ -17,6 +17,7 @@ from dwtune.core.errors import InputError
 # name -> one-line help; the module dwtune.commands.<name> implements it.
 COMMANDS = {
     "plan": "show every model a spec will train (no Ray, no torch)",
+    "prepare": "tokenize a spec's corpus into the token cache (streaming, resumable)",
     "train": "train one model in-process with a progress bar",
     "bench": "time training steps for one shape (tokens/s, MFU, memory)",
     "run": "run a study: grid stage, refine stage, fit and report",

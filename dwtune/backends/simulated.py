@@ -113,7 +113,9 @@ transition_scale`` (positive below N*, where the deeper net loses) and ``σ = no
 On every surface T(Ld, x*(Ld)) = 0 exactly, so ``planted_transition`` is the crossing of each
 configured pair (the real one on non_monotone); only the lr penalty moves it. The noiseless
 Δ of a configured pair at equal ``n`` is ``pair_delta_mean(config, Ls, Ld, n, lr=None)``; the
-per-seed outcome at real-valued width (for the coverage benchmark) is ``seed_outcome``.
+per-seed outcome at real-valued width (for the coverage benchmark) is ``seed_outcome``, and
+``pair_seed_outcomes(config, Ls, Ld, n, seed, lr=None)`` gives both nets of one paired seed.
+A diverging training follows its noise-free mean curve until it blows up.
 
 The curve: a validation report every ``train.eval_every`` steps up to the total (the last one
 always), decreasing from ``ln(vocab_size)`` (at least one nat above the end) to the final loss;
@@ -142,6 +144,7 @@ from dwtune.backends.simulated_surface import (
     mean_loss_at,
     mean_sign_changes,
     pair_delta_mean,
+    pair_seed_outcomes,
     paired_noise_sd,
     planted_transition,
     planted_width,
@@ -165,6 +168,7 @@ __all__ = [
     "mean_loss",
     "mean_sign_changes",
     "pair_delta_mean",
+    "pair_seed_outcomes",
     "paired_noise_sd",
     "planted_chain",
     "planted_transition",
@@ -292,6 +296,17 @@ def _last_step(outcome: SeedOutcome, total: int) -> int:
     return max(1, min(total, round(outcome.diverged_at * total)))
 
 
+def _curve_ends(
+    spec: ExperimentSpec, shape: ModelShape, outcome: SeedOutcome, lr: float | None
+) -> tuple[float, float]:
+    """(start, final) of the reported curve; a diverging run follows its noise-free mean."""
+    if outcome.diverged:
+        final = mean_loss(spec, shape.depth, shape.width, spec.train.lr if lr is None else lr)
+    else:
+        final = outcome.loss
+    return max(math.log(spec.data.vocab_size), final + 1.0), final
+
+
 def simulate_training(
     spec: ExperimentSpec,
     shape: ModelShape,
@@ -306,11 +321,7 @@ def simulate_training(
     its end. ``lr`` is the trial's learning rate (``spec.train.lr`` when None)."""
     total = spec.train.total_steps(spec.data.seq_len)
     outcome = trial_outcome(spec, shape, seed, lr)
-    if outcome.diverged:  # the curve it follows until it blows up: its noise-free mean
-        final = mean_loss(spec, shape.depth, shape.width, spec.train.lr if lr is None else lr)
-    else:
-        final = outcome.loss
-    losses = (max(math.log(spec.data.vocab_size), final + 1.0), final)
+    losses = _curve_ends(spec, shape, outcome, lr)
     end = _last_step(outcome, total)
     done = _resume_step(resume_from)
     started = time.perf_counter()

@@ -244,3 +244,20 @@ def is_outlier(config: SimulatedConfig, depth: int, key: Mapping, seed: int) -> 
     if config.surface != "outliers" or depth < config.outlier_min_depth:
         return False
     return uniform("outlier", key, seed) < config.outlier_share
+
+
+def pair_seed_outcomes(
+    config: SimulatedConfig,
+    depth_shallow: int,
+    depth_deep: int,
+    n: float,
+    seed: int,
+    *,
+    lr: float | None = None,
+) -> tuple[SeedOutcome, SeedOutcome]:
+    """(shallow, deep) outcomes of one paired seed at equal size ``n`` for a pair configured
+    alone: the deep loss minus the shallow one is pair_delta_mean plus the seed's paired
+    noise (NaN where a net diverged)."""
+    shallow = seed_outcome(config, (), depth_shallow, width_at(depth_shallow, n), seed, lr=lr)
+    deep = seed_outcome(config, (depth_deep,), depth_deep, width_at(depth_deep, n), seed, lr=lr)
+    return shallow, deep

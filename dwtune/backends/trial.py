@@ -1,6 +1,6 @@
 """One training, whatever the backend: the seam between the orchestration and the trainers.
 
-Backends share one signature::
+Backends (the torch trainer, the simulated surface) implement one contract, :class:`Backend`::
 
     backend(spec, shape, seed, report, *, checkpoint_dir=None, resume_from=None) -> dict
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from dwtune.core import vocabulary
 from dwtune.core.budget import ModelShape
@@ -25,7 +26,22 @@ from dwtune.core.spec import ExperimentSpec
 Report = Callable[[dict, str | None], None]
 
 
-def backend_for(spec: ExperimentSpec) -> Callable[..., dict]:
+class Backend(Protocol):
+    """What trains one shape: reports every evaluation, returns the last metrics dict."""
+
+    def __call__(
+        self,
+        spec: ExperimentSpec,
+        shape: ModelShape,
+        seed: int,
+        report: Report,
+        *,
+        checkpoint_dir: str | None = None,
+        resume_from: str | None = None,
+    ) -> dict: ...
+
+
+def backend_for(spec: ExperimentSpec) -> Backend:
     if spec.trainer == "simulated":
         from dwtune.backends.simulated import simulate_training
 

@@ -38,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    parser.add_argument(
+        "--results",
+        default=None,
+        help="append the result to this JSON Lines file, which `dwtune plan --cost` reads for "
+        "its MFU (default ~/.cache/dwtune/bench/results.jsonl; 'none' to skip)",
+    )
 
 
 def _shape(args: argparse.Namespace):
@@ -169,7 +175,22 @@ def format_result(r: dict) -> str:
     return "\n".join(f"{name:<12} {value}" for name, value in rows)
 
 
+def save_result(result: dict, results: str | None) -> None:
+    """Append one line; CUDA results there are the MFU `dwtune plan --cost` assumes."""
+    from pathlib import Path
+
+    from dwtune.commands.planning import BENCH_RESULTS
+
+    if results == "none":
+        return
+    path = Path(results).expanduser() if results else BENCH_RESULTS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        handle.write(json.dumps(result) + "\n")
+
+
 def run(args: argparse.Namespace) -> int:
     result = measure(args)
+    save_result(result, args.results)
     print(json.dumps(result, indent=2) if args.json else format_result(result))
     return 0

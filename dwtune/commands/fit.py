@@ -8,6 +8,7 @@ Imports no torch, Ray, Optuna or matplotlib.
 from __future__ import annotations
 
 import argparse
+import json
 
 LEVEL_HELP = "confidence level of the printed intervals (default 0.95)"
 
@@ -45,8 +46,6 @@ def format_fit(fit, level: float, simulated: bool, source: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-
     from dwtune.core.fit import z_value
     from dwtune.outputs.fit_files import fit_to_dict, load_fit_input
 

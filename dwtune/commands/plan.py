@@ -1,4 +1,9 @@
-"""dwtune plan SPEC: every grid cell of a spec, before anything trains (no Ray, no torch)."""
+"""dwtune plan SPEC: every grid cell of a spec, before anything trains (no Ray, no torch).
+
+Also: the corpus against the training length (a study that would read its training split more
+than data.max_epochs times is refused), the reference law's transitions against the budgets,
+per-trial memory and GPU packing, and with ``--cost`` the study's FLOPs, GPU-hours and wall time.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import argparse
 import json
 
 from dwtune.core.budget import BUDGET_TOLERANCE, GridCell, depth_threshold, flops_per_token
+from dwtune.core.errors import InputError
 from dwtune.core.spec import ExperimentSpec, load_spec
 from dwtune.core.units import format_size
 
@@ -27,6 +33,13 @@ COLUMNS = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", help="experiment spec, e.g. search_spaces/quickstart.yaml")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    parser.add_argument("--cost", action="store_true", help="estimate FLOPs, GPU-hours, wall time")
+    parser.add_argument("--device", default=None, help="GPU for cost and packing: h100, h200, ...")
+    parser.add_argument("--peak-flops", type=float, default=None, help="peak FLOP/s per GPU")
+    parser.add_argument(
+        "--mfu", type=float, default=None, help="MFU (default: dwtune bench results, else 0.3)"
+    )
+    parser.add_argument("--gpus", type=int, default=1, help="GPUs for the wall time (default 1)")
 
 
 def cell_row(cell: GridCell) -> dict:
@@ -86,9 +99,28 @@ def format_table(spec: ExperimentSpec, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def checks(args: argparse.Namespace, spec: ExperimentSpec) -> dict:
+    """Corpus, coverage and packing lines (and cost with --cost); raises on a refused study."""
+    from dwtune.commands import planning
+    from dwtune.core.projection import reference
+    from dwtune.core.scale import coverage_warnings, epoch_problem
+
+    corpus = planning.corpus_size(spec)
+    problem = epoch_problem(spec, corpus) if spec.trainer == "torch" else None
+    if problem:
+        raise InputError(problem)
+    return {
+        "corpus": planning.corpus_lines(spec, corpus),
+        "warnings": coverage_warnings(spec, reference(spec.fit.reference)),
+        "packing": planning.packing_lines(spec, args.device),
+        "cost": planning.cost_lines(args, spec) if args.cost else [],
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     rows = plan_rows(spec)
+    extra = checks(args, spec)
     if args.json:
         print(
             json.dumps(
@@ -97,10 +129,17 @@ def run(args: argparse.Namespace) -> int:
                     "trainer": spec.trainer,
                     "seeds": list(spec.space.seeds),
                     "cells": rows,
+                    **extra,
                 },
                 indent=2,
             )
         )
     else:
         print(format_table(spec, rows))
+        for line in extra["corpus"] + extra["packing"]:
+            print(line)
+        for line in extra["warnings"]:
+            print(f"warning: {line}")
+        for line in extra["cost"]:
+            print(line)
     return 0

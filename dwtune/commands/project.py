@@ -9,7 +9,9 @@ Optuna or matplotlib.
 from __future__ import annotations
 
 import argparse
+import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 
 DEFAULT_REFERENCE = "levine2020"
@@ -110,9 +112,6 @@ def format_law(law, level: float, simulated: bool) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-    from dataclasses import asdict
-
     from dwtune.core.errors import InputError
     from dwtune.core.fit import z_value
     from dwtune.core.projection import parse_budget, project_budget, project_depth

@@ -1,18 +1,42 @@
-"""dwtune report: write report.md, figures, fit.json, projections.parquet and tb/fit."""
+"""dwtune report: draw report.md, figures and tb/fit from an experiment's results.
+
+The report only renders what the fit stage wrote (fit.json, projections.parquet). A directory
+whose fit files are missing or older than its tables (written by `dwtune export`, or by a dwtune
+before the fit stage existed) gets the fit stage first, said on the console.
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from dwtune.core.vocabulary import FIT_FILE, PROJECTIONS_FILE, TRANSITIONS_FILE, TRIALS_FILE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("exp_dir", metavar="EXPERIMENT_DIR", help="experiment directory")
 
 
+def fit_is_stale(exp_dir: Path) -> bool:
+    """True when fit.json or projections.parquet is missing or older than a table it uses."""
+    outputs = [exp_dir / FIT_FILE, exp_dir / PROJECTIONS_FILE]
+    if not all(p.is_file() for p in outputs):
+        return True
+    inputs = [p for p in (exp_dir / TRANSITIONS_FILE, exp_dir / TRIALS_FILE) if p.is_file()]
+    oldest_output = min(p.stat().st_mtime for p in outputs)
+    return any(p.stat().st_mtime > oldest_output for p in inputs)
+
+
 def run(args: argparse.Namespace) -> int:
     from dwtune.outputs.report import write_report
 
-    files = write_report(args.exp_dir)
+    exp_dir = Path(args.exp_dir)
+    if exp_dir.is_dir() and fit_is_stale(exp_dir):
+        from dwtune.study.fit_stage import write_fit
+
+        written = write_fit(exp_dir)
+        print(f"fit stage: wrote {written.fit_json} and {written.projections}")
+    files = write_report(exp_dir)
     print(f"report: {files.report}")
     for path in (files.fit_json, files.projections, *files.figures):
         print(f"  {path}")

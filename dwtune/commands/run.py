@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from dwtune.core import vocabulary
-from dwtune.core.errors import InputError
 
 DEFAULT_STORAGE = "experiments"
 
@@ -36,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+<<<<<<< HEAD
 def storage_root(storage: str) -> Path:
     """The experiment root as an absolute path (trials and Tune change working dirs)."""
     if "://" in storage:
@@ -72,6 +71,11 @@ def answer_lines(files) -> list[str]:
     import json
 
     fit = json.loads(files.fit_json.read_text())
+=======
+def answer_lines(results) -> list[str]:
+    """The study's answer in a few lines: the fit and where the report is."""
+    fit = results.fit
+>>>>>>> main
     tag = " (SIMULATED)" if fit.get("simulated") else ""
     if fit.get("status") == "fitted":
         lines = [
@@ -81,6 +85,7 @@ def answer_lines(files) -> list[str]:
         ]
     else:
         lines = [f"fit{tag}: {fit.get('status')}: {fit.get('reason', 'see the report')}"]
+<<<<<<< HEAD
     return [*lines, f"report: {files.report}"]
 
 
@@ -101,6 +106,9 @@ def _study(args: argparse.Namespace, spec, store, progress) -> None:
 
         for line in answer_lines(write_report(store.root)):
             progress.note(line)
+=======
+    return [*lines, f"report: {results.report}"]
+>>>>>>> main
 
 
 def _summary(store) -> str:
@@ -110,26 +118,34 @@ def _summary(store) -> str:
     return line + (f", {len(failed)} failed (rerun to retry them)" if failed else "")
 
 
+def _check_scale(spec) -> None:
+    """Refuse, before anything starts: a missing corpus, too many epochs, a trial too big for
+    its share of a GPU (see dwtune.commands.planning)."""
+    from dwtune.commands.planning import check_packing, check_scale
+
+    check_scale(spec)
+    check_packing(spec)
+
+
 def run(args: argparse.Namespace) -> int:
-    from dwtune.core.spec import load_spec
-    from dwtune.storage.store import ExperimentStore
+    from dwtune.study.pipeline import Study, storage_root
     from dwtune.study.progress import StudyProgress
 
-    spec = load_spec(args.spec)
-    store = ExperimentStore.for_spec(storage_root(args.storage), spec)
+    study = Study.from_yaml(args.spec)
+    _check_scale(study.spec)
+    storage = storage_root(args.storage)  # a URL is refused before anything starts
     progress = StudyProgress()
-    # Lock first: a refused second driver must not touch the running experiment's spec.yaml.
-    with store.driver_lock():
-        store.initialise(spec)
-        store.records()  # a corrupt record stops us here, before Ray starts
-        try:
-            _study(args, spec, store, progress)
-        except KeyboardInterrupt:
-            print(
-                f"\ndwtune run: interrupted; {_summary(store)}; rerun the same command to "
-                f"resume (finished trials are not trained again)",
-                file=sys.stderr,
-            )
-            return 130
-    progress.note(_summary(store))
+    try:
+        results = study.run(storage, args.address, args.grid_only, progress)
+    except KeyboardInterrupt:
+        print(
+            f"\ndwtune run: interrupted; {_summary(study.store)}; rerun the same command to "
+            f"resume (finished trials are not trained again)",
+            file=sys.stderr,
+        )
+        return 130
+    if not args.grid_only:
+        for line in answer_lines(results):
+            progress.note(line)
+    progress.note(_summary(study.store))
     return 0

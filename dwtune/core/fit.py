@@ -29,6 +29,7 @@ import numpy as np
 from scipy import stats
 
 from dwtune.core.errors import InputError
+from dwtune.core.vocabulary import CENSORED_STATUSES, TransitionStatus
 
 # The fit has two parameters; at least one more point is needed to test it (dof >= 1).
 MIN_POINTS = 3
@@ -59,22 +60,22 @@ class CensoredPair:
         censored_low: N* lies below the smallest size tried, so the smaller one.
         """
         known = [n for n in (self.n_low, self.n_high) if math.isfinite(n) and n > 0]
-        if not known or self.status not in ("censored_low", "censored_high"):
+        if not known or self.status not in CENSORED_STATUSES:
             return math.nan
-        return max(known) if self.status == "censored_high" else min(known)
+        return max(known) if self.status == TransitionStatus.CENSORED_HIGH else min(known)
 
     def describe(self) -> str:
         """One plain sentence: what was found for this pair, and on how many seeds."""
         seeds = f"{self.seeds} seed{'s' if self.seeds != 1 else ''}"
-        if self.status == "censored_high":
+        if self.status == TransitionStatus.CENSORED_HIGH:
             found = f"depth {self.depth_deep} never beat depth {self.depth_shallow}"
             where = f" up to N = {self.bound:.3g}" if math.isfinite(self.bound) else ""
             return f"{found}{where}: transition above the range ({seeds})"
-        if self.status == "censored_low":
+        if self.status == TransitionStatus.CENSORED_LOW:
             found = f"depth {self.depth_deep} already beat depth {self.depth_shallow}"
             where = f" at N = {self.bound:.3g}" if math.isfinite(self.bound) else ""
             return f"{found}{where}: transition below the range ({seeds})"
-        if self.status == "undecided":
+        if self.status == TransitionStatus.UNDECIDED:
             span = f" between N = {self.n_low:.3g} and {self.n_high:.3g}" if self._bracket else ""
             return f"undecided: Δ within seed noise{span} ({seeds})"
         return f"status {self.status!r}: not bracketed ({seeds})"

@@ -61,6 +61,7 @@ import numpy as np
 from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord
 from dwtune.core.spec import RefineConfig
+from dwtune.core.vocabulary import PointKind, StepKind, TransitionStatus
 
 PAIRED_NOISE_PRIOR = 0.003  # nats: sd of a paired loss difference when nothing measures it
 MIN_POOLED_DOF = 10  # degrees of freedom below which the pooled sd is not trusted alone
@@ -136,7 +137,7 @@ class PairPoint:
     seeds: tuple[int, ...]  # seeds both depths completed
     deltas: tuple[float, ...]  # Δ per seed at equal N (nats)
     decision: Decision
-    kind: str = "grid"  # grid | verify | bisect
+    kind: str = PointKind.GRID
     requested: int = 0  # seeds asked for (some trainings may have failed)
 
     @property
@@ -297,7 +298,7 @@ def grid_pair(
             trend,
             lambda _: sd,
             z,
-            "grid",
+            PointKind.GRID,
             len(seeds),
         )
         for b in common
@@ -333,29 +334,34 @@ def outcome_of(points: Sequence[PairPoint], max_seeds: int) -> Outcome:
     usable = [p for p in points if not p.within_noise(max_seeds)]
     noisy = [p.log_n for p in points if p.within_noise(max_seeds)]
     if not usable:
-        return Outcome("undecided", (), min(noisy, default=math.nan), max(noisy, default=math.nan))
+        return Outcome(
+            TransitionStatus.UNDECIDED,
+            (),
+            min(noisy, default=math.nan),
+            max(noisy, default=math.nan),
+        )
     first_negative = next((i for i, p in enumerate(usable) if p.decision.mean < 0), None)
     if first_negative is None:
         edge = usable[-1]
         beyond = [x for x in noisy if x > edge.log_n]
         if beyond:
-            return Outcome("undecided", (edge,), edge.log_n, max(beyond), edge, None)
-        return Outcome("censored_high", (edge,), edge.log_n, math.nan, edge, None)
+            return Outcome(TransitionStatus.UNDECIDED, (edge,), edge.log_n, max(beyond), edge, None)
+        return Outcome(TransitionStatus.CENSORED_HIGH, (edge,), edge.log_n, math.nan, edge, None)
     if first_negative == 0:
         edge = usable[0]
         beyond = [x for x in noisy if x < edge.log_n]
         if beyond:
-            return Outcome("undecided", (edge,), min(beyond), edge.log_n, None, edge)
-        return Outcome("censored_low", (edge,), math.nan, edge.log_n, None, edge)
+            return Outcome(TransitionStatus.UNDECIDED, (edge,), min(beyond), edge.log_n, None, edge)
+        return Outcome(TransitionStatus.CENSORED_LOW, (edge,), math.nan, edge.log_n, None, edge)
     low, high = usable[first_negative - 1], usable[first_negative]
-    return Outcome("bracketed", (low, high), low.log_n, high.log_n, low, high)
+    return Outcome(TransitionStatus.BRACKETED, (low, high), low.log_n, high.log_n, low, high)
 
 
 @dataclass(frozen=True)
 class Step:
     """What the refine stage does next for a pair."""
 
-    kind: str  # verify (add seeds at a point) | bisect (train at log_n) | done
+    kind: str  # a StepKind
     outcome: Outcome
     point: PairPoint | None = None  # for verify
     log_n: float = math.nan  # for bisect: ln of the budget to train next
@@ -367,22 +373,24 @@ def next_step(points: Sequence[PairPoint], refine: RefineConfig, rounds: int) ->
     outcome = outcome_of(points, refine.max_seeds)
     pending = [p for p in outcome.decisive if not p.decision.decided]
     if pending:
-        return Step("verify", outcome, point=pending[0])
-    if outcome.status != "bracketed":
-        return Step("done", outcome, reason=outcome.status)
+        return Step(StepKind.VERIFY, outcome, point=pending[0])
+    if outcome.status != TransitionStatus.BRACKETED:
+        return Step(StepKind.DONE, outcome, reason=outcome.status)
     inside = [
         p
         for p in points
         if p.within_noise(refine.max_seeds) and outcome.low < p.log_n < outcome.high
     ]
     if math.exp(outcome.high - outcome.low) - 1.0 <= refine.tolerance:
-        return Step("done", outcome, reason="tolerance reached")
+        return Step(StepKind.DONE, outcome, reason="tolerance reached")
     if rounds >= refine.max_rounds:
-        return Step("done", outcome, reason=f"max_rounds ({refine.max_rounds}) reached")
+        return Step(StepKind.DONE, outcome, reason=f"max_rounds ({refine.max_rounds}) reached")
     if len(inside) >= 2:
-        return Step("done", outcome, reason="noise floor: Δ within noise at max_seeds")
+        return Step(StepKind.DONE, outcome, reason="noise floor: Δ within noise at max_seeds")
     return Step(
-        "bisect", outcome, log_n=proposal(outcome.low, outcome.high, [p.log_n for p in inside])
+        StepKind.BISECT,
+        outcome,
+        log_n=proposal(outcome.low, outcome.high, [p.log_n for p in inside]),
     )
 
 
@@ -399,7 +407,7 @@ def proposal(low: float, high: float, within_noise: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class Transition:
-    """One row of transitions.parquet (see dwtune.study.refine.TRANSITION_SCHEMA)."""
+    """One row of transitions.parquet (see dwtune.outputs.schemas.TRANSITION_SCHEMA)."""
 
     depth_shallow: int
     depth_deep: int
@@ -429,7 +437,7 @@ class Transition:
 def delta_slope(points: Sequence[PairPoint], low: float, high: float) -> float:
     """d mean Δ / d ln N around a bracket: least squares over the points between the grid
     points that enclose it (nats per e-fold). A wide base keeps seed noise from inflating it."""
-    grid = [p.log_n for p in points if p.kind == "grid"]
+    grid = [p.log_n for p in points if p.kind == PointKind.GRID]
     start = max((x for x in grid if x <= low), default=-math.inf)
     stop = min((x for x in grid if x >= high), default=math.inf)
     near = [p for p in points if start <= p.log_n <= stop and p.n]
@@ -470,7 +478,7 @@ def make_transition(
         simulated=simulated,
         reason=reason,
     )
-    if outcome.status != "bracketed":
+    if outcome.status != TransitionStatus.BRACKETED:
         return Transition(
             n_star=math.nan,
             width_deep=math.nan,

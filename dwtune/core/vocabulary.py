@@ -1,8 +1,12 @@
-"""The one metric vocabulary.
+"""The one vocabulary: metric names, statuses, stages, step kinds and file names.
 
 Every producer (torch trainer, simulated backend) reports these keys; every consumer (Ray Tune,
-bisection, Parquet, TensorBoard, report) reads them. Never spell a metric name anywhere else.
+bisection, Parquet, TensorBoard, report) reads them. Never spell one of these names anywhere
+else. The enums are StrEnums: a member equals its string, so records, journals and Parquet files
+written before the enums existed read back unchanged.
 """
+
+from enum import StrEnum
 
 TRAIN_LOSS = "train/loss"
 VAL_LOSS = "val/loss"
@@ -15,19 +19,68 @@ TOKENS_PER_S = "perf/tokens_per_s"
 STEP_TIME_S = "perf/step_time_s"
 MFU = "perf/mfu"
 ELAPSED_S = "time/elapsed_s"
-# Final status of a training: "finished", "early_stopped", "diverged" (set in the last report).
+# Final status of a training (a TrialStatus), set in the last report.
 STATUS = "status"
 
-STATUS_FINISHED = "finished"
-STATUS_EARLY_STOPPED = "early_stopped"
-STATUS_DIVERGED = "diverged"
-STATUS_FAILED = "failed"
+
+class TrialStatus(StrEnum):
+    """How a training ended."""
+
+    FINISHED = "finished"
+    EARLY_STOPPED = "early_stopped"
+    DIVERGED = "diverged"
+    FAILED = "failed"
+
+
+class Stage(StrEnum):
+    """The pipeline stage that asked for a trial (recorded in its request and trials.parquet)."""
+
+    GRID = "grid"
+    REFINE = "refine"
+
+
+class TransitionStatus(StrEnum):
+    """Where a depth pair's transition N* stands (core.transitions, transitions.parquet)."""
+
+    BRACKETED = "bracketed"  # the deeper net loses below a size and wins above it
+    CENSORED_LOW = "censored_low"  # the deeper net already wins at the smallest size tried
+    CENSORED_HIGH = "censored_high"  # the deeper net never wins inside the range
+    UNDECIDED = "undecided"  # Δ within seed noise where it would decide
+
+
+CENSORED_STATUSES = (TransitionStatus.CENSORED_LOW, TransitionStatus.CENSORED_HIGH)
+
+
+class PointKind(StrEnum):
+    """What trained a pair point: the grid, a verify step (more seeds) or a bisect step."""
+
+    GRID = "grid"
+    VERIFY = "verify"
+    BISECT = "bisect"
+
+
+class StepKind(StrEnum):
+    """What the refine stage does next for a pair."""
+
+    VERIFY = "verify"  # add seeds at a point within noise
+    BISECT = "bisect"  # train both depths at a new size
+    DONE = "done"
+
+
+# The trial statuses as plain strings, for what trainers put in their metric dicts: those end
+# up in checkpoints, and torch.load(weights_only=True) refuses any class it does not know,
+# an enum included.
+STATUS_FINISHED = TrialStatus.FINISHED.value
+STATUS_EARLY_STOPPED = TrialStatus.EARLY_STOPPED.value
+STATUS_DIVERGED = TrialStatus.DIVERGED.value
+STATUS_FAILED = TrialStatus.FAILED.value
 # A training that produced a usable final validation loss.
-COMPLETED_STATUSES = (STATUS_FINISHED, STATUS_EARLY_STOPPED)
+COMPLETED_STATUSES = (TrialStatus.FINISHED, TrialStatus.EARLY_STOPPED)
 
 # Scalars written to TensorBoard and curves.parquet, in this order.
 CURVE_SCALARS = (TRAIN_LOSS, VAL_LOSS, VAL_BEST_LOSS, LR, GRAD_NORM, TOKENS_PER_S, STEP_TIME_S, MFU)
 
+<<<<<<< HEAD
 # Stages a trial is trained for (trials.parquet ``stage``).
 STAGE_GRID = "grid"
 STAGE_REFINE = "refine"
@@ -40,3 +93,20 @@ LR_SOURCE_SEARCH = "search"  # the best rate of the cell's own search
 LR_SOURCE_INTERPOLATED = "interpolated"  # ln-width interpolation of the grid's best rates
 LR_SOURCE_PROPOSED = "proposed"  # an lr_search trial: the rate Optuna proposed
 LR_SOURCES = (LR_SOURCE_SPEC, LR_SOURCE_SEARCH, LR_SOURCE_INTERPOLATED, LR_SOURCE_PROPOSED)
+=======
+# --------------------------------------------------------------------------- experiment files
+# Names inside an experiment directory (<storage>/<spec name>/).
+TRIALS_FILE = "trials.parquet"
+CURVES_FILE = "curves.parquet"
+TRANSITIONS_FILE = "transitions.parquet"
+FIT_FILE = "fit.json"
+PROJECTIONS_FILE = "projections.parquet"
+REPORT_FILE = "report.md"
+FIGURES_DIR = "figures"
+TB_DIR = "tb"
+TB_FIT_DIR = "fit"  # under TB_DIR: the fit's scalars
+TRIAL_RECORDS_DIR = "trials"  # one JSON record per trial
+REFINE_DIR = "refine"  # one Optuna journal per pair
+JOURNAL_SUFFIX = ".journal"
+SPEC_FILE = "spec.yaml"
+>>>>>>> main

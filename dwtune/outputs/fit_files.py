@@ -19,14 +19,13 @@ import pyarrow as pa
 from dwtune.core.errors import InputError
 from dwtune.core.fit import CensoredPair, FitResult, fit_transitions
 from dwtune.core.projection import BudgetProjection, DepthProjection, DepthWidthLaw
+from dwtune.core.vocabulary import (
+    TRANSITIONS_FILE,
+    TransitionStatus,
+)
 from dwtune.storage.provenance import provenance, read_parquet_checked, write_parquet_atomic
 from dwtune.storage.store import atomic_write_text
 
-TRANSITIONS_FILE = "transitions.parquet"
-TRIALS_FILE = "trials.parquet"
-FIT_FILE = "fit.json"
-PROJECTIONS_FILE = "projections.parquet"
-SPEC_FILE = "spec.yaml"
 TRANSITION_COLUMNS = ("status", "depth_deep", "width_deep", "width_deep_err")
 CSV_COLUMNS = ("depth", "width", "width_err")
 TRANSITIONS_HINT = "expected the transitions schema (pair, depth_deep, status, width_deep, ...)"
@@ -129,7 +128,7 @@ def censored_pair(row: pd.Series) -> CensoredPair:
 def points_from_transitions(frame: pd.DataFrame, path: Path) -> FitInput:
     """Bracketed rows are points (depth_deep, width_deep, width_deep_err); others are listed."""
     require_columns(frame, TRANSITION_COLUMNS, path, TRANSITIONS_HINT)
-    bracketed = frame[frame["status"] == "bracketed"]
+    bracketed = frame[frame["status"] == TransitionStatus.BRACKETED]
     labels = (
         [f"pair {p}" for p in bracketed["pair"]]
         if "pair" in frame.columns
@@ -141,7 +140,8 @@ def points_from_transitions(frame: pd.DataFrame, path: Path) -> FitInput:
         width_errs=tuple(_numeric(bracketed, "width_deep_err", path)),
         labels=tuple(labels),
         censored=tuple(
-            censored_pair(r) for _, r in frame[frame["status"] != "bracketed"].iterrows()
+            censored_pair(r)
+            for _, r in frame[frame["status"] != TransitionStatus.BRACKETED].iterrows()
         ),
         simulated=_is_simulated(frame),
         source=str(path),
@@ -204,6 +204,55 @@ def law_from_json(path: Path) -> tuple[DepthWidthLaw, bool]:
             "rewrite it with `dwtune fit --json` or `dwtune report`"
         ) from exc
     return law, bool(data.get("simulated", False))
+
+
+def no_projection_reason(fit: FitResult) -> str:
+    """Why a fit gives no projection ("" when it does): the slope must be positive."""
+    if fit.b > 0:
+        return ""
+    return f"fitted slope b = {fit.b:.3g} is not positive: no optimal depth to project"
+
+
+def read_fit_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: cannot read it as JSON ({_first_line(exc)})") from exc
+    if not isinstance(data, dict) or "status" not in data:
+        raise InputError(f"{path}: not a dwtune fit.json (no 'status'); rerun `dwtune report`")
+    return data
+
+
+def _number(value: object) -> float:
+    return math.nan if value is None else float(value)  # JSON null is a NaN (see json_ready)
+
+
+def fit_from_dict(data: dict, path: Path) -> FitResult:
+    """The FitResult a ``fit.json`` of status 'fitted' was written from (:func:`fit_to_dict`)."""
+    try:
+        points = data["points"]
+        (c00, c01), (c10, c11) = data["cov"]
+        return FitResult(
+            **{k: _number(data[k]) for k in ("a", "b", "se_a", "se_b", "r2", "chi2_red")},
+            cov=((_number(c00), _number(c01)), (_number(c10), _number(c11))),
+            dof=int(data["dof"]),
+            n_points=int(data["n_points"]),
+            depths=tuple(_number(p["depth"]) for p in points),
+            widths=tuple(_number(p["width"]) for p in points),
+            width_errs=tuple(_number(p["width_err"]) for p in points),
+            labels=tuple(str(p["label"]) for p in points),
+            censored=tuple(_censored_from_dict(c) for c in data.get("censored", ())),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(
+            f"{path}: a fitted fit.json lacks a field or holds a non-number "
+            f"({_first_line(exc)}); rewrite it with `dwtune report`"
+        ) from exc
+
+
+def _censored_from_dict(raw: dict) -> CensoredPair:
+    numbers = {k: _number(raw[k]) for k in ("n_low", "n_high") if k in raw}
+    return CensoredPair(**(raw | numbers))
 
 
 # ---------------------------------------------------------------- serialising

@@ -23,9 +23,12 @@ import pyarrow as pa
 
 from dwtune.core import vocabulary
 from dwtune.core.records import TrialRecord
+from dwtune.core.vocabulary import CURVES_FILE, TB_DIR, TRIALS_FILE
+from dwtune.outputs.schemas import CURVE_COLUMNS, CURVES_SCHEMA, TRIALS_SCHEMA
 from dwtune.storage.provenance import write_parquet_atomic
 from dwtune.storage.store import ExperimentStore
 
+<<<<<<< HEAD
 TRIALS_FILE = "trials.parquet"
 CURVES_FILE = "curves.parquet"
 TB_DIR = "tb"
@@ -82,6 +85,8 @@ CURVES_SCHEMA = pa.schema(
     ]
 )
 
+=======
+>>>>>>> main
 # TensorBoard: losses also plotted against tokens seen, under these tags.
 BY_TOKENS = {
     key: f"{key}_by_{vocabulary.TOKENS}" for key in (vocabulary.TRAIN_LOSS, vocabulary.VAL_LOSS)

@@ -26,9 +26,14 @@ from typing import BinaryIO
 
 import yaml
 
+from dwtune import __version__
 from dwtune.core.errors import InputError
-from dwtune.core.records import TrialRecord
+from dwtune.core.records import RECORD_SCHEMA_VERSION, TrialRecord
 from dwtune.core.spec import ExperimentSpec, spec_from_dict
+from dwtune.core.vocabulary import SPEC_FILE, TRIAL_RECORDS_DIR
+
+SCHEMA_KEY = "schema_version"  # of the trial-record JSON; absent before it existed: 1
+WRITER_KEY = "dwtune_version"  # the dwtune that wrote the record
 
 # Sections whose change would change what a trial computes: a directory refuses such a spec.
 # space, refine, fit and resources may change (that is how a study grows).
@@ -79,7 +84,7 @@ class ExperimentStore:
 
     def __init__(self, root: str | Path):
         self.root = Path(root).expanduser().resolve()
-        self.trials_dir = self.root / "trials"
+        self.trials_dir = self.root / TRIAL_RECORDS_DIR
         self._lock_handle = None
 
     @classmethod
@@ -90,7 +95,7 @@ class ExperimentStore:
 
     @property
     def spec_path(self) -> Path:
-        return self.root / "spec.yaml"
+        return self.root / SPEC_FILE
 
     def initialise(self, spec: ExperimentSpec) -> None:
         """Create the directory for ``spec``, or check that it holds a compatible spec."""
@@ -167,7 +172,8 @@ class ExperimentStore:
         return self.trials_dir / f"{trial_id}.json"
 
     def write_record(self, record: TrialRecord) -> None:
-        atomic_write_text(self.record_path(record.trial_id), json.dumps(record.to_json()))
+        raw = {SCHEMA_KEY: RECORD_SCHEMA_VERSION, WRITER_KEY: __version__, **record.to_json()}
+        atomic_write_text(self.record_path(record.trial_id), json.dumps(raw))
 
     def read_record(self, trial_id: str) -> TrialRecord | None:
         path = self.record_path(trial_id)
@@ -182,9 +188,37 @@ class ExperimentStore:
 
     def _load(self, path: Path) -> TrialRecord:
         try:
-            return TrialRecord.from_json(json.loads(path.read_text()))
-        except (json.JSONDecodeError, TypeError, UnicodeDecodeError):
+            raw = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):  # a truncated or garbled file
             raise InputError(
                 f"{path}: corrupt trial record; delete it and rerun to train that trial again "
                 f"(other results are intact)"
             ) from None
+        return TrialRecord.from_json(migrate_record(path, raw))
+
+
+def migrate_record(path: Path, raw: object) -> dict:
+    """The record's fields at this schema version; InputError (file untouched) if it cannot be.
+
+    A record without ``schema_version`` was written before the field existed: version 1.
+    """
+    if not isinstance(raw, dict):
+        raise InputError(
+            f"{path}: not a trial record (a JSON {type(raw).__name__}, expected an object); "
+            f"move it out of {TRIAL_RECORDS_DIR}/ (it was not written by dwtune)"
+        )
+    version = raw.get(SCHEMA_KEY, 1)
+    if not isinstance(version, int) or version > RECORD_SCHEMA_VERSION:
+        writer = raw.get(WRITER_KEY, "a newer dwtune")
+        raise InputError(
+            f"{path}: trial record schema version {version!r}, written by dwtune {writer}; "
+            f"this dwtune {__version__} reads versions up to {RECORD_SCHEMA_VERSION}: "
+            f"install dwtune {writer} or newer to read this experiment (file left untouched)"
+        )
+    missing = sorted(TrialRecord.required_fields() - raw.keys())
+    if missing:
+        raise InputError(
+            f"{path}: trial record (schema version {version}) lacks {', '.join(missing)}; "
+            f"restore it from a backup or move it aside to train that trial again"
+        )
+    return raw

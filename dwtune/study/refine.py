@@ -30,14 +30,28 @@ import optuna
 import pyarrow as pa
 from optuna.trial import TrialState
 
+<<<<<<< HEAD
 from dwtune.core import transitions, vocabulary
 from dwtune.core.budget import GridCell
+=======
+from dwtune.core import transitions
+>>>>>>> main
 from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord, TrialRequest, make_request
 from dwtune.core.spec import ExperimentSpec, RefineConfig
 from dwtune.core.transitions import PairGrid, PairPoint, Step, Transition
+from dwtune.core.vocabulary import (
+    JOURNAL_SUFFIX,
+    REFINE_DIR,
+    TRANSITIONS_FILE,
+    Stage,
+    StepKind,
+    TransitionStatus,
+)
+from dwtune.outputs.schemas import TRANSITION_SCHEMA
 from dwtune.storage.provenance import write_parquet_atomic
 from dwtune.storage.store import ExperimentStore
+from dwtune.study.runners.local import LocalRunner
 
 RunTrials = Callable[[list[TrialRequest]], list[TrialRecord]]
 # A refine cell's (learning rate, source) when train.lr is a search (dwtune.study.lr_search).
@@ -46,32 +60,10 @@ Progress = Callable[[str], None]
 # A pair's refinement: yields request batches, is sent their records, returns its transition.
 Rounds = Generator[list[TrialRequest], list[TrialRecord], Transition]
 
-TRANSITIONS_FILE = "transitions.parquet"
-REFINE_DIR = "refine"
 LOG_N = "log_n"  # the one Optuna parameter: ln of the budget to train both depths at
 POINT_ATTR = "point"  # trial user attribute: the PairPoint it produced
 KIND_ATTR = "kind"  # verify | bisect
 SNAP_TOLERANCE = 1e-9  # a proposal this close (in ln N) to a grid budget is that budget
-
-TRANSITION_SCHEMA = pa.schema(
-    [
-        pa.field("pair", pa.string()),
-        pa.field("depth_shallow", pa.int64()),
-        pa.field("depth_deep", pa.int64()),
-        pa.field("status", pa.string()),
-        pa.field("n_star", pa.float64()),
-        pa.field("n_star_low", pa.float64()),
-        pa.field("n_star_high", pa.float64()),
-        pa.field("width_deep", pa.float64()),
-        pa.field("width_deep_err", pa.float64()),
-        pa.field("width_shallow", pa.float64()),
-        pa.field("trials", pa.int64()),
-        pa.field("seeds", pa.int64()),
-        pa.field("rounds", pa.int64()),
-        pa.field("simulated", pa.bool_()),
-    ]
-)
-
 
 # --------------------------------------------------------------------------- Optuna seam
 
@@ -84,7 +76,7 @@ def trial_points(study: optuna.Study) -> list[PairPoint]:
 
 def bisection_rounds(study: optuna.Study) -> int:
     finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    return sum(t.user_attrs.get(KIND_ATTR) == "bisect" for t in finished)
+    return sum(t.user_attrs.get(KIND_ATTR) == StepKind.BISECT for t in finished)
 
 
 def plan_step(grid: Sequence[PairPoint], study: optuna.Study, refine: RefineConfig) -> Step:
@@ -107,13 +99,13 @@ class BisectionSampler(optuna.samplers.BaseSampler):
 
     def sample_independent(self, study, trial, param_name, param_distribution) -> float:
         step = plan_step(self.grid, study, self.refine)
-        if param_name != LOG_N or step.kind != "bisect":
+        if param_name != LOG_N or step.kind != StepKind.BISECT:
             raise RuntimeError(f"no bisection proposal for {param_name} ({step.kind})")
         return step.log_n
 
 
 def study_path(store: ExperimentStore, pair: tuple[int, int]) -> Path:
-    return store.root / REFINE_DIR / f"{pair[0]}-{pair[1]}.journal"
+    return store.root / REFINE_DIR / f"{pair[0]}-{pair[1]}{JOURNAL_SUFFIX}"
 
 
 def open_study(path: Path, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
@@ -129,13 +121,26 @@ def open_study(path: Path, sampler: optuna.samplers.BaseSampler) -> optuna.Study
             direction="minimize",
             load_if_exists=True,
         )
-        trial_points(study)  # every finished trial must hold a readable point
-        return study
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    # Only Optuna's replay of the file runs in here: a garbled line raises ValueError
+    # (JSONDecodeError, UnicodeDecodeError), a line missing a key KeyError or TypeError.
+    except (ValueError, KeyError, TypeError) as exc:
         raise InputError(
             f"{path}: corrupt Optuna journal ({type(exc).__name__}); delete it to restart this "
             f"pair's refinement (finished trainings are kept in trials/ and reused)"
         ) from None
+    unreadable = [
+        t.number for t in _finished(study) if not isinstance(t.user_attrs.get(POINT_ATTR), dict)
+    ]
+    if unreadable:
+        raise InputError(
+            f"{path}: trial(s) {unreadable} hold no refine point (not written by dwtune's refine "
+            f"stage?); restore the journal or move it aside to restart this pair's refinement"
+        )
+    return study
+
+
+def _finished(study: optuna.Study) -> list:
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
 
 
 def clear_stale_trials(study: optuna.Study) -> int:
@@ -191,27 +196,27 @@ class PairRefiner:
             self.say(f"[refine {self.grid.label}] resuming: {stale} interrupted trial(s) redone")
         while True:
             step = plan_step(self.grid.points, self.study, self.refine)
-            if step.kind == "bisect" and self._width_taken(step.log_n):
+            if step.kind == StepKind.BISECT and self._width_taken(step.log_n):
                 step = Step(
-                    "done",
+                    StepKind.DONE,
                     step.outcome,
                     reason="width resolution: no legal width between the bracket ends",
                 )
-            if step.kind == "done":
+            if step.kind == StepKind.DONE:
                 return self._transition(step)
             yield from self._round(step)
 
     def _round(self, step: Step) -> Rounds:
-        if step.kind == "verify":
+        if step.kind == StepKind.VERIFY:
             self.study.enqueue_trial(
-                {LOG_N: math.log(step.point.budget)}, user_attrs={KIND_ATTR: "verify"}
+                {LOG_N: math.log(step.point.budget)}, user_attrs={KIND_ATTR: str(StepKind.VERIFY)}
             )
         trial = self.study.ask()
         log_n = trial.suggest_float(LOG_N, *self._range())
-        if step.kind == "bisect":
+        if step.kind == StepKind.BISECT:
             if not math.isclose(log_n, step.log_n, abs_tol=SNAP_TOLERANCE):
                 raise RuntimeError(f"sampler proposed {log_n}, expected {step.log_n}")
-            trial.set_user_attr(KIND_ATTR, "bisect")
+            trial.set_user_attr(KIND_ATTR, str(StepKind.BISECT))
         start = max(self.refine.seeds, step.point.requested if step.point else 0)
         point = yield from self._evaluate(self._snap(log_n), step.kind, start)
         trial.set_user_attr(POINT_ATTR, point.to_dict())
@@ -250,7 +255,15 @@ class PairRefiner:
         wanted = start
         while True:
             new_seeds = [s for s in self.seed_order[:wanted] if s not in records]
+<<<<<<< HEAD
             requests = [self._request(cell, seed) for seed in new_seeds for cell in cells]
+=======
+            requests = [
+                make_request(self.spec, cell, seed, Stage.REFINE)
+                for seed in new_seeds
+                for cell in cells
+            ]
+>>>>>>> main
             results = yield requests  # both depths x the new seeds: one batch, in parallel
             records.update(
                 {seed: (results[2 * i], results[2 * i + 1]) for i, seed in enumerate(new_seeds)}
@@ -307,11 +320,15 @@ class PairRefiner:
             for depth in self.pair:
                 cell = self.spec.cell(depth, point.budget)
                 ids |= {
+<<<<<<< HEAD
                     self._request(cell, seed).trial_id
+=======
+                    make_request(self.spec, cell, seed, Stage.REFINE).trial_id
+>>>>>>> main
                     for seed in self.seed_order[: point.requested]
                 }
         records = (self.store.read_record(i) for i in ids)
-        return sum(r is not None and r.stage == "refine" for r in records)
+        return sum(r is not None and r.stage == Stage.REFINE for r in records)
 
     def _transition(self, step: Step) -> Transition:
         points = transitions.merge_points(self.grid.points, trial_points(self.study))
@@ -331,17 +348,18 @@ class PairRefiner:
 def describe(t: Transition) -> str:
     """One line: status, N* and dx* with uncertainty, and the cost."""
     cost = f"{t.trials} new training(s), {t.rounds} round(s), up to {t.seeds} seed(s)"
-    if t.status == "bracketed":
+    if t.status == TransitionStatus.BRACKETED:
         found = (
             f"N* = {t.n_star:.4g} in [{t.n_star_low:.4g}, {t.n_star_high:.4g}], "
             f"dx* = {t.width_deep:.1f} ± {t.width_deep_err:.1f}"
         )
         return f"bracketed: {found} ({t.reason}; {cost})"
     hint = {
-        "censored_low": "the deeper net already wins at the smallest budget; lower "
+        TransitionStatus.CENSORED_LOW: "the deeper net already wins at the smallest budget; lower "
         "space.budgets' minimum",
-        "censored_high": "the deeper net never wins inside the range; raise space.budgets' maximum",
-        "undecided": "Δ stays within seed noise; raise refine.max_seeds",
+        TransitionStatus.CENSORED_HIGH: "the deeper net never wins inside the range; raise "
+        "space.budgets' maximum",
+        TransitionStatus.UNDECIDED: "Δ stays within seed noise; raise refine.max_seeds",
     }[t.status]
     return f"{t.status}: {hint} ({cost})"
 
@@ -448,30 +466,5 @@ def write_transitions(transitions: Sequence[Transition], path: Path, spec: Exper
     return write_parquet_atomic(transitions_table(transitions), path, spec.to_dict())
 
 
-# --------------------------------------------------------------------------- without Ray
-
-
-class InProcessRunner:
-    """Trains requests one after another in this process (no Ray): benchmarks and tests.
-
-    Same contract as the Ray runner: records aligned with the requests; a recorded trial is
-    reused (a failure recorded by an earlier driver is retried), a new one is recorded.
-    """
-
-    def __init__(self, spec: ExperimentSpec, store: ExperimentStore):
-        from dwtune.backends.trial import run_trial_inprocess
-
-        self.spec, self.store, self._train = spec, store, run_trial_inprocess
-        self.trained = 0  # trainings this runner ran
-
-    def run(self, requests: list[TrialRequest]) -> list[TrialRecord]:
-        return [self._one(request) for request in requests]
-
-    def _one(self, request: TrialRequest) -> TrialRecord:
-        record = self.store.read_record(request.trial_id)
-        if record is not None and record.status != vocabulary.STATUS_FAILED:
-            return record
-        record = self._train(self.spec, request)
-        self.store.write_record(record)
-        self.trained += 1
-        return record
+# The in-process runner moved to dwtune.study.runners.local; the old name keeps working.
+InProcessRunner = LocalRunner

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from dwtune import cli
-from dwtune.backends.pytorch import data
 from dwtune.backends.pytorch.data import (
     eval_batches,
+    prepare,
     prepare_corpus,
     resolve_data_config,
     split_text,
@@ -156,15 +156,15 @@ def test_a_failed_write_leaves_nothing_in_the_cache(tmp_path, monkeypatch):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(prose(3000))
     calls = []
+    append = prepare.TokenWriter.append
 
-    def failing_save(path, array):
-        calls.append(path)
+    def failing_append(self, split, ids):
+        calls.append(split)
         if len(calls) == 2:
             raise OSError("disk full")
-        with open(path, "wb") as handle:
-            np.lib.format.write_array(handle, array)
+        append(self, split, ids)
 
-    monkeypatch.setattr(data.np, "save", failing_save)
+    monkeypatch.setattr(prepare.TokenWriter, "append", failing_append)
     with pytest.raises(OSError, match="disk full"):
         prepare_corpus(config(tmp_path, corpus=str(corpus)))
     assert cache_entries(tmp_path) == []

@@ -66,7 +66,9 @@ def test_mup_scales_hidden_init_and_logits_with_width_and_completep_the_branches
     sp = build_model(shape)
     mup = build_model(shape, _rules("mup", shape))  # width multiplier m = 32 / 8 = 4
     completep = build_model(shape, _rules("completep", shape))  # depth multiplier 4
-    ratio = float(mup.blocks[0].mlp.fc.weight.std() / sp.blocks[0].mlp.fc.weight.std())
+    ratio = float(
+        mup.blocks[0].mlp.fc.weight.detach().std() / sp.blocks[0].mlp.fc.weight.detach().std()
+    )
     assert ratio == pytest.approx(0.5, rel=0.1)  # 1/sqrt(m)
     assert mup.output_multiplier == pytest.approx(0.25)
     assert mup.blocks[0].attn.scale == pytest.approx(2.0 / 16)  # sqrt(K_base = 4) / K

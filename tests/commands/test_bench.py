@@ -169,13 +169,21 @@ def test_gpu_check_script_runs_on_cpu_with_a_tiny_shape(tmp_path):
         WARMUP="1",
         SEQ_LEN="16",
         VOCAB="50",
+        PACK_COUNTS="1 2",
+        PACK_STEPS="2",
         PYTHON=sys.executable,
     )
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     assert [(r["depth"], r["width"], r["batch_size"]) for r in rows] == [(1, 16, 2), (2, 16, 2)]
+    assert {r["compile_mode"] for r in rows} == {"default"}  # CPU: the device default only
     summary = (tmp_path / "results.txt").read_text()
     assert "MFU peak: calibrated" in summary and "flash_cpu" in summary
+    packed = [
+        json.loads(line) for line in (tmp_path / "results_packed.jsonl").read_text().splitlines()
+    ]
+    assert [(p["packed"], p["width"]) for p in packed] == [(1, 16), (2, 16)]
+    assert all(p["tokens_per_s"] > 0 for p in packed) and "tokens/s (sum)" in summary
 
 
 def test_cpu_allocator_tuning_can_be_switched_off(monkeypatch):

@@ -11,8 +11,9 @@ import yaml
 from dwtune.cli import main
 from dwtune.core.records import grid_requests
 from dwtune.core.spec import spec_from_dict
+from dwtune.core.vocabulary import TRANSITIONS_FILE
 from dwtune.storage.store import ExperimentStore
-from dwtune.study.refine import TRANSITIONS_FILE, InProcessRunner, study_path
+from dwtune.study.refine import InProcessRunner, study_path
 
 RAW = {
     "name": "refine_cli",

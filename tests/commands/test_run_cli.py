@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -275,3 +276,28 @@ def test_a_missing_corpus_exits_2_before_ray_starts(tmp_path):
     assert "data.corpus: /nonexistent/plays.txt does not exist" in done.stderr
     assert "Ray:" not in done.stderr + done.stdout  # failed before connecting to Ray
     assert "Traceback" not in done.stderr
+
+
+def test_a_trial_record_of_a_newer_schema_exits_2_naming_the_version_and_is_left_untouched(
+    write_spec, simulated_raw, tmp_path, capsys
+):
+    from dwtune.core.records import RECORD_SCHEMA_VERSION, grid_requests, record_from_result
+    from dwtune.core.spec import load_spec
+
+    spec_path = write_spec(simulated_raw())
+    spec = load_spec(spec_path)
+    store = ExperimentStore.for_spec(tmp_path, spec)
+    store.initialise(spec)
+    request = grid_requests(spec)[0]
+    store.write_record(record_from_result(request, spec, [{"val/loss": 2.0}], "finished", 1.0))
+    path = store.record_path(request.trial_id)
+    raw = json.loads(path.read_text())
+    newer = RECORD_SCHEMA_VERSION + 1
+    path.write_text(json.dumps(raw | {"schema_version": newer, "dwtune_version": "9.0.0"}))
+    before = path.read_bytes()
+    assert main(["run", str(spec_path), "--storage", str(tmp_path)]) == 2
+    line = _one_line_error(capsys)
+    assert f"schema version {newer}, written by dwtune 9.0.0" in line
+    assert "install dwtune 9.0.0 or newer" in line and "delete" not in line
+    assert path.read_bytes() == before
+    assert not (store.root / "ray").exists()

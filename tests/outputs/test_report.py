@@ -18,7 +18,8 @@ from matplotlib import image
 from dwtune.core.errors import InputError
 from dwtune.core.projection import LEVINE2020, DepthWidthLaw, project_budget
 from dwtune.outputs.fit_files import PROJECTION_SCHEMA
-from dwtune.outputs.report import write_report
+from dwtune.outputs.report import ReportFiles, write_report
+from dwtune.study.fit_stage import write_fit
 
 PLANTED_A, PLANTED_B = 5.0, 0.06
 DEPTHS = (6, 12, 18, 24, 30)
@@ -29,6 +30,12 @@ FIGURE_NAMES = (
     "3_fit_width_vs_depth.png",
     "4_projection.png",
 )
+
+
+def fit_and_report(exp_dir) -> ReportFiles:
+    """What the pipeline does: the fit stage writes fit.json and projections, the report draws."""
+    write_fit(exp_dir)
+    return write_report(exp_dir)
 
 
 def planted_n_star(depth: int) -> float:
@@ -138,7 +145,7 @@ SPEC = "name: synthetic\nfit:\n  budgets: [1e9, 1.75e11, 1T]\n"
 
 def test_full_study_writes_every_file(tmp_path):
     exp = make_study(tmp_path / "exp", spec=SPEC)
-    files = write_report(exp)
+    files = fit_and_report(exp)
     assert files.report == exp / "report.md"
     assert [p.name for p in files.figures] == list(FIGURE_NAMES)
     for path in files.figures:
@@ -148,7 +155,7 @@ def test_full_study_writes_every_file(tmp_path):
 
 def test_fit_json_holds_the_fit_and_planted_law_is_inside(tmp_path):
     exp = make_study(tmp_path / "exp")
-    write_report(exp)
+    fit_and_report(exp)
     record = json.loads((exp / "fit.json").read_text())
     assert record["status"] == "fitted"
     assert record["n_points"] == 4 and record["dof"] == 2
@@ -161,7 +168,7 @@ def test_fit_json_holds_the_fit_and_planted_law_is_inside(tmp_path):
 
 def test_projections_parquet_schema_metadata_and_values(tmp_path):
     exp = make_study(tmp_path / "exp", spec=SPEC)
-    write_report(exp)
+    fit_and_report(exp)
     table = pq.read_table(exp / "projections.parquet")
     assert table.schema.remove_metadata() == PROJECTION_SCHEMA
     meta = table.schema.metadata
@@ -178,7 +185,7 @@ def test_projections_parquet_schema_metadata_and_values(tmp_path):
 
 def test_report_numbers_match_the_records(tmp_path):
     exp = make_study(tmp_path / "exp", spec=SPEC)
-    write_report(exp)
+    fit_and_report(exp)
     text = (exp / "report.md").read_text()
     record = json.loads((exp / "fit.json").read_text())
     assert f"{record['a']:.4f}" in text and f"{record['b']:.5f}" in text
@@ -194,7 +201,7 @@ def test_report_numbers_match_the_records(tmp_path):
 
 def test_simulated_data_is_flagged(tmp_path):
     exp = make_study(tmp_path / "exp", simulated=True)
-    write_report(exp)
+    fit_and_report(exp)
     text = (exp / "report.md").read_text()
     assert "SIMULATED DATA" in text.splitlines()[2]  # right under the title
     assert pd.read_parquet(exp / "projections.parquet").query("law == 'study'")["simulated"].all()
@@ -202,20 +209,20 @@ def test_simulated_data_is_flagged(tmp_path):
 
 def test_real_data_is_not_flagged(tmp_path):
     exp = make_study(tmp_path / "exp", simulated=False)
-    write_report(exp)
+    fit_and_report(exp)
     assert "SIMULATED" not in (exp / "report.md").read_text()
 
 
 def test_missing_simulated_column_means_not_simulated(tmp_path):
     exp = make_study(tmp_path / "exp", simulated=None)
-    write_report(exp)
+    fit_and_report(exp)
     assert "SIMULATED" not in (exp / "report.md").read_text()
 
 
 def test_too_few_transitions_says_what_was_found(tmp_path):
     statuses = ("bracketed", "censored_high", "bracketed", "censored_low")
     exp = make_study(tmp_path / "exp", statuses=statuses)
-    files = write_report(exp)
+    files = fit_and_report(exp)
     text = (exp / "report.md").read_text()
     assert "**No fit.**" in text and "Found 2 bracketed transition(s)" in text
     assert "- pair 6-12: depth 12, dx* = 311.4 ± 9.3 (3 seeds)" in text
@@ -231,7 +238,7 @@ def test_too_few_transitions_says_what_was_found(tmp_path):
 
 def test_no_transitions_file_still_reports(tmp_path):
     exp = make_study(tmp_path / "exp", statuses=None)
-    files = write_report(exp)
+    files = fit_and_report(exp)
     text = (exp / "report.md").read_text()
     assert "No transitions yet" in text and "**No fit.**" in text
     assert [p.name for p in files.figures] == [
@@ -243,13 +250,13 @@ def test_no_transitions_file_still_reports(tmp_path):
 
 def test_empty_transitions_file_still_reports(tmp_path):
     exp = make_study(tmp_path / "exp", statuses=())
-    write_report(exp)
+    fit_and_report(exp)
     assert "No transitions yet" in (exp / "report.md").read_text()
 
 
 def test_transitions_without_trials_still_reports(tmp_path):
     exp = make_study(tmp_path / "exp", trials=False)
-    files = write_report(exp)
+    files = fit_and_report(exp)
     text = (exp / "report.md").read_text()
     assert "trials.parquet not found" in text and "No completed trials yet" in text
     assert len(files.figures) == 4
@@ -260,7 +267,7 @@ def test_nan_uncertainty_is_reported_not_raised(tmp_path):
     frame = pd.read_parquet(exp / "transitions.parquet")
     frame.loc[1, "width_deep_err"] = math.nan
     frame.to_parquet(exp / "transitions.parquet")
-    write_report(exp)
+    fit_and_report(exp)
     assert "width_err at pair 12-18: got nan" in (exp / "report.md").read_text()
 
 
@@ -268,8 +275,8 @@ def test_tensorboard_summary_holds_the_fit(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     exp = make_study(tmp_path / "exp")
-    write_report(exp)
-    write_report(exp)  # a rerun replaces the summary instead of adding a second one
+    fit_and_report(exp)
+    fit_and_report(exp)  # a rerun replaces the summary instead of adding a second one
     events = list((exp / "tb" / "fit").glob("events.out.tfevents.*"))
     assert len(events) == 1
     board = EventAccumulator(str(exp / "tb" / "fit")).Reload()
@@ -289,7 +296,7 @@ def test_tensorboard_summary_holds_the_fit(tmp_path):
 )
 def test_spec_budgets_are_used_or_defaults_with_a_note(tmp_path, spec, budgets):
     exp = make_study(tmp_path / "exp", spec=spec)
-    write_report(exp)
+    fit_and_report(exp)
     text = (exp / "report.md").read_text()
     projection = text.split("## Projection")[1]
     assert re.findall(r"^\| (\S+) \(", projection, re.MULTILINE) == budgets
@@ -298,12 +305,12 @@ def test_spec_budgets_are_used_or_defaults_with_a_note(tmp_path, spec, budgets):
 
 def test_not_a_directory_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="not a directory"):
-        write_report(tmp_path / "missing")
+        fit_and_report(tmp_path / "missing")
 
 
 def test_empty_directory_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match=r"no trials\.parquet or transitions\.parquet"):
-        write_report(tmp_path)
+        fit_and_report(tmp_path)
 
 
 def test_trials_missing_columns_is_an_input_error(tmp_path):
@@ -312,7 +319,7 @@ def test_trials_missing_columns_is_an_input_error(tmp_path):
         exp / "trials.parquet"
     )
     with pytest.raises(InputError, match="missing column"):
-        write_report(exp)
+        fit_and_report(exp)
 
 
 def test_loss_curves_figure_is_drawn_from_curves_parquet(tmp_path):
@@ -327,7 +334,27 @@ def test_loss_curves_figure_is_drawn_from_curves_parquet(tmp_path):
         }
     )
     curves.to_parquet(exp / "curves.parquet")
-    files = write_report(exp)
+    files = fit_and_report(exp)
     assert [p.name for p in files.figures][-1] == "5_loss_curves.png"
     assert (exp / "figures" / "5_loss_curves.png").stat().st_size > 10_000
     assert "5_loss_curves.png" in (exp / "report.md").read_text()
+
+
+def test_dwtune_report_fits_a_directory_without_fit_files_then_only_reads_them(tmp_path, capsys):
+    from dwtune.cli import main
+
+    exp = make_study(tmp_path / "exp", spec=SPEC)
+    assert not (exp / "fit.json").exists()
+    assert main(["report", str(exp)]) == 0
+    assert "fit stage: wrote" in capsys.readouterr().out
+    fit_bytes = (exp / "fit.json").read_bytes()
+    assert json.loads(fit_bytes)["status"] == "fitted"
+    assert main(["report", str(exp)]) == 0  # fit files newer than the tables: only drawn
+    assert "fit stage" not in capsys.readouterr().out
+    assert (exp / "fit.json").read_bytes() == fit_bytes
+
+
+def test_the_report_alone_refuses_a_directory_the_fit_stage_never_saw(tmp_path):
+    exp = make_study(tmp_path / "exp", spec=SPEC)
+    with pytest.raises(InputError, match=r"fit\.json: no such file; the fit stage writes it"):
+        write_report(exp)

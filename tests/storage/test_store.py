@@ -105,3 +105,29 @@ def test_records_round_trip_and_corrupt_records_are_named(tmp_path):
 def test_record_json_round_trip_keeps_nan():
     record = TrialRecord("id", "grid", 1, 8, 2, 1e5, 768, 900, 0, "failed", error="boom")
     assert TrialRecord.from_json(json.loads(json.dumps(record.to_json()))).error == "boom"
+
+
+def test_records_carry_a_schema_version_and_one_without_it_reads_as_version_1(tmp_path):
+    from dwtune.core.records import RECORD_SCHEMA_VERSION
+
+    spec = spec_with()
+    store = ExperimentStore.for_spec(tmp_path, spec)
+    store.initialise(spec)
+    request = grid_requests(spec)[0]
+    record = record_from_result(request, spec, [{"val/loss": 2.5, "step": 10}], "finished", 1.5)
+    store.write_record(record)
+    raw = json.loads(store.record_path(request.trial_id).read_text())
+    assert raw["schema_version"] == RECORD_SCHEMA_VERSION == 1
+    del raw["schema_version"], raw["dwtune_version"]  # as written before the field existed
+    atomic_write_text(store.record_path(request.trial_id), json.dumps(raw))
+    assert store.read_record(request.trial_id).best_val_loss == 2.5
+
+
+def test_a_record_missing_a_field_is_named_without_advice_to_delete_it(tmp_path):
+    spec = spec_with()
+    store = ExperimentStore.for_spec(tmp_path, spec)
+    store.initialise(spec)
+    atomic_write_text(store.record_path("cafe"), json.dumps({"trial_id": "cafe", "depth": 1}))
+    with pytest.raises(InputError, match=r"cafe\.json: trial record .* lacks budget") as info:
+        store.records()
+    assert "delete" not in str(info.value)

@@ -27,12 +27,17 @@ import numpy as np
 import torch
 
 from dwtune.backends.pytorch.data import eval_batches, prepare_corpus, train_batch
+from dwtune.backends.pytorch.loss import chunked_cross_entropy
 from dwtune.backends.pytorch.model import GPT, build_model, check_shape, compile_blocks
 from dwtune.backends.pytorch.perf import Peak, mfu, peak_flops, synchronize, tune_cpu_allocator
 from dwtune.core import vocabulary
 from dwtune.core.budget import ModelShape, flops_per_token
 from dwtune.core.errors import InputError
+<<<<<<< HEAD
 from dwtune.core.parametrization import Parametrization, for_shape
+=======
+from dwtune.core.memory import logit_chunk_tokens
+>>>>>>> main
 from dwtune.core.spec import ExperimentSpec, TrainConfig
 from dwtune.storage.store import atomic_file
 
@@ -151,6 +156,14 @@ def _group(params: list, weight_decay: float, lr_scale: float, eps: float) -> di
     return {"params": params, "weight_decay": weight_decay, LR_SCALE: lr_scale, "eps": eps}
 
 
+def lm_loss(model: GPT, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy; chunked where the full logits would be large."""
+    rows = logit_chunk_tokens(model.shape.vocab_size, inputs.numel())
+    if rows is None:
+        return model.loss(inputs, targets)
+    return chunked_cross_entropy(model.features(inputs), model.output_weight, targets, rows)
+
+
 def _changed_keys(saved: dict, current: dict) -> list[str]:
     return sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
 
@@ -174,7 +187,7 @@ class TrainStep:
         """Loss (before the update) and pre-clipping gradient norm, as device tensors."""
         self.optimizer.zero_grad(set_to_none=True)
         with self.runtime.autocast():
-            loss = self.model.loss(inputs, targets)
+            loss = lm_loss(self.model, inputs, targets)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
         self.optimizer.step()
@@ -221,7 +234,7 @@ def evaluate(step: TrainStep, batches: list[np.ndarray]) -> float:
     for windows in batches:
         inputs, targets = to_device(windows, runtime.device)
         with runtime.autocast():
-            total += model.loss(inputs, targets).float()
+            total += lm_loss(model, inputs, targets).float()
     model.train()
     return float(total / len(batches))
 

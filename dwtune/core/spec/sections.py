@@ -35,8 +35,9 @@ SIMULATED_SURFACES = (
 
 @dataclass(frozen=True)
 class DataConfig:
-    corpus: str = "shakespeare"  # built-in name, a .txt file, a folder of .txt, or a .parquet
-    text_column: str = "text"  # for Parquet corpora
+    # built-in name, or a .txt/.jsonl/.parquet file (.txt/.jsonl also .gz/.zst), or a folder
+    corpus: str = "shakespeare"
+    text_column: str = "text"  # for Parquet and JSON Lines corpora
     tokenizer: str = "char"
     # Embedding rows. For `char` an upper bound on distinct characters (rows past them stay
     # unused), so that plans know the exact parameter count without reading the corpus.
@@ -44,9 +45,18 @@ class DataConfig:
     seq_len: int = 128
     val_fraction: float = 0.1
     cache_dir: str = "~/.cache/dwtune"
+    # BPE merges are learnt from at most this many MB of the training split (evenly spaced).
+    bpe_sample_mb: float = 100.0
+    # Refuse a study whose trials read the training split more often than this. Records keep
+    # the best validation loss over the run, so past a few epochs Δ would measure when a shape
+    # starts to overfit rather than its capacity; 4 keeps repetition within what Muennighoff et
+    # al. 2023 found nearly as good as fresh data. Not part of the trial identity (a guard).
+    max_epochs: float = 4.0
 
     def __post_init__(self) -> None:
         one_of("data.tokenizer", self.tokenizer, TOKENIZERS)
+        positive("data.bpe_sample_mb", self.bpe_sample_mb)
+        positive("data.max_epochs", self.max_epochs)
         at_least("data.vocab_size", self.vocab_size, 2)
         at_least("data.seq_len", self.seq_len, 2)
         if not 0 < self.val_fraction < 0.5:
@@ -298,6 +308,8 @@ class ResourcesConfig:
     gpu: float = 0.0  # per trial; fractions must divide 1 (0.5, 0.25, ...)
     max_concurrent: int | None = None  # None: as many as resources allow
     retries: int = 1  # re-runs of a failed trial before it is recorded as failed
+    # Memory of one GPU (GiB) for packing checks; None: from `dwtune plan --device`.
+    gpu_memory_gb: float | None = None
 
     def __post_init__(self) -> None:
         positive("resources.cpu", self.cpu)
@@ -311,6 +323,8 @@ class ResourcesConfig:
         if self.max_concurrent is not None:
             at_least("resources.max_concurrent", self.max_concurrent, 1)
         at_least("resources.retries", self.retries, 0)
+        if self.gpu_memory_gb is not None:
+            positive("resources.gpu_memory_gb", self.gpu_memory_gb)
 
 
 @dataclass(frozen=True)

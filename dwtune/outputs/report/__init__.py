@@ -1,23 +1,17 @@
-"""The study's report (orchestration layer): report.md, figures, fit.json, projections.parquet
-and a TensorBoard summary of the fit.
+"""The study's report: report.md, figures and a TensorBoard summary of the fit.
 
-Everything report.md prints and the figures draw is read from the same records that are written
-to fit.json and projections.parquet, so the files never disagree. Partial studies (no
-transitions yet, fewer than 3 bracketed pairs, a slope that is not positive) get a report that
-says plainly what was found, never a traceback.
-
-Figures use matplotlib's object API on the Agg canvas (no pyplot, no global backend switch), so
-importing this module changes nothing for anyone else in the process.
+The report only renders: it reads the tables and the fit stage's ``fit.json`` and
+``projections.parquet`` (:mod:`.load`), draws (:mod:`.figures`) and writes Markdown
+(:mod:`.markdown`). Partial studies (no transitions yet, fewer than 3 bracketed pairs, a slope
+that is not positive) get a report that says plainly what was found, never a traceback.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
-import itertools
-import math
 from pathlib import Path
 
+<<<<<<< HEAD
 import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -91,6 +85,13 @@ class FitOutcome:
     fit: FitResult | None
     law: DepthWidthLaw | None  # None when there is no fit or the slope is not positive
     reason: str  # why there is no fit / no projection ("" when there is)
+=======
+from dwtune.core.vocabulary import FIT_FILE, PROJECTIONS_FILE, REPORT_FILE
+from dwtune.outputs.report.figures import draw_figures
+from dwtune.outputs.report.load import TB_FIT, cell_table, load_fit, load_study, table_budgets
+from dwtune.outputs.report.markdown import _fit_section, _header, _markdown
+from dwtune.storage.store import atomic_write_text
+>>>>>>> main
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +103,7 @@ class ReportFiles:
     tensorboard: Path | None
 
 
+<<<<<<< HEAD
 # ---------------------------------------------------------------- loading
 
 
@@ -933,6 +935,8 @@ def _files_section(meta: dict, tb: Path | None) -> list[str]:
     ]
 
 
+=======
+>>>>>>> main
 # ---------------------------------------------------------------- TensorBoard
 
 
@@ -942,7 +946,7 @@ def write_tensorboard(exp_dir: Path, record: dict, fit_text: str) -> Path | None
         from tensorboardX import SummaryWriter
     except ImportError:
         return None
-    folder = exp_dir / TB_DIR
+    folder = exp_dir / TB_FIT
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("events.out.tfevents.*"):
         old.unlink()  # one summary per report, not a history of reruns
@@ -954,41 +958,14 @@ def write_tensorboard(exp_dir: Path, record: dict, fit_text: str) -> Path | None
     return folder
 
 
-# ---------------------------------------------------------------- entry point
-
-
-def fit_record(study: Study, outcome: FitOutcome, meta: dict) -> dict:
-    """fit.json's content: the fit, or what was found instead; plus the file metadata."""
-    source = str(study.exp_dir / TRANSITIONS_FILE)
-    if outcome.fit is not None:
-        seeds = outcome.points.seeds if outcome.points is not None else ()
-        record = fit_to_dict(outcome.fit, LEVEL, study.simulated, source, seeds)
-    else:
-        empty = FitInput((), (), (), (), (), study.simulated, source)
-        record = no_fit_dict(outcome.points or empty, outcome.reason)
-    return record | {"metadata": meta}
-
-
-def _markdown(study, outcome, cells, rows, budgets, record, figures, tb) -> str:
-    sections = [
-        _header(study),
-        _measured_section(study, cells),
-        _transitions_section(study),
-        _fit_section(record, outcome),
-        _projection_section(study, outcome, rows, budgets),
-        _figures_section(figures, study.exp_dir),
-        _files_section(record["metadata"], tb),
-    ]
-    return "\n".join(line for section in sections for line in section)
-
-
 def write_report(exp_dir: str | Path) -> ReportFiles:
-    """report.md, figures/, fit.json, projections.parquet and tb/fit for an experiment."""
+    """report.md, figures/ and tb/fit for an experiment whose fit stage has run."""
     study = load_study(exp_dir)
     budgets, budget_note = table_budgets(study)
     if budget_note:
         study = dataclasses.replace(study, notes=(*study.notes, budget_note))
     cells = cell_table(study.completed)
+<<<<<<< HEAD
     outcome = fit_study(study)
     rows = projection_rows(study, outcome, budgets)
     # The records first: everything below (figures, TensorBoard, markdown) is drawn from them.
@@ -998,8 +975,13 @@ def write_report(exp_dir: str | Path) -> ReportFiles:
         study.exp_dir / PROJECTIONS_FILE, rows.to_dict("records"), study.spec
     )
     figures = plot_best_lr(study.exp_dir, draw_figures(study, outcome, rows, cells))
+=======
+    outcome, rows, record = load_fit(study)
+    figures = draw_figures(study, outcome, rows, cells)
+>>>>>>> main
     fit_text = "\n".join(_header(study)[:3] + _fit_section(record, outcome))
     tb = write_tensorboard(study.exp_dir, record, fit_text)
     report = study.exp_dir / REPORT_FILE
     atomic_write_text(report, _markdown(study, outcome, cells, rows, budgets, record, figures, tb))
-    return ReportFiles(report, fit_json, projections, figures, tb)
+    projections = study.exp_dir / PROJECTIONS_FILE
+    return ReportFiles(report, study.exp_dir / FIT_FILE, projections, figures, tb)

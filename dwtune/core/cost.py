@@ -1,0 +1,88 @@
+"""Cost of a study (pure): training FLOPs, GPU-hours and wall time.
+
+FLOPs per trial = FLOPs/token x training tokens + a third of that per evaluation token (forward
+only). GPU-hours = FLOPs / (peak FLOP/s x MFU) / 3600. Wall time on ``gpus`` GPUs packing
+``per_gpu`` trials each: trials of one batch (the grid, or one refine round) are scheduled
+longest first on ``gpus x per_gpu`` slots, where a packed trial runs ``per_gpu`` times slower
+(the GPU is shared); rounds run one after another.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dwtune.core.budget import ModelShape, flops_per_token
+from dwtune.core.errors import InputError
+
+# Dense bf16 peak FLOP/s (no sparsity) and memory per GPU, from the vendors' data sheets.
+DEVICES = {
+    "h100": (989e12, 80 * 2**30),  # H100 SXM
+    "h200": (989e12, 141 * 2**30),
+    "a100": (312e12, 80 * 2**30),  # A100 SXM 80 GB
+    "l4": (121e12, 24 * 2**30),
+}
+# Used when no `dwtune bench` result exists for the device: a typical MFU of mid-size
+# Transformer training with fused kernels; the paper's narrow shapes may reach less.
+ASSUMED_MFU = 0.30
+
+
+def device_peak(name: str) -> float:
+    key = name.lower()
+    if key not in DEVICES:
+        raise InputError(f"--device: got {name!r}; expected one of {', '.join(DEVICES)}")
+    return DEVICES[key][0]
+
+
+def device_memory(name: str) -> int:
+    return DEVICES[name.lower()][1]
+
+
+def trial_flops(shape: ModelShape, train_tokens: float, eval_tokens: float) -> float:
+    per_token = flops_per_token(shape)
+    return per_token * train_tokens + per_token / 3 * eval_tokens
+
+
+def gpu_hours(flops: float, peak_flops: float, mfu: float) -> float:
+    return flops / (peak_flops * mfu) / 3600
+
+
+def makespan(hours: Sequence[float], gpus: int, per_gpu: int = 1) -> float:
+    """Hours until the last of ``hours`` (GPU-hours each) finishes, longest first."""
+    slots = [0.0] * (gpus * per_gpu)
+    for duration in sorted(hours, reverse=True):
+        heapq.heapreplace(slots, slots[0] + duration * per_gpu)
+    return max(slots, default=0.0)
+
+
+@dataclass(frozen=True)
+class StageCost:
+    stage: str
+    trainings: int
+    flops: float
+    gpu_hours: float
+    wall_hours: float
+    estimated: bool  # refine: from a simulated run of the refine decision
+
+
+def stage_cost(
+    stage: str,
+    rounds: Sequence[Sequence[float]],
+    peak_flops: float,
+    mfu: float,
+    gpus: int,
+    per_gpu: int,
+    estimated: bool = False,
+) -> StageCost:
+    """Cost of a stage whose trainings (FLOPs each) come in sequential ``rounds``."""
+    flops = [f for batch in rounds for f in batch]
+    hours = [[gpu_hours(f, peak_flops, mfu) for f in batch] for batch in rounds]
+    return StageCost(
+        stage=stage,
+        trainings=len(flops),
+        flops=sum(flops),
+        gpu_hours=sum(map(sum, hours)),
+        wall_hours=sum(makespan(batch, gpus, per_gpu) for batch in hours),
+        estimated=estimated,
+    )

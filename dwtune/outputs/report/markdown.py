@@ -1,0 +1,299 @@
+"""report.md: the study's answer in Markdown, from what :mod:`.load` read."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dwtune.core.fit import CensoredPair
+from dwtune.core.projection import LEVINE2020
+from dwtune.core.units import format_size
+from dwtune.core.vocabulary import FIT_FILE, PROJECTIONS_FILE, TransitionStatus
+from dwtune.outputs.fit_files import GIT_KEY, censored_pair
+from dwtune.outputs.report.load import (
+    LEVEL,
+    SIM_BANNER,
+    TB_FIT,
+    FitOutcome,
+    Study,
+    best_depth_table,
+    study_depths,
+)
+
+# ---------------------------------------------------------------- markdown
+
+
+def _md_table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def _num(value: float, fmt: str = ".3g") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return "∞" if value == math.inf else format(value, fmt)
+
+
+def _ratio(value: float) -> str:
+    """How far a budget lies beyond the largest model trained: '17×', '5,714×'."""
+    return _num(value, ",.0f" if value >= 10 else ".2g") + ("×" if math.isfinite(value) else "")
+
+
+def _span(value: float, lo: float, hi: float, fmt: str) -> str:
+    """``80.5 [79.9, 81.2]``; without an interval just the value."""
+    if lo is None or (isinstance(lo, float) and math.isnan(lo)):
+        return _num(value, fmt)
+    close = ")" if hi == math.inf else "]"  # an open end: unbounded above
+    return f"{_num(value, fmt)} [{_num(lo, fmt)}, {_num(hi, fmt)}{close}"
+
+
+def _header(study: Study) -> list[str]:
+    lines = [f"# dwtune report: {study.name}", ""]
+    if study.simulated:
+        lines += [f"> **⚠ {SIM_BANNER}.** Every number below comes from the simulated trainer.", ""]
+    lines += [f"Experiment directory: `{study.exp_dir}`", ""]
+    return lines + [f"- note: {n}" for n in study.notes] + ([""] if study.notes else [])
+
+
+def _measured_section(study: Study, cells: pd.DataFrame) -> list[str]:
+    trials, completed = study.trials, study.completed
+    counts = ", ".join(f"{k}: {v}" for k, v in trials["status"].value_counts().items()) or "none"
+    lines = ["## What was trained", "", f"{len(trials)} trials ({counts})."]
+    if completed.empty:
+        return [*lines, "", "No completed trials yet.", ""]
+    sizes = completed["params_non_embedding"].astype(float)
+    lines.append(
+        f"Depths {', '.join(str(int(d)) for d in sorted(cells['depth'].unique()))}; "
+        f"non-embedding sizes {sizes.min():.3g} to {sizes.max():.3g}; "
+        f"seeds per (depth, budget) cell: {int(cells['n'].min())} to {int(cells['n'].max())}."
+    )
+    best = best_depth_table(cells)
+    rows = [
+        [
+            _num(r.budget),
+            str(r.depth),
+            _num(r.width, ".0f"),
+            _num(r.loss, ".4f"),
+            _num(r.margin, ".4f"),
+            str(r.seeds),
+        ]
+        for r in best.itertuples(index=False)
+    ]
+    headers = ["target budget", "best depth", "width", "loss", "margin to next depth", "seeds"]
+    return [
+        *lines,
+        "",
+        "Best depth at each budget (mean best validation loss over seeds):",
+        "",
+        _md_table(headers, rows),
+        "",
+    ]
+
+
+def _transition_cells(row: pd.Series) -> list[str]:
+    get = row.get
+    if row["status"] == TransitionStatus.BRACKETED:
+        found = (
+            f"N* = {_num(get('n_star'))} in [{_num(get('n_star_low'))}, {_num(get('n_star_high'))}]"
+            f"; dx* = {_num(get('width_deep'), '.1f')} ± {_num(get('width_deep_err'), '.1f')}"
+        )
+    else:
+        found = censored_pair(row).describe()
+    counts = [str(int(get(k))) if pd.notna(get(k, math.nan)) else "–" for k in ("trials", "seeds")]
+    return [str(row["pair"]), str(row["status"]), found, *counts]
+
+
+def _transitions_section(study: Study) -> list[str]:
+    lines = ["## Transitions (refine stage)", ""]
+    if study.transitions is None or study.transitions.empty:
+        return [*lines, "No transitions yet: the refine stage has not written any pair.", ""]
+    frame = study.transitions
+    counts = frame["status"].value_counts()
+    summary = ", ".join(f"{v} {k}" for k, v in counts.items())
+    rows = [_transition_cells(r) for _, r in frame.iterrows()]
+    table = _md_table(["pair", "status", "found", "trials", "seeds"], rows)
+    return [*lines, f"{len(frame)} depth pair(s): {summary}.", "", table, ""]
+
+
+def _fit_lines(record: dict) -> list[str]:
+    a_lo, a_hi = record["ci_a"]
+    b_lo, b_hi = record["ci_b"]
+    level = f"{record['level']:.0%}"
+    rows = [
+        [
+            "a",
+            f"{record['a']:.4f}",
+            f"{record['se_a']:.4f}",
+            f"[{a_lo:.4f}, {a_hi:.4f}]",
+            f"{LEVINE2020.a}",
+            f"{(LEVINE2020.a - record['a']) / record['se_a']:+.1f}",
+        ],
+        [
+            "b",
+            f"{record['b']:.5f}",
+            f"{record['se_b']:.5f}",
+            f"[{b_lo:.5f}, {b_hi:.5f}]",
+            f"{LEVINE2020.b}",
+            f"{(LEVINE2020.b - record['b']) / record['se_b']:+.1f}",
+        ],
+    ]
+    headers = ["", "value", "std. error", f"{level} interval", "published", "published − fit (σ)"]
+    return [
+        f"ln dx* = a + b·L over {record['n_points']} bracketed transitions "
+        f"(weighted least squares; errors from the transitions' uncertainties, not rescaled).",
+        "",
+        _md_table(headers, rows),
+        "",
+        f"cov(a, b) = {record['cov'][0][1]:.3g}; R² = {record['r2']:.4f}; "
+        f"χ²_red = {record['chi2_red']:.3f} with {record['dof']} degrees of freedom "
+        "(near 1: the uncertainties describe the scatter; well above 1: intervals too narrow).",
+    ]
+
+
+def _no_fit_lines(record: dict) -> list[str]:
+    points, censored = record["points"], record["censored"]
+    lines = [f"**No fit.** {record['reason']}", "", f"Found {len(points)} bracketed transition(s)"]
+    lines[-1] += ":" if points else "."
+    lines += [f"- {_point_line(p)}" for p in points]
+    if censored:
+        lines += ["", f"{len(censored)} pair(s) not bracketed:"]
+        lines += [f"- pair {c['pair']}: {_describe(c)}" for c in censored]
+    return lines
+
+
+def _point_line(point: dict) -> str:
+    seeds = f" ({point['seeds']} seeds)" if point.get("seeds") is not None else ""
+    return (
+        f"{point['label']}: depth {_num(point['depth'], 'g')}, "
+        f"dx* = {_num(point['width'], '.1f')} ± {_num(point['width_err'], '.1f')}{seeds}"
+    )
+
+
+def _describe(censored: dict) -> str:
+    nan = math.nan
+    values = {k: (nan if v is None else v) for k, v in censored.items()}
+    return CensoredPair(**values).describe()
+
+
+def _fit_section(record: dict, outcome: FitOutcome) -> list[str]:
+    lines = ["## Fit", ""]
+    lines += _fit_lines(record) if record["status"] == "fitted" else _no_fit_lines(record)
+    if record["status"] == "fitted" and outcome.law is None:
+        lines += ["", f"**No projection from this fit:** {outcome.reason}."]
+    return [*lines, ""]
+
+
+def _row(rows: pd.DataFrame, law: str, query: str, column: str, value: float) -> pd.Series | None:
+    match = rows[(rows["law"] == law) & (rows["query"] == query)]
+    match = match[np.isclose(match[column], value, rtol=1e-12)]
+    return match.iloc[0] if not match.empty else None
+
+
+def _budget_cells(rows: pd.DataFrame, law: str | None, budget: float) -> list[str]:
+    row = _row(rows, law, "budget", "n_params", budget) if law else None
+    if row is None:
+        return ["–", "–"]
+    return [
+        _span(row.depth, row.depth_lo, row.depth_hi, ".1f"),
+        _span(row.width, row.width_lo, row.width_hi, ",.0f"),
+    ]
+
+
+BUDGET_HEADERS = [
+    "budget N",
+    "N / largest trained",
+    "study L*",
+    "study dx*",
+    "Levine L*",
+    "Levine dx*",
+]
+
+
+def _budget_table(study: Study, study_law: str | None, rows, budgets) -> str:
+    """Optimal depth and width per budget, study beside reference, from the projection rows."""
+    sizes = study.completed["params_non_embedding"].astype(float)
+    largest = float(sizes.max()) if not sizes.empty else math.nan
+    table = [
+        [
+            f"{format_size(n)} ({n:.3g})",
+            _ratio(n / largest),
+            *_budget_cells(rows, study_law, n),
+            *_budget_cells(rows, LEVINE2020.name, n),
+        ]
+        for n in budgets
+    ]
+    return _md_table(BUDGET_HEADERS, table)
+
+
+def _depth_table(outcome: FitOutcome, study_law: str | None, rows) -> str:
+    """Transition size per depth (measured depths and GPT-3's 96), study beside reference."""
+    table = []
+    for depth in study_depths(outcome):
+        ours = _row(rows, study_law, "depth", "depth", depth) if study_law else None
+        ref = _row(rows, LEVINE2020.name, "depth", "depth", depth)
+        mine = (
+            "–" if ours is None else _span(ours.n_params, ours.n_params_lo, ours.n_params_hi, ".3g")
+        )
+        table.append([f"{depth:g}", mine, _num(ref.n_params)])
+    return _md_table(["depth L", "study N*", "Levine N*"], table)
+
+
+def _projection_section(study, outcome, rows, budgets) -> list[str]:
+    study_law = outcome.law.name if outcome.law is not None else None
+    return [
+        "## Projection",
+        "",
+        "Optimal depth L* solves 12·L·exp(2(a + b·L)) = N; width dx* = exp(a + b·L*). "
+        f"Brackets: {LEVEL:.0%} intervals from the fit covariance (inverting the band of "
+        "ln N*(L); exact for Gaussian a, b; ')' marks an end the data leave open). "
+        "The published fit has no covariance.",
+        "",
+        _budget_table(study, study_law, rows, budgets),
+        "",
+        "Transition size N*(L) = 12·L·exp(2(a + b·L)): below it, L layers are deeper than optimal.",
+        "",
+        _depth_table(outcome, study_law, rows),
+        "",
+    ]
+
+
+def _figures_section(figures: tuple[Path, ...], exp_dir: Path) -> list[str]:
+    captions = {
+        "1_loss_vs_size.png": "Validation loss against non-embedding size, one line per depth.",
+        "2_delta_per_pair.png": "Δ loss per depth pair against size; transitions marked.",
+        "3_fit_width_vs_depth.png": "ln dx* against depth: transitions, fitted line and band.",
+        "4_projection.png": "Projected optimal depth and width against budget up to 1e13.",
+        "5_loss_curves.png": "Validation loss against training step, one line per trial.",
+    }
+    lines = ["## Figures", ""]
+    for path in figures:
+        rel = path.relative_to(exp_dir).as_posix()
+        lines += [f"**{captions.get(path.name, path.name)}**", "", f"![{path.stem}]({rel})", ""]
+    return lines
+
+
+def _files_section(meta: dict, tb: Path | None) -> list[str]:
+    board = f"`{TB_FIT.as_posix()}` (TensorBoard text + scalars)" if tb else "no TensorBoard"
+    return [
+        "## Files",
+        "",
+        f"`{FIT_FILE}`, `{PROJECTIONS_FILE}` (the records behind every number above), {board}.",
+        f"Git revision {meta.get(GIT_KEY, 'unknown')}; package versions in the Parquet metadata.",
+        "",
+    ]
+
+
+def _markdown(study, outcome, cells, rows, budgets, record, figures, tb) -> str:
+    sections = [
+        _header(study),
+        _measured_section(study, cells),
+        _transitions_section(study),
+        _fit_section(record, outcome),
+        _projection_section(study, outcome, rows, budgets),
+        _figures_section(figures, study.exp_dir),
+        _files_section(record["metadata"], tb),
+    ]
+    return "\n".join(line for section in sections for line in section)

@@ -1,0 +1,49 @@
+"""What the refine stage will train, estimated before anything trains.
+
+The refine decision (bisection, extra seeds where Δ is within noise) runs in this process on
+the SIMULATED backend with the spec's own space, refine and simulated settings (the planted
+law defaults to Levine et al.'s), through the in-process runner in a scratch experiment
+folder. The trainings it requests, round by round, are the estimate: the shapes are the ones
+the real study would train if its transitions sat where the simulated surface puts them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+
+from dwtune.core.records import TrialRequest, grid_requests
+from dwtune.core.spec import ExperimentSpec, TrainConfig
+from dwtune.storage.store import ExperimentStore
+
+
+def simulated_twin(spec: ExperimentSpec) -> ExperimentSpec:
+    """The spec on the simulated backend, two evaluations per training (the loss surface
+    does not depend on the training length)."""
+    train = TrainConfig(steps=2, batch_size=spec.train.batch_size, eval_every=1, warmup_steps=0)
+    return dataclasses.replace(spec, trainer="simulated", train=train)
+
+
+def refine_rounds(spec: ExperimentSpec) -> list[list[TrialRequest]]:
+    """The refine stage's new trainings per round (grid trainings excluded)."""
+    if not spec.refine.pairs:
+        return []
+    from dwtune.study.refine import InProcessRunner, run_refine
+
+    twin = simulated_twin(spec)
+    grid_ids = {r.trial_id for r in grid_requests(twin)}
+    rounds: list[list[TrialRequest]] = []
+    with tempfile.TemporaryDirectory(prefix="dwtune-estimate-") as scratch:
+        store = ExperimentStore.for_spec(scratch, twin)
+        store.initialise(twin)
+        runner = InProcessRunner(twin, store)
+        runner.run(grid_requests(twin))
+
+        def recording(requests: list[TrialRequest]):
+            fresh = [r for r in requests if r.trial_id not in grid_ids]
+            seen = {r.trial_id for batch in rounds for r in batch}
+            rounds.append([r for r in fresh if r.trial_id not in seen])
+            return runner.run(requests)
+
+        run_refine(twin, store, recording)
+    return [batch for batch in rounds if batch]

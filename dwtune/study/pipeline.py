@@ -1,0 +1,202 @@
+"""The study pipeline as a library: grid → refine → export → fit → report.
+
+``dwtune run`` and ``dwtune refine`` are thin wrappers around this module, and a notebook or
+another program drives a study the same way::
+
+    from dwtune import Study
+
+    results = Study.from_yaml("search_spaces/simulated.yaml").run(storage="experiments")
+    results.fit["b"], results.transitions, results.project("175B")
+
+Every stage resumes: a finished trial is never trained again, a refined pair is not refined again.
+Ray is started only by :meth:`Study.run` and :meth:`Study.refine` (and by ``refine`` only when
+something is left to train).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from dwtune.core.errors import InputError
+from dwtune.core.projection import BudgetProjection, project_budget
+from dwtune.core.records import grid_requests
+from dwtune.core.spec import ExperimentSpec, load_spec
+from dwtune.core.transitions import Transition
+from dwtune.core.units import parse_size
+from dwtune.core.vocabulary import (
+    CURVES_FILE,
+    FIT_FILE,
+    REPORT_FILE,
+    TRANSITIONS_FILE,
+    TRIALS_FILE,
+)
+from dwtune.outputs.fit_files import law_from_json
+from dwtune.outputs.tables import export_experiment
+from dwtune.storage.store import ExperimentStore
+from dwtune.study.fit_stage import write_fit
+from dwtune.study.progress import StudyProgress
+
+DEFAULT_STORAGE = "experiments"
+LEVEL = 0.95  # of the projection intervals
+
+
+class StudyResults:
+    """What an experiment directory holds, handed out as DataFrames and dicts (read on access)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def _table(self, name: str) -> pd.DataFrame:
+        path = self.root / name
+        if not path.is_file():
+            raise InputError(f"{path}: no such file; run the study (`Study.run`) first")
+        return pd.read_parquet(path)
+
+    @property
+    def trials(self) -> pd.DataFrame:
+        return self._table(TRIALS_FILE)
+
+    @property
+    def curves(self) -> pd.DataFrame:
+        return self._table(CURVES_FILE)
+
+    @property
+    def transitions(self) -> pd.DataFrame:
+        return self._table(TRANSITIONS_FILE)
+
+    @property
+    def fit(self) -> dict:
+        """fit.json: ``status`` 'fitted' with a, b, their errors and intervals, or the reason."""
+        return json.loads((self.root / FIT_FILE).read_text())
+
+    @property
+    def report(self) -> Path:
+        return self.root / REPORT_FILE
+
+    def project(self, budget: float | str, level: float = LEVEL) -> BudgetProjection:
+        """Optimal depth and width at ``budget`` (parameters, or a size such as '175B')."""
+        law, _ = law_from_json(self.root / FIT_FILE)
+        return project_budget(law, parse_size(budget, field="budget"), level)
+
+
+class Study:
+    """One study: a spec and the experiment directory it runs in."""
+
+    def __init__(self, spec: ExperimentSpec, store: ExperimentStore | None = None):
+        self.spec, self.store = spec, store
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> Study:
+        return cls(load_spec(path))
+
+    @classmethod
+    def open(cls, experiment_dir: str | Path) -> Study:
+        """An existing experiment directory, with the spec it was created with."""
+        root = Path(experiment_dir).expanduser()
+        if not root.is_dir():
+            raise InputError(f"{root}: no such experiment directory; run `dwtune run SPEC` first")
+        store = ExperimentStore(root)
+        return cls(store.load_spec(), store)
+
+    @property
+    def results(self) -> StudyResults:
+        return StudyResults(self._store().root)
+
+    def _store(self, storage: str | Path | None = None) -> ExperimentStore:
+        if storage is not None:
+            self.store = ExperimentStore.for_spec(storage_root(storage), self.spec)
+        elif self.store is None:
+            self.store = ExperimentStore.for_spec(storage_root(DEFAULT_STORAGE), self.spec)
+        return self.store
+
+    def run(
+        self,
+        storage: str | Path | None = None,
+        address: str | None = None,
+        grid_only: bool = False,
+        progress: StudyProgress | None = None,
+    ) -> StudyResults:
+        """Grid, refine, export, fit and report (grid and export only with ``grid_only``)."""
+        from dwtune.study.runners.ray_tune import TuneRunner
+
+        store, progress = self._store(storage), progress or StudyProgress()
+        # Lock first: a refused second driver must not touch the running experiment's spec.
+        with store.driver_lock():
+            store.initialise(self.spec)
+            store.records()  # a corrupt record stops us here, before Ray starts
+            with TuneRunner(self.spec, store, address=address, progress=progress) as runner:
+                runner.run(grid_requests(self.spec))
+                if not grid_only and self.spec.refine.pairs:
+                    refine_stage(self.spec, store, progress).run(runner.run)
+            trials_path, curves_path = export_experiment(store)
+            progress.note(f"wrote {trials_path} and {curves_path}")
+            if not grid_only:
+                finish(store)
+        return StudyResults(store.root)
+
+    def refine(
+        self, address: str | None = None, progress: StudyProgress | None = None
+    ) -> tuple[list[Transition], StudyResults]:
+        """The refine stage alone (or its resumption), then export, fit and report."""
+        from dwtune.study.runners.ray_tune import TuneRunner
+
+        store = self._store()
+        if not self.spec.refine.pairs:
+            raise InputError(
+                f"{store.spec_path}: refine.pairs is empty; list [shallower, deeper] "
+                f"depth pairs under refine: and run `dwtune run SPEC` again"
+            )
+        with store.driver_lock():
+            stage = refine_stage(self.spec, store, progress)  # bad pairs fail before Ray
+            with contextlib.ExitStack() as stack:
+                runner = StartOnFirstBatch(
+                    lambda: stack.enter_context(
+                        TuneRunner(self.spec, store, address=address, progress=progress)
+                    )
+                )
+                transitions = stage.run(runner.run)
+            export_experiment(store)
+            finish(store)
+        return transitions, StudyResults(store.root)
+
+
+def refine_stage(spec: ExperimentSpec, store: ExperimentStore, progress):
+    from dwtune.study.refine import RefineStage  # optuna: only when a stage refines
+
+    return RefineStage(spec, store, progress)
+
+
+def finish(store: ExperimentStore) -> None:
+    """The fit stage (fit.json, projections.parquet), then the report that draws them."""
+    from dwtune.outputs.report import write_report  # matplotlib: only when a report is drawn
+
+    write_fit(store.root)
+    write_report(store.root)
+
+
+def storage_root(storage: str | Path) -> Path:
+    """The experiment root as an absolute path (trials and Tune change working dirs)."""
+    if "://" in str(storage):
+        raise InputError(
+            f"--storage: got {storage!r}; expected a filesystem path (dwtune keeps its records "
+            f"as files); on a cluster mount shared storage (EFS, NFS) on every node and pass "
+            f"its path"
+        )
+    return Path(storage).expanduser().resolve()
+
+
+class StartOnFirstBatch:
+    """Starts Ray for the first batch only: a finished stage resumes in a second, not ten."""
+
+    def __init__(self, start: Callable):
+        self.start, self.runner = start, None
+
+    def run(self, requests: list) -> list:
+        if self.runner is None:
+            self.runner = self.start()
+        return self.runner.run(requests)

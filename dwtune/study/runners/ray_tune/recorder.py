@@ -1,0 +1,243 @@
+"""Inside a trial and on the driver: the trial function Ray Tune runs, and the callback that
+writes each trial's record the moment it ends (so a killed driver loses nothing finished)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import ray
+from ray import tune
+
+from dwtune.backends.trial import run_training
+from dwtune.core import vocabulary
+from dwtune.core.records import TrialRequest, record_from_result
+from dwtune.core.spec import ExperimentSpec
+from dwtune.outputs import tables
+from dwtune.storage.store import ExperimentStore
+from dwtune.study.progress import StudyProgress
+
+# Keys a trial adds to its reports for the driver (not metrics; never in a curve).
+NODE_KEY = "dwtune/node"
+ATTEMPT_S_KEY = "dwtune/attempt_s"  # seconds since this attempt of the trial started
+FINAL_KEY = "dwtune/final"  # set on the trial's last report, which carries the final status
+STARTED_KEY = "dwtune/started"  # set on a report sent as an attempt starts (says where it runs)
+# Keys of a report that belong in a trial's curve.
+CURVE_KEYS = frozenset(
+    {vocabulary.STEP, vocabulary.TOKENS, vocabulary.ELAPSED_S, *vocabulary.CURVE_SCALARS}
+)
+
+ERROR_CHARS = 2000  # characters of a failed trial's error kept in its record
+
+
+# --------------------------------------------------------------------------- inside a trial
+
+
+def _node_label() -> str:
+    """Hostname and Ray node id: several Ray nodes may share one host."""
+    node_id = ray.get_runtime_context().get_node_id()
+    return f"{socket.gethostname()}/{node_id[:12]}"
+
+
+@contextlib.contextmanager
+def _resume_dir() -> Iterator[str | None]:
+    """Directory of the checkpoint this attempt resumes from, if Tune restored one."""
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        yield None
+        return
+    with checkpoint.as_directory() as path:
+        yield path
+
+
+def trial_main(config: dict, *, spec: ExperimentSpec, requests: dict[str, TrialRequest]) -> None:
+    """The Tune function trainable: train one request, reporting through ``tune.report``."""
+    request = requests[config["trial_id"]]
+    start = time.perf_counter()
+    node = _node_label()
+
+    def extra() -> dict:
+        return {NODE_KEY: node, ATTEMPT_S_KEY: time.perf_counter() - start}
+
+    def report(values: dict, checkpoint_dir: str | None) -> None:
+        # Tune copies the checkpoint to storage before report returns, so the trainer may
+        # overwrite checkpoint_dir afterwards.
+        checkpoint = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
+        tune.report({**values, **extra()}, checkpoint=checkpoint)
+
+    tune.report({**extra(), STARTED_KEY: True})
+    with tempfile.TemporaryDirectory(prefix="dwtune-ckpt-") as scratch, _resume_dir() as resume:
+        final = run_training(
+            spec, request.shape, request.seed, report, checkpoint_dir=scratch, resume_from=resume
+        )
+    tune.report({**final, **extra(), FINAL_KEY: True})
+
+
+# --------------------------------------------------------------------------- driver callback
+
+
+@dataclasses.dataclass
+class _TrialState:
+    request: TrialRequest
+    points: dict[int, dict] = dataclasses.field(default_factory=dict)  # step -> curve point
+    final: dict = dataclasses.field(default_factory=dict)
+    node: str = ""
+    attempt_s: float = 0.0
+    attempt_started: float = 0.0  # driver clock (monotonic s) when this attempt started
+    earlier_attempts_s: float = 0.0  # seconds spent in attempts that failed and were retried
+    attempt: int = 1
+    announce_resume: bool = False  # say where a retried attempt picks up, at its first report
+    writer: object = None
+
+    @property
+    def curve(self) -> list[dict]:
+        return [self.points[step] for step in sorted(self.points)]
+
+    @property
+    def wall_time_s(self) -> float:
+        return self.earlier_attempts_s + self.attempt_s
+
+    def failed_attempt_s(self) -> float:
+        """Seconds of an attempt that just failed: it ran past its last report until it died."""
+        since_start = time.monotonic() - self.attempt_started if self.attempt_started else 0.0
+        return max(self.attempt_s, since_start)
+
+
+class RecordingCallback(tune.Callback):
+    """Writes each trial's record (and its TensorBoard run) on the driver as it finishes."""
+
+    def __init__(
+        self,
+        spec: ExperimentSpec,
+        store: ExperimentStore,
+        requests: dict[str, TrialRequest],
+        progress: StudyProgress | None,
+        tensorboard: bool,
+    ):
+        self.spec, self.store, self.requests = spec, store, requests
+        self.progress, self.tensorboard = progress, tensorboard
+        self.states: dict[str, _TrialState] = {}
+
+    def __getstate__(self) -> dict:
+        # Tune pickles its callbacks into the experiment dir for Tuner.restore, which dwtune
+        # never uses; the console (pytest's capture, a notebook's stream) need not pickle.
+        return self.__dict__ | {"progress": None, "states": {}}
+
+    def _state(self, trial) -> _TrialState:
+        trial_id = trial.config["trial_id"]
+        if trial_id not in self.states:
+            state = self.states[trial_id] = _TrialState(self.requests[trial_id])
+            if self.tensorboard:  # a live view; rewritten from the record at the end
+                simulated = self.spec.trainer == "simulated"
+                path = tables.run_dir(self.store.root, state.request.name, simulated)
+                shutil.rmtree(path, ignore_errors=True)  # left by an interrupted driver
+                state.writer = tables.open_writer(path, simulated)
+        return self.states[trial_id]
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        state = self._state(trial)
+        state.attempt_started = time.monotonic()
+        if self.progress:
+            self.progress.trial_started(state.request)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        state = self._state(trial)
+        state.node = result.get(NODE_KEY, state.node)
+        state.attempt_s = float(result.get(ATTEMPT_S_KEY, state.attempt_s))
+        if result.get(FINAL_KEY):
+            state.final = dict(result)
+            return
+        if result.get(STARTED_KEY):
+            return
+        point = {k: v for k, v in result.items() if k in CURVE_KEYS or k == vocabulary.STATUS}
+        if state.announce_resume:
+            state.announce_resume = False
+            self._note(
+                f"  {state.request.name}: attempt {state.attempt} reports from "
+                f"{vocabulary.STEP} {point.get(vocabulary.STEP)}"
+            )
+        # A retried attempt re-reports steps after its checkpoint: the latest report wins.
+        state.points[int(point.get(vocabulary.STEP, len(state.points)))] = point
+        if state.writer is not None:
+            tables.add_point(state.writer, point)
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        state = self._state(trial)
+        state.earlier_attempts_s += state.failed_attempt_s()
+        state.attempt_s = 0.0
+        state.attempt_started = time.monotonic()
+        state.attempt += 1
+        state.announce_resume = True
+        self._note(
+            f"  {state.request.name}: attempt {state.attempt - 1} failed "
+            f"({_error_text(trial)}); retrying"
+        )
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        state = self._state(trial)
+        if not state.final:
+            self._finish(state, vocabulary.STATUS_FAILED, "the trial ended without a final result")
+            return
+        self._finish(state, state.final.get(vocabulary.STATUS, vocabulary.STATUS_FINISHED), "")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        state = self._state(trial)
+        state.attempt_s = state.failed_attempt_s()
+        self._finish(state, vocabulary.STATUS_FAILED, _error_text(trial))
+
+    def on_step_end(self, iteration, trials, **info):
+        if self.progress:
+            self.progress.tick()
+
+    def _note(self, message: str) -> None:
+        if self.progress:
+            self.progress.note(message)
+
+    def _finish(self, state: _TrialState, status: str, error: str) -> None:
+        record = record_from_result(
+            state.request,
+            self.spec,
+            state.curve,
+            status,
+            state.wall_time_s,
+            node=state.node,
+            error=error,
+        )
+        self.store.write_record(record)  # first: the result is safe before anything else
+        if state.writer is not None:
+            state.writer.close()
+            tables.write_trial_board(self.store.root, state.request.name, record)
+        if self.progress:
+            self.progress.trial_finished(state.request, record)
+
+
+def _last_error(trial) -> BaseException | str | None:
+    """The trial's latest error: Tune writes it on the driver first (error.pkl, error.txt) and
+    copies it to storage later, so read the driver's copy and fall back to storage."""
+    from ray import cloudpickle
+
+    local_pickle, local_text = trial.pickled_error_file, trial.error_file
+    if local_pickle and Path(local_pickle).exists():
+        with open(local_pickle, "rb") as handle:
+            return cloudpickle.load(handle)
+    if local_text and Path(local_text).exists():
+        return Path(local_text).read_text()
+    return trial.get_pickled_error() or trial.get_error()
+
+
+def _error_text(trial) -> str:
+    """One line: the exception type and message that failed the trial's last attempt."""
+    error = _last_error(trial)
+    if isinstance(error, BaseException):
+        cause = getattr(error, "cause", None) or error  # a RayTaskError wraps the trainer's
+        text = f"{type(cause).__name__}: {cause}"
+    else:
+        lines = (error or "").strip().splitlines()
+        text = lines[-1] if lines else "unknown error (no error file from Ray Tune)"
+    return " ".join(text.split())[:ERROR_CHARS]

@@ -1,0 +1,114 @@
+"""Planned per-trial memory against the CPU trainer's real peak; the chunked cross-entropy.
+
+How the peak is measured: each shape trains in a fresh Python process (OMP_NUM_THREADS=1).
+The process first trains a tiny model for two steps, so that torch's code pages, thread pools
+and allocator arenas are resident, then reads its resident set size (/proc/self/statm), trains
+the shape for three steps (AdamW state exists from the first), and reads its peak resident set
+size (getrusage ru_maxrss). The trial's peak is the difference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from dwtune.backends.pytorch.loss import chunked_cross_entropy
+from dwtune.backends.pytorch.model import build_model
+from dwtune.backends.pytorch.train import lm_loss
+from dwtune.core import memory
+from dwtune.core.budget import ModelShape
+from dwtune.core.memory import trial_memory
+
+PROBE = """
+import gc, json, resource, sys
+import numpy as np
+from dwtune.backends.pytorch.train import build_training, configure_runtime, to_device
+from dwtune.core.budget import ModelShape
+from dwtune.core.spec import TrainConfig
+
+depth, width, batch, vocab = map(int, sys.argv[1:5])
+runtime = configure_runtime("cpu", False, sys.argv[5])
+windows = np.random.default_rng(0).integers(0, vocab, size=(batch, 129))
+inputs, targets = to_device(windows, runtime.device)
+
+def rss():
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * 4096
+
+def train(shape, rows, steps):
+    step = build_training(shape, TrainConfig(steps=10, batch_size=rows), runtime, 0)
+    for _ in range(steps):
+        step(inputs[:rows], targets[:rows])
+
+train(ModelShape(depth=1, width=16, heads=2, vocab_size=vocab, seq_len=128), 2, 2)
+gc.collect()
+base = rss()
+train(ModelShape(depth=depth, width=width, heads=2, vocab_size=vocab, seq_len=128), batch, 3)
+print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base))
+"""
+
+
+def measured_peak(tmp_path, depth: int, width: int, batch: int, vocab: int) -> int:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    args = [str(a) for a in (depth, width, batch, vocab, tmp_path)]
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("depth", "width", "batch"), [(2, 128, 16), (4, 256, 16), (6, 384, 8)])
+def test_planned_memory_is_within_20_percent_of_the_cpu_peak(tmp_path, depth, width, batch):
+    shape = ModelShape(depth=depth, width=width, heads=2, vocab_size=2000, seq_len=128)
+    planned = trial_memory(shape, batch, activation_bytes=4).total
+    peak = measured_peak(tmp_path, depth, width, batch, 2000)
+    assert abs(planned - peak) <= 0.2 * peak, (planned, peak)
+
+
+def test_chunked_cross_entropy_matches_the_full_loss_and_gradients():
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 50, 32, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(700, 32, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 700, (3, 50))
+    full = torch.nn.functional.cross_entropy(
+        (hidden @ weight.T).reshape(-1, 700), targets.reshape(-1)
+    )
+    full_grads = torch.autograd.grad(full, (hidden, weight))
+    chunked = chunked_cross_entropy(hidden, weight, targets, chunk_rows=16)  # 10 uneven chunks
+    chunked_grads = torch.autograd.grad(chunked, (hidden, weight))
+    torch.testing.assert_close(chunked, full, rtol=1e-12, atol=1e-12)
+    for got, want in zip(chunked_grads, full_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_the_trainer_chunks_large_logits_and_keeps_the_loss(monkeypatch):
+    shape = ModelShape(depth=1, width=32, heads=2, vocab_size=3000, seq_len=16)
+    torch.manual_seed(0)
+    model = build_model(shape)
+    tokens = torch.randint(0, 3000, (4, 17))
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    assert memory.logit_chunk_tokens(3000, inputs.numel()) is None
+    full = lm_loss(model, inputs, targets)
+    monkeypatch.setattr(memory, "LOGITS_CHUNK_BYTES", 4 * 3000 * 10)  # 10 rows per chunk
+    assert memory.logit_chunk_tokens(3000, inputs.numel()) == 10
+    calls = []
+    monkeypatch.setattr(
+        "dwtune.backends.pytorch.train.chunked_cross_entropy",
+        lambda *a: calls.append(a[3]) or chunked_cross_entropy(*a),
+    )
+    chunked = lm_loss(model, inputs, targets)
+    assert calls == [10]
+    torch.testing.assert_close(chunked, full, rtol=1e-5, atol=1e-6)
+
+
+def test_the_estimate_counts_chunked_logits_only_once_per_chunk():
+    shape = ModelShape(depth=2, width=256, heads=2, vocab_size=50_000, seq_len=128)
+    estimate = trial_memory(shape, batch_size=64)
+    assert estimate.logits <= memory.LOGIT_COPIES * memory.LOGITS_CHUNK_BYTES
+    assert memory.trials_per_gpu(estimate.total, 80 * 2**30) >= 1

@@ -1,0 +1,127 @@
+"""dwtune plan / run scale guards, coverage warnings, packing and --cost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from dwtune.cli import main
+from dwtune.commands import planning
+
+ROOT = Path(__file__).resolve().parents[2]
+PAPER = ROOT / "search_spaces" / "paper.yaml"
+QUICKSTART = ROOT / "search_spaces" / "quickstart.yaml"
+
+
+def spec_file(tmp_path, base: Path, **sections) -> str:
+    raw = yaml.safe_load(base.read_text())
+    for key, values in sections.items():
+        raw[key] = {**raw.get(key, {}), **values}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+def test_quickstart_on_the_plays_at_the_papers_length_is_refused(tmp_path, capsys):
+    spec = spec_file(tmp_path, QUICKSTART, train={"steps": 1_000_000, "batch_size": 512})
+    assert main(["plan", spec]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("dwtune plan: error: data.corpus:")
+    assert "6.55e+10 tokens (1,000,000 steps x 512 x 128)" in err
+    assert "above data.max_epochs = 4" in err and "train.steps <= " in err
+    assert main(["plan", str(QUICKSTART)]) == 0  # the quickstart itself reads < 1 epoch
+
+
+def test_run_refuses_before_anything_is_written(tmp_path, capsys):
+    spec = spec_file(tmp_path, QUICKSTART, train={"steps": 1_000_000, "batch_size": 512})
+    assert main(["run", spec, "--storage", str(tmp_path / "exp")]) == 2
+    assert "above data.max_epochs" in capsys.readouterr().err
+    assert not (tmp_path / "exp").exists()
+    missing = spec_file(tmp_path, QUICKSTART, data={"corpus": str(tmp_path / "none")})
+    assert main(["run", missing, "--storage", str(tmp_path / "exp")]) == 2
+    assert "dwtune prepare SPEC" in capsys.readouterr().err
+    assert not (tmp_path / "exp").exists()
+    assert main(["prepare", missing]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dwtune prepare: error: data.corpus: ") and "\n" not in err
+    assert "does not exist" in err and "download a web corpus" in err
+    assert main(["plan", missing]) == 0  # the plan still plans, and says so
+    assert "corpus MISSING" in capsys.readouterr().out
+
+
+def test_a_prepared_corpus_is_counted_from_its_manifest(tmp_path, capsys):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("to be or not to be, that is the question\n" * 4000)
+    cache = str(tmp_path / "cache")
+    data = {"corpus": str(corpus), "cache_dir": cache}
+    spec = spec_file(tmp_path, QUICKSTART, data=data, train={"steps": 100})
+    assert main(["plan", spec]) == 0
+    assert "estimate from 0.2 MB on disk" in capsys.readouterr().out
+    assert main(["prepare", spec, "--no-progress"]) == 0
+    assert "prepared at" in capsys.readouterr().out
+    assert main(["prepare", spec, "--no-progress"]) == 0
+    assert "cache hit" in capsys.readouterr().out
+    assert main(["plan", spec, "--json"]) == 0
+    [line] = json.loads(capsys.readouterr().out)["corpus"]
+    assert "1.48e+05 training tokens (prepared manifest)" in line  # 0.9 x 163,999 chars
+
+
+def test_paper_plan_costs_the_study_without_its_corpus(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(planning, "BENCH_RESULTS", tmp_path / "no_bench.jsonl")
+    assert main(["plan", str(PAPER), "--cost", "--device", "h100", "--gpus", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "corpus MISSING" in out and "warning: pair" not in out  # budgets bracket every N*
+    assert "x MFU 30% (ASSUMED" in out and "on 64 GPU(s)" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    grid, refine, total = rows["grid"], rows["refine"], rows["total"]
+    assert int(grid[1]) == 7 * 16 * 3 and int(refine[1]) > 0
+    hours = [float(r[3].replace(",", "")) for r in (grid, refine, total)]
+    assert abs(hours[0] + hours[1] - hours[2]) <= 0.11
+    wall = [float(r[4].replace(",", "")) for r in (grid, refine)]
+    assert hours[0] / 64 <= wall[0] and hours[1] / 64 <= wall[1]  # no better than perfect
+
+
+def test_budgets_short_of_a_transition_warn_per_pair(tmp_path, capsys):
+    spec = spec_file(tmp_path, PAPER, space={"budgets": {"min": 2e6, "max": 3e8, "num": 6}})
+    assert main(["plan", spec]) == 0
+    out = capsys.readouterr().out
+    warnings = [line for line in out.splitlines() if line.startswith("warning: pair")]
+    assert len(warnings) == 2
+    assert warnings[0].startswith("warning: pair (30, 36): levine2020 puts N* = 5.59e+08 above")
+    assert "largest budget 3e+08 (x1.86 outside)" in warnings[0]
+    assert warnings[1].startswith("warning: pair (36, 48): levine2020 puts N* = 2.83e+09 above")
+
+
+def test_packing_counts_trials_per_gpu_and_refuses_one_too_big(tmp_path, capsys):
+    small = spec_file(
+        tmp_path,
+        QUICKSTART,
+        resources={"gpu": 0.25, "gpu_memory_gb": 80},
+        train={"steps": 100},
+    )
+    assert main(["plan", small]) == 0
+    assert "resources.gpu = 0.25 packs 4 per GPU" in capsys.readouterr().out
+    big = spec_file(
+        tmp_path,
+        PAPER,
+        data={"corpus": "shakespeare"},
+        train={"steps": 10},
+        resources={"gpu": 0.5, "gpu_memory_gb": 80},
+    )
+    assert main(["run", big, "--storage", str(tmp_path / "exp")]) == 2
+    err = capsys.readouterr().err
+    assert "resources.gpu: got 0.5; trial L48 x w4160 needs about" in err
+    assert not (tmp_path / "exp").exists()
+
+
+def test_bench_results_on_the_device_set_the_mfu(tmp_path):
+    results = tmp_path / "results.jsonl"
+    rows = [
+        {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "mfu": m}
+        for m in (0.2, 0.4, 0.5)
+    ] + [{"device": "cpu", "device_name": "x86", "mfu": 0.9}]
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert planning.bench_mfu("h100", results) == (0.4, "median of 3 dwtune bench runs")
+    assert planning.bench_mfu("a100", results) is None

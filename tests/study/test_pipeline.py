@@ -1,0 +1,69 @@
+"""The library API: the README's Python example runs and returns the simulated study's fit."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import dwtune
+from dwtune.core.errors import InputError
+from dwtune.study.pipeline import Study, StudyResults
+
+ROOT = Path(__file__).resolve().parents[2]
+PLANTED_A, PLANTED_B = 5.039, 0.0555  # search_spaces/simulated.yaml
+
+
+def readme_example() -> str:
+    """The README's first Python block that imports dwtune.Study."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    return next(b for b in blocks if "from dwtune import Study" in b)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_readme_example_runs_the_simulated_study_and_returns_its_fit(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(ROOT)  # the example names search_spaces/simulated.yaml
+    code = readme_example().replace('storage="experiments"', f"storage={str(tmp_path)!r}")
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    results, fit = scope["results"], scope["fit"]
+    assert isinstance(results, StudyResults) and results.root == tmp_path / "simulated"
+    assert fit["status"] == "fitted" and fit["simulated"] is True
+    assert fit["ci_a"][0] < PLANTED_A < fit["ci_a"][1]
+    assert fit["ci_b"][0] < PLANTED_B < fit["ci_b"][1]
+    assert fit["level"] == 0.95
+    assert set(results.transitions["status"]) <= {"bracketed", "censored_low", "censored_high"}
+    assert (results.transitions["status"] == "bracketed").sum() >= 3
+    assert len(results.trials) == results.trials["trial_id"].nunique() > 0
+    assert set(results.curves["trial_id"]) <= set(results.trials["trial_id"])
+    projection = results.project("175B")
+    assert projection.budget == 1.75e11 and projection.depth_lo < projection.depth
+    assert results.report.is_file()
+    out = capsys.readouterr().out
+    assert str(fit["ci_a"]) in out  # the example's own print ran
+    # Study.open reads the same directory back without running anything.
+    reopened = Study.open(results.root)
+    assert reopened.spec.name == "simulated"
+    pd.testing.assert_frame_equal(reopened.results.transitions, results.transitions)
+
+
+def test_dwtune_study_is_the_pipeline_study_imported_on_first_use():
+    assert dwtune.Study is Study and dwtune.StudyResults is StudyResults
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = dwtune.Nope
+
+
+def test_opening_a_missing_directory_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="no such experiment directory"):
+        Study.open(tmp_path / "missing")
+
+
+def test_results_of_a_directory_without_tables_name_the_missing_file(tmp_path):
+    with pytest.raises(InputError, match=r"trials\.parquet: no such file"):
+        _ = StudyResults(tmp_path).trials
