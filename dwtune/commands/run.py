@@ -34,48 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-<<<<<<< HEAD
-def storage_root(storage: str) -> Path:
-    """The experiment root as an absolute path (trials and Tune change working dirs)."""
-    if "://" in storage:
-        raise InputError(
-            f"--storage: got {storage!r}; expected a filesystem path (dwtune keeps its records "
-            f"as files); on a cluster mount shared storage (EFS, NFS) on every node and pass "
-            f"its path"
-        )
-    return Path(storage).expanduser().resolve()
-
-
-def _refine(spec, store, runner, progress, rates=None) -> None:
-    if not spec.refine.pairs:
-        return
-    from dwtune.study.refine import run_refine
-
-    rate_for = rates.rate_for if rates is not None else None
-    run_refine(spec, store, runner.run, progress=progress, rate_for=rate_for)
-
-
-def _searched_rates(spec, store, runner):
-    """The per-cell learning-rate search of the grid (None when train.lr is a number)."""
-    if spec.train.lr_search is None:
-        return None
-    from dwtune.study.lr_search import RateBook
-
-    book = RateBook(spec, store, runner.run_lr_search)
-    book.search_grid(spec.grid())
-    return book
-
-
-def answer_lines(files) -> list[str]:
-    """The study's answer in a few lines: transitions, fit, where the report is."""
-    import json
-
-    fit = json.loads(files.fit_json.read_text())
-=======
 def answer_lines(results) -> list[str]:
     """The study's answer in a few lines: the fit and where the report is."""
     fit = results.fit
->>>>>>> main
     tag = " (SIMULATED)" if fit.get("simulated") else ""
     if fit.get("status") == "fitted":
         lines = [
@@ -85,30 +46,7 @@ def answer_lines(results) -> list[str]:
         ]
     else:
         lines = [f"fit{tag}: {fit.get('status')}: {fit.get('reason', 'see the report')}"]
-<<<<<<< HEAD
-    return [*lines, f"report: {files.report}"]
-
-
-def _study(args: argparse.Namespace, spec, store, progress) -> None:
-    from dwtune.core.records import grid_requests
-    from dwtune.outputs.tables import export_experiment
-    from dwtune.study.runners.ray_tune import TuneRunner
-
-    with TuneRunner(spec, store, address=args.address, progress=progress) as runner:
-        rates = _searched_rates(spec, store, runner)
-        runner.run(grid_requests(spec, rates.grid_rates if rates else None))
-        if not args.grid_only:
-            _refine(spec, store, runner, progress, rates)
-    trials_path, curves_path = export_experiment(store)
-    progress.note(f"wrote {trials_path} and {curves_path}")
-    if not args.grid_only:
-        from dwtune.outputs.report import write_report
-
-        for line in answer_lines(write_report(store.root)):
-            progress.note(line)
-=======
     return [*lines, f"report: {results.report}"]
->>>>>>> main
 
 
 def _summary(store) -> str:

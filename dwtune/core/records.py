@@ -17,12 +17,8 @@ from dataclasses import dataclass, field
 
 from dwtune.core import vocabulary
 from dwtune.core.budget import GridCell, ModelShape
-<<<<<<< HEAD
 from dwtune.core.spec import ExperimentSpec, TrainConfig
-=======
-from dwtune.core.spec import ExperimentSpec
 from dwtune.core.vocabulary import Stage
->>>>>>> main
 
 IDENTITY_VERSION = 1  # bump when the trainer changes what a given identity produces
 # Layout of a trial record's JSON (trials/<id>.json): bump when a field changes meaning or is
@@ -49,13 +45,8 @@ def trial_identity(
     payload = {
         "v": IDENTITY_VERSION,
         "shape": dataclasses.asdict(shape),
-<<<<<<< HEAD
         "train": train.identity(),
-        "data": {k: v for k, v in dataclasses.asdict(spec.data).items() if k != "cache_dir"},
-=======
-        "train": dataclasses.asdict(spec.train),
         "data": data_identity(spec.data),
->>>>>>> main
         "seed": seed,
         "trainer": spec.trainer,
     }
@@ -71,7 +62,6 @@ def trial_identity(
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-<<<<<<< HEAD
 def _trial_train(train: TrainConfig, lr: float | None, search_steps: int | None) -> TrainConfig:
     """The training config of one trial: its own rate, and a search trial's reduced steps."""
     changes: dict = {}
@@ -91,7 +81,8 @@ def request_spec(spec: ExperimentSpec, request: TrialRequest) -> ExperimentSpec:
         tokens = spec.training_tokens(request.shape)
         train = dataclasses.replace(train, tokens=max(1, tokens), tokens_per_param=None)
     return spec if train is spec.train else dataclasses.replace(spec, train=train)
-=======
+
+
 # Data fields that never change a result (where files live, guards) stay out of the identity.
 _DATA_NOT_IDENTITY = ("cache_dir", "max_epochs")
 # Fields added after trials were recorded: in the identity only when set off their default,
@@ -105,7 +96,6 @@ def data_identity(data) -> dict:
         if payload.get(name) == default:
             del payload[name]
     return payload
->>>>>>> main
 
 
 def planted_chain(pairs: Sequence[Sequence[int]], depth: int) -> tuple[int, ...]:
@@ -122,11 +112,7 @@ class TrialRequest:
     """One training to run: a grid cell (shape at a budget) and a seed."""
 
     trial_id: str
-<<<<<<< HEAD
-    stage: str  # a vocabulary.STAGES value
-=======
     stage: str  # a vocabulary.Stage
->>>>>>> main
     cell: GridCell
     seed: int
     lr: float | None = None  # the trial's own rate; None: train.lr
@@ -169,11 +155,7 @@ def grid_requests(
     for cell in spec.grid():
         lr, source = (rates or {}).get((cell.depth, cell.shape.width), (None, "spec"))
         for seed in spec.space.seeds:
-<<<<<<< HEAD
-            request = make_request(spec, cell, seed, vocabulary.STAGE_GRID, lr=lr, lr_source=source)
-=======
-            request = make_request(spec, cell, seed, Stage.GRID)
->>>>>>> main
+            request = make_request(spec, cell, seed, Stage.GRID, lr=lr, lr_source=source)
             requests.setdefault(request.trial_id, request)
     return list(requests.values())
 
@@ -202,16 +184,13 @@ class TrialRecord:
     node: str = ""
     error: str = ""
     simulated: bool = False
-<<<<<<< HEAD
+    surface: str = ""  # the simulated surface (simulated.surface) of a simulated trial, else ""
     lr: float = float("nan")  # peak learning rate the trial trained with
     lr_source: str = vocabulary.LR_SOURCE_SPEC
     parametrization: str = "sp"
     head_dim: int = 0
     compare: str = "params"
     tokens_per_param: float = float("nan")
-=======
-    surface: str = ""  # the simulated surface (simulated.surface) of a simulated trial, else ""
->>>>>>> main
     # One dict per report: metric name -> value (metrics vocabulary); not a trials.parquet column.
     curve: list[dict] = field(default_factory=list, repr=False)
 
@@ -272,15 +251,12 @@ def record_from_result(
         node=node,
         error=error,
         simulated=spec.trainer == "simulated",
-<<<<<<< HEAD
+        surface=spec.simulated.surface if spec.trainer == "simulated" else "",
         lr=float(spec.train.lr if request.lr is None else request.lr),
         lr_source=request.lr_source,
         parametrization=spec.model.parametrization,
         head_dim=cell.shape.head_dim,
         compare=spec.space.compare,
         tokens_per_param=float(spec.train.tokens_per_param or float("nan")),
-=======
-        surface=spec.simulated.surface if spec.trainer == "simulated" else "",
->>>>>>> main
         curve=list(curve),
     )

@@ -28,65 +28,6 @@ from dwtune.outputs.schemas import CURVE_COLUMNS, CURVES_SCHEMA, TRIALS_SCHEMA
 from dwtune.storage.provenance import write_parquet_atomic
 from dwtune.storage.store import ExperimentStore
 
-<<<<<<< HEAD
-TRIALS_FILE = "trials.parquet"
-CURVES_FILE = "curves.parquet"
-TB_DIR = "tb"
-
-TRIALS_SCHEMA = pa.schema(
-    [
-        ("trial_id", pa.string()),
-        ("stage", pa.string()),
-        ("depth", pa.int64()),
-        ("width", pa.int64()),
-        ("heads", pa.int64()),
-        ("budget", pa.float64()),
-        ("params_non_embedding", pa.int64()),
-        ("params_total", pa.int64()),
-        ("seed", pa.int64()),
-        ("status", pa.string()),
-        ("final_val_loss", pa.float64()),
-        ("best_val_loss", pa.float64()),
-        ("steps", pa.int64()),
-        ("tokens", pa.int64()),
-        ("wall_time_s", pa.float64()),
-        ("tokens_per_s", pa.float64()),
-        ("mfu", pa.float64()),
-        ("node", pa.string()),
-        ("error", pa.string()),
-        ("simulated", pa.bool_()),
-        ("lr", pa.float64()),
-        ("lr_source", pa.string()),
-        ("parametrization", pa.string()),
-        ("head_dim", pa.int64()),
-        ("compare", pa.string()),
-        ("tokens_per_param", pa.float64()),
-    ]
-)
-
-# curves.parquet column -> metric key of a curve point; "time" is elapsed seconds.
-CURVE_COLUMNS = {
-    "step": vocabulary.STEP,
-    "tokens": vocabulary.TOKENS,
-    "train_loss": vocabulary.TRAIN_LOSS,
-    "val_loss": vocabulary.VAL_LOSS,
-    "lr": vocabulary.LR,
-    "time": vocabulary.ELAPSED_S,
-}
-CURVES_SCHEMA = pa.schema(
-    [
-        ("trial_id", pa.string()),
-        ("step", pa.int64()),
-        ("tokens", pa.int64()),
-        ("train_loss", pa.float64()),
-        ("val_loss", pa.float64()),
-        ("lr", pa.float64()),
-        ("time", pa.float64()),
-    ]
-)
-
-=======
->>>>>>> main
 # TensorBoard: losses also plotted against tokens seen, under these tags.
 BY_TOKENS = {
     key: f"{key}_by_{vocabulary.TOKENS}" for key in (vocabulary.TRAIN_LOSS, vocabulary.VAL_LOSS)

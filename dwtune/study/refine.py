@@ -30,12 +30,8 @@ import optuna
 import pyarrow as pa
 from optuna.trial import TrialState
 
-<<<<<<< HEAD
 from dwtune.core import transitions, vocabulary
 from dwtune.core.budget import GridCell
-=======
-from dwtune.core import transitions
->>>>>>> main
 from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord, TrialRequest, make_request
 from dwtune.core.spec import ExperimentSpec, RefineConfig
@@ -255,15 +251,7 @@ class PairRefiner:
         wanted = start
         while True:
             new_seeds = [s for s in self.seed_order[:wanted] if s not in records]
-<<<<<<< HEAD
             requests = [self._request(cell, seed) for seed in new_seeds for cell in cells]
-=======
-            requests = [
-                make_request(self.spec, cell, seed, Stage.REFINE)
-                for seed in new_seeds
-                for cell in cells
-            ]
->>>>>>> main
             results = yield requests  # both depths x the new seeds: one batch, in parallel
             records.update(
                 {seed: (results[2 * i], results[2 * i + 1]) for i, seed in enumerate(new_seeds)}
@@ -276,7 +264,7 @@ class PairRefiner:
     def _request(self, cell, seed: int) -> TrialRequest:
         """A refine training; its rate from ``rate_for`` when the spec searches rates."""
         lr, source = self.rate_for(cell) if self.rate_for else (None, vocabulary.LR_SOURCE_SPEC)
-        return make_request(self.spec, cell, seed, "refine", lr=lr, lr_source=source)
+        return make_request(self.spec, cell, seed, Stage.REFINE, lr=lr, lr_source=source)
 
     def _point(self, budget, sizes, records, kind: str, requested: int) -> PairPoint:
         deep = {s: pair[0] for s, pair in records.items() if _completed(pair[0])}
@@ -320,11 +308,7 @@ class PairRefiner:
             for depth in self.pair:
                 cell = self.spec.cell(depth, point.budget)
                 ids |= {
-<<<<<<< HEAD
                     self._request(cell, seed).trial_id
-=======
-                    make_request(self.spec, cell, seed, Stage.REFINE).trial_id
->>>>>>> main
                     for seed in self.seed_order[: point.requested]
                 }
         records = (self.store.read_record(i) for i in ids)
@@ -399,6 +383,12 @@ class RefineStage:
         say = _say(progress)
         grids = grid_pairs(spec, store.records())
         self.refiners = [PairRefiner(spec, store, grid, say) for grid in grids]
+        for refiner in self.refiners:
+            refiner.rate_for = rate_for
+
+    def set_rate_for(self, rate_for: RateFor | None) -> None:
+        """Searched rates for the refine trainings (``dwtune refine`` finds them after the
+        stage is built)."""
         for refiner in self.refiners:
             refiner.rate_for = rate_for
 

@@ -136,18 +136,17 @@ class GPT(nn.Module):
         return F.linear(self.features(tokens), self.output_weight)  # (B, T, V)
 
     def features(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Final-norm hidden states (B, T, D): the logits are ``features @ output_weight.T``."""
+        """Final-norm hidden states (B, T, D), times the logits multiplier: the logits are
+        ``features @ output_weight.T``."""
         t = tokens.shape[1]
         positions = self.position_embedding.weight[:t]  # (T, D), broadcast over B
         x = self.token_embedding(tokens) + positions  # (B, T, D)
         for block in self.blocks:
             x = block(x)
-<<<<<<< HEAD
-        logits = F.linear(self.final_norm(x), self.output_weight)  # (B, T, V)
-        return logits if self.output_multiplier == 1.0 else logits * self.output_multiplier
-=======
-        return self.final_norm(x)
->>>>>>> main
+        hidden = self.final_norm(x)
+        # μP's logits multiplier 1/m, applied to the features: (h/m)·Wᵀ = (h·Wᵀ)/m, so the
+        # chunked loss and the logits agree
+        return hidden if self.output_multiplier == 1.0 else hidden * self.output_multiplier
 
     def loss(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean next-token cross-entropy (nats) of (B, T) tokens against (B, T) targets."""

@@ -33,11 +33,8 @@ from dwtune.backends.pytorch.perf import Peak, mfu, peak_flops, synchronize, tun
 from dwtune.core import vocabulary
 from dwtune.core.budget import ModelShape, flops_per_token
 from dwtune.core.errors import InputError
-<<<<<<< HEAD
-from dwtune.core.parametrization import Parametrization, for_shape
-=======
 from dwtune.core.memory import logit_chunk_tokens
->>>>>>> main
+from dwtune.core.parametrization import Parametrization, for_shape
 from dwtune.core.spec import ExperimentSpec, TrainConfig
 from dwtune.storage.store import atomic_file
 
