@@ -27,6 +27,7 @@ COMMANDS = {
     "project": "project the optimal depth and width for a budget",
     "report": "write report.md and figures for an experiment",
     "analyze": "find transitions in a table of runs dwtune did not train; hold a law against it",
+    "coordcheck": "activation RMS per layer across widths under sp, mup, completep",
 }
 
 

@@ -95,7 +95,10 @@ transition_scale`` (positive below N*, where the deeper net loses) and ``σ = no
       penalty(w, lr) = lr_penalty · ln²(lr / lr_opt(w))                       [nats; 0 = off]
       lr_opt(w)      = lr_opt · (lr_base_width / w)^lr_width_exponent    [3e-3, 256, 1]
 
-  ``lr`` is the trial's learning rate (``spec.train.lr`` unless the caller passes ``lr=``).
+  ``lr`` is the trial's learning rate (``spec.train.lr`` unless the caller passes ``lr=``;
+  a searched rate reaches the backend as ``spec.train.lr`` through ``records.request_spec``).
+  Under ``model.parametrization`` mup or completep the effective ``lr_width_exponent`` is 0
+  (``effective_config``): the best rate no longer moves with width.
   Under standard parametrisation (exponent 1) the best rate falls as 1/width, so one shared
   rate mis-tunes the two nets of a pair differently: at equal N the deeper net is narrower
   and Δ gains ``penalty(w_d, lr) − penalty(w_s, lr)``, which moves the crossing away from
@@ -151,7 +154,7 @@ from dwtune.backends.simulated_surface import (
 from dwtune.core import vocabulary
 from dwtune.core.budget import ModelShape
 from dwtune.core.records import planted_chain
-from dwtune.core.spec import ExperimentSpec
+from dwtune.core.spec import ExperimentSpec, SimulatedConfig
 
 __all__ = [
     "ALPHA",
@@ -183,13 +186,21 @@ STATE_FILE = "simulated_state.json"  # a checkpoint: the last step reported
 # --------------------------------------------------------------------------- one trial
 
 
+def effective_config(spec: ExperimentSpec) -> SimulatedConfig:
+    """The surface a trial sees: under mup and completep the best rate does not move with
+    width (effective ``lr_width_exponent`` 0), as those parametrisations are built to do."""
+    if spec.model.parametrization == "sp" or spec.simulated.lr_width_exponent == 0:
+        return spec.simulated
+    return dataclasses.replace(spec.simulated, lr_width_exponent=0.0)
+
+
 def _linked(spec: ExperimentSpec, depth: int) -> tuple[int, ...]:
     return planted_chain(spec.refine.pairs, depth)[:-1]  # the last member has no partner
 
 
 def mean_loss(spec: ExperimentSpec, depth: int, width: float, lr: float | None = None) -> float:
     """Noise-free final loss S(N) + D(L, ln N) (+ the lr penalty) at the size of (depth, width)."""
-    return mean_loss_at(spec.simulated, _linked(spec, depth), depth, width, lr)
+    return mean_loss_at(effective_config(spec), _linked(spec, depth), depth, width, lr)
 
 
 def trial_outcome(
@@ -197,7 +208,7 @@ def trial_outcome(
 ) -> SeedOutcome:
     """The trial's end on the configured surface (its lr: ``spec.train.lr`` unless given)."""
     return seed_outcome(
-        spec.simulated,
+        effective_config(spec),
         _linked(spec, shape.depth),
         shape.depth,
         shape.width,

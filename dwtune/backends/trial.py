@@ -20,7 +20,7 @@ from typing import Protocol
 
 from dwtune.core import vocabulary
 from dwtune.core.budget import ModelShape
-from dwtune.core.records import TrialRecord, TrialRequest, record_from_result
+from dwtune.core.records import TrialRecord, TrialRequest, record_from_result, request_spec
 from dwtune.core.spec import ExperimentSpec
 
 Report = Callable[[dict, str | None], None]
@@ -72,7 +72,12 @@ def run_trial_inprocess(spec: ExperimentSpec, request: TrialRequest) -> TrialRec
     """Train one request in this process (no Ray) and summarise it as a record."""
     curve: list[dict] = []
     start = time.perf_counter()
-    final = run_training(spec, request.shape, request.seed, lambda m, _ckpt: curve.append(dict(m)))
+    final = run_training(
+        request_spec(spec, request),
+        request.shape,
+        request.seed,
+        lambda m, _ckpt: curve.append(dict(m)),
+    )
     return record_from_result(
         request,
         spec,

@@ -55,7 +55,7 @@ def _shape(spec, args: argparse.Namespace):
         raise InputError(f"--depth: got {args.depth}; expected an integer >= 1")
     if args.budget is not None:
         return spec.cell(args.depth, parse_size(args.budget, "--budget")).shape
-    shape = dataclasses.replace(spec.shape_template(), depth=args.depth, width=args.width)
+    shape = spec.shape_at(args.depth, args.width)
     check_shape(shape)
     return shape
 

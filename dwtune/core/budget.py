@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dwtune.core.errors import InputError
@@ -122,7 +123,7 @@ class GridCell:
     depth: int
     budget: float
     shape: ModelShape
-    size: int  # in the spec's convention
+    size: float  # in the spec's convention (training FLOPs when space.compare is flops)
     params_non_embedding: int  # paper convention 12·L·dx²
     params_total: int
 
@@ -132,22 +133,35 @@ class GridCell:
         return (self.size - self.budget) / self.budget
 
 
-def _shape_at(template: ModelShape, depth: int, width: int) -> ModelShape:
-    return dataclasses.replace(template, depth=depth, width=width)
+def _shape_at(
+    template: ModelShape, depth: int, width: int, head_dim: int | None = None
+) -> ModelShape:
+    heads = width // head_dim if head_dim else template.heads
+    return dataclasses.replace(template, depth=depth, width=width, heads=heads)
 
 
 def solve_width(
-    template: ModelShape, depth: int, budget: float, width_multiple: int, convention: str
+    template: ModelShape,
+    depth: int,
+    budget: float,
+    width_multiple: int,
+    convention: str,
+    *,
+    head_dim: int | None = None,
+    measure: Callable[[ModelShape], float] | None = None,
 ) -> GridCell:
     """The legal width whose size is closest to ``budget`` at ``depth``.
 
     Sizes grow monotonically with width, so a doubling search then a bisection over multiples
     of the width step finds the bracketing pair; the closer of the two wins (ties go narrower).
+    ``head_dim`` fixes the head width instead of the head count (heads = width / head_dim);
+    ``measure`` replaces the size convention (equal-FLOPs studies pass training FLOPs).
     """
-    step = width_step(template.heads, width_multiple)
+    step = width_step(head_dim or template.heads, width_multiple)
 
-    def size(k: int) -> int:
-        return size_of(_shape_at(template, depth, k * step), convention)
+    def size(k: int) -> float:
+        shape = _shape_at(template, depth, k * step, head_dim)
+        return measure(shape) if measure else size_of(shape, convention)
 
     low, high = 1, 1
     while size(high) < budget:
@@ -161,7 +175,7 @@ def solve_width(
             f"budget {budget:.3g} is too small for depth {depth}: the narrowest width "
             f"{step} already has {size(1):.3g} parameters; raise the budget or drop the depth"
         )
-    shape = _shape_at(template, depth, k * step)
+    shape = _shape_at(template, depth, k * step, head_dim)
     return GridCell(
         depth=depth,
         budget=float(budget),
@@ -170,6 +184,11 @@ def solve_width(
         params_non_embedding=paper_size(depth, shape.width),
         params_total=count_params(shape).total,
     )
+
+
+def training_flops(shape: ModelShape, tokens: float) -> float:
+    """Training FLOPs of ``tokens`` tokens: flops_per_token × tokens."""
+    return flops_per_token(shape) * tokens
 
 
 def depth_threshold(width: int) -> float:

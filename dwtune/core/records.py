@@ -12,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dwtune.core import vocabulary
 from dwtune.core.budget import GridCell, ModelShape
-from dwtune.core.spec import ExperimentSpec
+from dwtune.core.spec import ExperimentSpec, TrainConfig
 from dwtune.core.vocabulary import Stage
 
 IDENTITY_VERSION = 1  # bump when the trainer changes what a given identity produces
@@ -26,22 +26,61 @@ IDENTITY_VERSION = 1  # bump when the trainer changes what a given identity prod
 RECORD_SCHEMA_VERSION = 1
 
 
-def trial_identity(spec: ExperimentSpec, shape: ModelShape, seed: int) -> str:
-    """Stable 16-hex-digit content hash of a trial."""
+def trial_identity(
+    spec: ExperimentSpec,
+    shape: ModelShape,
+    seed: int,
+    *,
+    lr: float | None = None,
+    search_steps: int | None = None,
+) -> str:
+    """Stable 16-hex-digit content hash of a trial.
+
+    ``lr`` is the trial's own rate (a searched one; None: ``train.lr``), which replaces the
+    search in the training config. ``search_steps`` marks an ``lr_search`` trial trained for
+    that many steps (ASHA may stop it early, so it is never the same trial as a full one).
+    The parametrisation enters only when it is not sp, so older identities are unchanged.
+    """
+    train = _trial_train(spec.train, lr, search_steps)
     payload = {
         "v": IDENTITY_VERSION,
         "shape": dataclasses.asdict(shape),
-        "train": dataclasses.asdict(spec.train),
+        "train": train.identity(),
         "data": data_identity(spec.data),
         "seed": seed,
         "trainer": spec.trainer,
     }
+    if search_steps is not None:
+        payload["lr_search"] = True
+    if spec.model.identity():
+        payload["model"] = spec.model.identity()
     if spec.trainer == "simulated":
         payload["simulated"] = spec.simulated.identity()
         # the simulated surface of a depth depends on the pairs it belongs to
         payload["planted_chain"] = list(planted_chain(spec.refine.pairs, shape.depth))
     blob = json.dumps(payload, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _trial_train(train: TrainConfig, lr: float | None, search_steps: int | None) -> TrainConfig:
+    """The training config of one trial: its own rate, and a search trial's reduced steps."""
+    changes: dict = {}
+    if lr is not None:
+        changes.update(lr=float(lr), lr_search=None)
+    if search_steps is not None:
+        changes.update(steps=int(search_steps), tokens=None, tokens_per_param=None)
+    return dataclasses.replace(train, **changes) if changes else train
+
+
+def request_spec(spec: ExperimentSpec, request: TrialRequest) -> ExperimentSpec:
+    """The spec a backend trains ``request`` with: its own learning rate, a search trial's
+    steps, and tokens_per_param resolved to tokens (backends never see a search or a
+    size-dependent length)."""
+    train = _trial_train(spec.train, request.lr, request.search_steps)
+    if train.tokens_per_param is not None:
+        tokens = spec.training_tokens(request.shape)
+        train = dataclasses.replace(train, tokens=max(1, tokens), tokens_per_param=None)
+    return spec if train is spec.train else dataclasses.replace(spec, train=train)
 
 
 # Data fields that never change a result (where files live, guards) stay out of the identity.
@@ -76,6 +115,9 @@ class TrialRequest:
     stage: str  # a vocabulary.Stage
     cell: GridCell
     seed: int
+    lr: float | None = None  # the trial's own rate; None: train.lr
+    lr_source: str = vocabulary.LR_SOURCE_SPEC
+    search_steps: int | None = None  # lr_search trials: the reduced-fidelity steps
 
     @property
     def shape(self) -> ModelShape:
@@ -84,19 +126,36 @@ class TrialRequest:
     @property
     def name(self) -> str:
         """Human-readable trial name used in TensorBoard and logs."""
-        return f"L{self.shape.depth}_w{self.shape.width}_s{self.seed}_{self.trial_id[:6]}"
+        base = f"L{self.shape.depth}_w{self.shape.width}_s{self.seed}"
+        if self.stage == vocabulary.STAGE_LR_SEARCH:
+            base += f"_lr{self.lr:.2e}"
+        return f"{base}_{self.trial_id[:6]}"
 
 
-def make_request(spec: ExperimentSpec, cell: GridCell, seed: int, stage: str) -> TrialRequest:
-    return TrialRequest(trial_identity(spec, cell.shape, seed), stage, cell, seed)
+def make_request(
+    spec: ExperimentSpec,
+    cell: GridCell,
+    seed: int,
+    stage: str,
+    *,
+    lr: float | None = None,
+    lr_source: str = vocabulary.LR_SOURCE_SPEC,
+    search_steps: int | None = None,
+) -> TrialRequest:
+    trial_id = trial_identity(spec, cell.shape, seed, lr=lr, search_steps=search_steps)
+    return TrialRequest(trial_id, stage, cell, seed, lr, lr_source, search_steps)
 
 
-def grid_requests(spec: ExperimentSpec) -> list[TrialRequest]:
-    """Every (depth, budget, seed) of the spec's space, deduplicated by identity."""
+def grid_requests(
+    spec: ExperimentSpec, rates: Mapping[tuple[int, int], tuple[float, str]] | None = None
+) -> list[TrialRequest]:
+    """Every (depth, budget, seed) of the spec's space, deduplicated by identity. ``rates``
+    maps a cell's (depth, width) to its (learning rate, source) when the rate is searched."""
     requests: dict[str, TrialRequest] = {}
     for cell in spec.grid():
+        lr, source = (rates or {}).get((cell.depth, cell.shape.width), (None, "spec"))
         for seed in spec.space.seeds:
-            request = make_request(spec, cell, seed, Stage.GRID)
+            request = make_request(spec, cell, seed, Stage.GRID, lr=lr, lr_source=source)
             requests.setdefault(request.trial_id, request)
     return list(requests.values())
 
@@ -127,6 +186,12 @@ class TrialRecord:
     simulated: bool = False
     surface: str = ""  # the simulated surface (simulated.surface) of a simulated trial, else ""
     val_loss_se: float = float("nan")  # standard error of the final val/loss over eval batches
+    lr: float = float("nan")  # peak learning rate the trial trained with
+    lr_source: str = vocabulary.LR_SOURCE_SPEC
+    parametrization: str = "sp"
+    head_dim: int = 0
+    compare: str = "params"
+    tokens_per_param: float = float("nan")
     # One dict per report: metric name -> value (metrics vocabulary); not a trials.parquet column.
     curve: list[dict] = field(default_factory=list, repr=False)
 
@@ -189,5 +254,11 @@ def record_from_result(
         simulated=spec.trainer == "simulated",
         surface=spec.simulated.surface if spec.trainer == "simulated" else "",
         val_loss_se=float(last.get(vocabulary.VAL_LOSS_SE, float("nan"))),
+        lr=float(spec.train.lr if request.lr is None else request.lr),
+        lr_source=request.lr_source,
+        parametrization=spec.model.parametrization,
+        head_dim=cell.shape.head_dim,
+        compare=spec.space.compare,
+        tokens_per_param=float(spec.train.tokens_per_param or float("nan")),
         curve=list(curve),
     )

@@ -37,6 +37,7 @@ class Stage(StrEnum):
 
     GRID = "grid"
     REFINE = "refine"
+    LR_SEARCH = "lr_search"  # a reduced-fidelity trial of a per-shape learning-rate search
 
 
 class TransitionStatus(StrEnum):
@@ -98,6 +99,18 @@ CURVE_SCALARS = (
 )
 
 
+# Stages a trial is trained for (trials.parquet ``stage``).
+STAGE_GRID = Stage.GRID
+STAGE_REFINE = Stage.REFINE
+STAGE_LR_SEARCH = Stage.LR_SEARCH
+STAGES = tuple(Stage)
+
+# Where a trial's learning rate came from (trials.parquet ``lr_source``).
+LR_SOURCE_SPEC = "spec"  # train.lr, one rate for every shape
+LR_SOURCE_SEARCH = "search"  # the best rate of the cell's own search
+LR_SOURCE_INTERPOLATED = "interpolated"  # ln-width interpolation of the grid's best rates
+LR_SOURCE_PROPOSED = "proposed"  # an lr_search trial: the rate Optuna proposed
+LR_SOURCES = (LR_SOURCE_SPEC, LR_SOURCE_SEARCH, LR_SOURCE_INTERPOLATED, LR_SOURCE_PROPOSED)
 # --------------------------------------------------------------------------- experiment files
 # Names inside an experiment directory (<storage>/<spec name>/).
 TRIALS_FILE = "trials.parquet"

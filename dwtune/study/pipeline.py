@@ -130,9 +130,11 @@ class Study:
             store.initialise(self.spec)
             store.records()  # a corrupt record stops us here, before Ray starts
             with TuneRunner(self.spec, store, address=address, progress=progress) as runner:
-                runner.run(grid_requests(self.spec))
+                rates = searched_rates(self.spec, store, runner)  # train.lr as a search
+                runner.run(grid_requests(self.spec, rates.grid_rates if rates else None))
                 if not grid_only and self.spec.refine.pairs:
-                    refine_stage(self.spec, store, progress).run(runner.run)
+                    rate_for = rates.rate_for if rates else None
+                    refine_stage(self.spec, store, progress, rate_for).run(runner.run)
             trials_path, curves_path = export_experiment(store)
             progress.note(f"wrote {trials_path} and {curves_path}")
             if not grid_only:
@@ -159,16 +161,29 @@ class Study:
                         TuneRunner(self.spec, store, address=address, progress=progress)
                     )
                 )
+                rates = searched_rates(self.spec, store, runner)  # recorded: trains nothing
+                stage.set_rate_for(rates.rate_for if rates else None)
                 transitions = stage.run(runner.run)
             export_experiment(store)
             finish(store)
         return transitions, StudyResults(store.root)
 
 
-def refine_stage(spec: ExperimentSpec, store: ExperimentStore, progress):
+def refine_stage(spec: ExperimentSpec, store: ExperimentStore, progress, rate_for=None):
     from dwtune.study.refine import RefineStage  # optuna: only when a stage refines
 
-    return RefineStage(spec, store, progress)
+    return RefineStage(spec, store, progress, rate_for)
+
+
+def searched_rates(spec: ExperimentSpec, store: ExperimentStore, runner):
+    """The grid's per-cell learning-rate search (None when train.lr is a number)."""
+    if spec.train.lr_search is None:
+        return None
+    from dwtune.study.lr_search import RateBook  # optuna: only when rates are searched
+
+    book = RateBook(spec, store, runner.run_lr_search)
+    book.search_grid(spec.grid())
+    return book
 
 
 def finish(store: ExperimentStore) -> None:
@@ -200,3 +215,8 @@ class StartOnFirstBatch:
         if self.runner is None:
             self.runner = self.start()
         return self.runner.run(requests)
+
+    def run_lr_search(self, requests: list) -> list:
+        if self.runner is None:
+            self.runner = self.start()
+        return self.runner.run_lr_search(requests)

@@ -38,6 +38,7 @@ import pyarrow as pa
 from optuna.trial import TrialState
 
 from dwtune.core import pair_points, transitions, vocabulary
+from dwtune.core.budget import GridCell
 from dwtune.core.errors import InputError
 from dwtune.core.fit.bootstrap import PairPoints
 from dwtune.core.pair_points import PairGrid, PairPoint
@@ -59,6 +60,8 @@ from dwtune.storage.store import ExperimentStore
 from dwtune.study.runners.local import LocalRunner
 
 RunTrials = Callable[[list[TrialRequest]], list[TrialRecord]]
+# A refine cell's (learning rate, source) when train.lr is a search (dwtune.study.lr_search).
+RateFor = Callable[[GridCell], tuple[float, str]]
 Progress = Callable[[str], None]
 # A pair's refinement: yields request batches, is sent their records, returns its transition.
 Rounds = Generator[list[TrialRequest], list[TrialRecord], Transition]
@@ -184,6 +187,8 @@ def noise_prior(spec: ExperimentSpec, pair: tuple[int, int] = (1, 1)) -> float:
 class PairRefiner:
     """Runs one pair's study to its end and derives the pair's transition."""
 
+    rate_for: RateFor | None = None  # set by RefineStage when the spec searches rates
+
     def __init__(self, spec: ExperimentSpec, store: ExperimentStore, grid: PairGrid, say: Progress):
         self.spec, self.store, self.grid, self.say = spec, store, grid, say
         self.refine = spec.refine
@@ -260,11 +265,7 @@ class PairRefiner:
         wanted = start
         while True:
             new_seeds = [s for s in self.seed_order[:wanted] if s not in records]
-            requests = [
-                make_request(self.spec, cell, seed, Stage.REFINE)
-                for seed in new_seeds
-                for cell in cells
-            ]
+            requests = [self._request(cell, seed) for seed in new_seeds for cell in cells]
             results = yield requests  # both depths x the new seeds: one batch, in parallel
             records.update(
                 {seed: (results[2 * i], results[2 * i + 1]) for i, seed in enumerate(new_seeds)}
@@ -273,6 +274,11 @@ class PairRefiner:
             if point.decision.decided or wanted >= self.refine.max_seeds:
                 return point
             wanted = transitions.seeds_wanted(point.decision, wanted, self.refine)
+
+    def _request(self, cell, seed: int) -> TrialRequest:
+        """A refine training; its rate from ``rate_for`` when the spec searches rates."""
+        lr, source = self.rate_for(cell) if self.rate_for else (None, vocabulary.LR_SOURCE_SPEC)
+        return make_request(self.spec, cell, seed, Stage.REFINE, lr=lr, lr_source=source)
 
     def _point(self, budget, sizes, records, kind: str, requested: int, verified: bool):
         """The point of ``records`` (failed trainings included: they count against their
@@ -307,7 +313,7 @@ class PairRefiner:
             for depth in self.pair:
                 cell = self.spec.cell(depth, point.budget)
                 ids |= {
-                    make_request(self.spec, cell, seed, Stage.REFINE).trial_id
+                    self._request(cell, seed).trial_id
                     for seed in self.seed_order[: point.requested]
                 }
         records = (self.store.read_record(i) for i in ids)
@@ -369,6 +375,8 @@ def grid_pairs(spec: ExperimentSpec, records: Sequence[TrialRecord]) -> list[Pai
     """Every configured pair's grid points; InputError for a depth the grid never finished."""
     budgets, seeds = spec.space.budgets, spec.space.seeds
     convention = spec.model.size_convention
+    # a search trial trains the cell's shape at reduced fidelity: never a grid point
+    records = [r for r in records if r.stage != Stage.LR_SEARCH]
     grids = []
     for pair in spec.refine.pairs:
         grid = pair_points.grid_pair(records, tuple(pair), budgets, seeds, convention)
@@ -385,12 +393,26 @@ class RefineStage:
     here, before Ray starts or anything is trained.
     """
 
-    def __init__(self, spec: ExperimentSpec, store: ExperimentStore, progress=None):
+    def __init__(
+        self,
+        spec: ExperimentSpec,
+        store: ExperimentStore,
+        progress=None,
+        rate_for: RateFor | None = None,
+    ):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.spec, self.store = spec, store
         say = _say(progress)
         grids = grid_pairs(spec, store.records())
         self.refiners = [PairRefiner(spec, store, grid, say) for grid in grids]
+        for refiner in self.refiners:
+            refiner.rate_for = rate_for
+
+    def set_rate_for(self, rate_for: RateFor | None) -> None:
+        """Searched rates for the refine trainings (``dwtune refine`` finds them after the
+        stage is built)."""
+        for refiner in self.refiners:
+            refiner.rate_for = rate_for
 
     def run(self, run_trials: RunTrials) -> list[Transition]:
         """Refine every pair (or resume), write transitions.parquet, return its rows.
@@ -429,14 +451,18 @@ def _advance(index: int, rounds: Rounds, records, waiting: dict, done: dict) -> 
 
 
 def run_refine(
-    spec: ExperimentSpec, store: ExperimentStore, run_trials: RunTrials, progress=None
+    spec: ExperimentSpec,
+    store: ExperimentStore,
+    run_trials: RunTrials,
+    progress=None,
+    rate_for: RateFor | None = None,
 ) -> list[Transition]:
     """Refine every configured pair (or resume); ``run_trials`` trains batches of requests.
 
     ``progress``: a :class:`dwtune.study.progress.StudyProgress` (lines go to its ``note``), any
     callable taking one line, or None.
     """
-    return RefineStage(spec, store, progress).run(run_trials)
+    return RefineStage(spec, store, progress, rate_for).run(run_trials)
 
 
 def _say(progress) -> Progress:

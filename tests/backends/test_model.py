@@ -10,6 +10,7 @@ import torch
 from dwtune.backends.pytorch.model import build_model, compile_blocks
 from dwtune.core.budget import ModelShape, count_params
 from dwtune.core.errors import InputError
+from dwtune.core.parametrization import Parametrization, parametrization_for
 
 SHAPE_GRID = [
     ModelShape(
@@ -38,6 +39,41 @@ SHAPE_GRID = [
 def test_parameter_count_equals_the_budget_count(shape):
     model = build_model(shape)
     assert sum(p.numel() for p in model.parameters()) == count_params(shape).total
+
+
+def _rules(name: str, shape: ModelShape) -> Parametrization:
+    return parametrization_for(
+        name,
+        width=shape.width,
+        depth=shape.depth,
+        heads=shape.heads,
+        base_width=8,
+        base_depth=1,
+        head_dim_fixed=False,
+    )
+
+
+@pytest.mark.parametrize("name", ["sp", "mup", "completep"])
+@pytest.mark.parametrize("shape", SHAPE_GRID[::7], ids=str)
+def test_parameter_count_is_the_same_under_every_parametrization(name, shape):
+    model = build_model(shape, _rules(name, shape))
+    assert sum(p.numel() for p in model.parameters()) == count_params(shape).total
+
+
+def test_mup_scales_hidden_init_and_logits_with_width_and_completep_the_branches():
+    shape = ModelShape(depth=4, width=32, heads=2, vocab_size=17, seq_len=5)
+    torch.manual_seed(0)
+    sp = build_model(shape)
+    mup = build_model(shape, _rules("mup", shape))  # width multiplier m = 32 / 8 = 4
+    completep = build_model(shape, _rules("completep", shape))  # depth multiplier 4
+    ratio = float(
+        mup.blocks[0].mlp.fc.weight.detach().std() / sp.blocks[0].mlp.fc.weight.detach().std()
+    )
+    assert ratio == pytest.approx(0.5, rel=0.1)  # 1/sqrt(m)
+    assert mup.output_multiplier == pytest.approx(0.25)
+    assert mup.blocks[0].attn.scale == pytest.approx(2.0 / 16)  # sqrt(K_base = 4) / K
+    assert sp.blocks[0].attn.scale is None and sp.blocks[0].branch == 1.0
+    assert completep.blocks[0].branch == pytest.approx(0.25)
 
 
 def test_parameter_count_matches_each_part():

@@ -5,12 +5,14 @@ Pre-LayerNorm blocks, learned positions, causal self-attention through
 ``mlp_ratio·d``, tied input/output embeddings by default, no biases by default. The parameter
 layout is exactly the one :func:`dwtune.core.budget.count_params` counts.
 
+A :class:`dwtune.core.parametrization.Parametrization` (sp by default) sets the init of the
+hidden matrices, the attention-logit scale, the residual-branch multiplier and the logits
+multiplier (μP, CompleteP); it adds no parameter.
+
 Shapes in comments: B batch, T sequence, D width, H heads, K head_dim = D / H, V vocabulary.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
@@ -18,8 +20,7 @@ from torch import nn
 
 from dwtune.core.budget import ModelShape
 from dwtune.core.errors import InputError
-
-INIT_STD = 0.02  # GPT-2 initialisation
+from dwtune.core.parametrization import INIT_STD, Parametrization
 
 
 def check_shape(shape: ModelShape) -> None:
@@ -35,9 +36,10 @@ def check_shape(shape: ModelShape) -> None:
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, shape: ModelShape):
+    def __init__(self, shape: ModelShape, scale: float | None = None):
         super().__init__()
         self.heads = shape.heads
+        self.scale = scale  # attention-logit scale; None: SDPA's 1/sqrt(K)
         self.qkv = nn.Linear(shape.width, 3 * shape.width, bias=shape.bias)
         self.proj = nn.Linear(shape.width, shape.width, bias=shape.bias)
 
@@ -49,7 +51,7 @@ class CausalSelfAttention(nn.Module):
             part.view(b, t, self.heads, d // self.heads).transpose(1, 2)  # (B, H, T, K)
             for part in self.qkv(x).split(d, dim=2)  # (B, T, 3D) -> 3 x (B, T, D)
         )
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, K)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))  # (B, T, D)
 
 
@@ -66,33 +68,39 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """The repeated unit: the one module that torch.compile compiles (regional compilation)."""
 
-    def __init__(self, shape: ModelShape):
+    def __init__(self, shape: ModelShape, param: Parametrization):
         super().__init__()
         self.norm1 = nn.LayerNorm(shape.width, bias=shape.bias)
-        self.attn = CausalSelfAttention(shape)
+        self.attn = CausalSelfAttention(shape, param.attention_scale())
         self.norm2 = nn.LayerNorm(shape.width, bias=shape.bias)
         self.mlp = MLP(shape)
+        self.branch = param.branch_multiplier()  # 1 unless completep (1/m_L)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        if self.branch == 1.0:
+            x = x + self.attn(self.norm1(x))
+            return x + self.mlp(self.norm2(x))
+        x = x + self.branch * self.attn(self.norm1(x))
+        return x + self.branch * self.mlp(self.norm2(x))
 
 
 class GPT(nn.Module):
-    def __init__(self, shape: ModelShape):
+    def __init__(self, shape: ModelShape, param: Parametrization | None = None):
         super().__init__()
         check_shape(shape)
         self.shape = shape
+        self.param = param or Parametrization(width=shape.width, depth=shape.depth)
+        self.output_multiplier = self.param.output_multiplier()  # 1/m under mup, completep
         self.token_embedding = nn.Embedding(shape.vocab_size, shape.width)
         self.position_embedding = nn.Embedding(shape.seq_len, shape.width)
-        self.blocks = nn.ModuleList(Block(shape) for _ in range(shape.depth))
+        self.blocks = nn.ModuleList(Block(shape, self.param) for _ in range(shape.depth))
         self.final_norm = nn.LayerNorm(shape.width, bias=shape.bias)
         # Untied: a separate (V, D) output matrix; tied: the logits reuse the token embedding.
         self.head = (
             None if shape.tied_embeddings else nn.Linear(shape.width, shape.vocab_size, bias=False)
         )
         self.apply(self._init_weights)
-        self._scale_residual_projections()
+        self._init_hidden()
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, nn.Linear | nn.Embedding):
@@ -100,13 +108,24 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def _scale_residual_projections(self) -> None:
-        # Each block adds two residual branches: std / sqrt(2L) keeps the residual stream's
-        # variance independent of depth at initialisation (GPT-2).
-        std = INIT_STD / math.sqrt(2 * self.shape.depth)
+    def _init_hidden(self) -> None:
+        # sp: std 0.02, and 0.02/sqrt(2L) on the two projections ending a residual branch
+        # (GPT-2: the residual stream's variance independent of depth at init); mup and
+        # completep scale the hidden matrices' std by 1/sqrt(m) (see core.parametrization).
+        hidden, residual = self.param.hidden_init_std(), self.param.residual_projection_std()
         for block in self.blocks:
-            nn.init.normal_(block.attn.proj.weight, mean=0.0, std=std)
-            nn.init.normal_(block.mlp.proj.weight, mean=0.0, std=std)
+            nn.init.normal_(block.attn.qkv.weight, mean=0.0, std=hidden)
+            nn.init.normal_(block.mlp.fc.weight, mean=0.0, std=hidden)
+            nn.init.normal_(block.attn.proj.weight, mean=0.0, std=residual)
+            nn.init.normal_(block.mlp.proj.weight, mean=0.0, std=residual)
+
+    def hidden_matrices(self) -> list[nn.Parameter]:
+        """The matrices whose both dimensions grow with width (μP's hidden weights)."""
+        return [
+            layer.weight
+            for block in self.blocks
+            for layer in (block.attn.qkv, block.attn.proj, block.mlp.fc, block.mlp.proj)
+        ]
 
     @property
     def output_weight(self) -> torch.Tensor:
@@ -117,13 +136,17 @@ class GPT(nn.Module):
         return F.linear(self.features(tokens), self.output_weight)  # (B, T, V)
 
     def features(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Final-norm hidden states (B, T, D): the logits are ``features @ output_weight.T``."""
+        """Final-norm hidden states (B, T, D), times the logits multiplier: the logits are
+        ``features @ output_weight.T``."""
         t = tokens.shape[1]
         positions = self.position_embedding.weight[:t]  # (T, D), broadcast over B
         x = self.token_embedding(tokens) + positions  # (B, T, D)
         for block in self.blocks:
             x = block(x)
-        return self.final_norm(x)
+        hidden = self.final_norm(x)
+        # μP's logits multiplier 1/m, applied to the features: (h/m)·Wᵀ = (h·Wᵀ)/m, so the
+        # chunked loss and the logits agree
+        return hidden if self.output_multiplier == 1.0 else hidden * self.output_multiplier
 
     def loss(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean next-token cross-entropy (nats) of (B, T) tokens against (B, T) targets."""
@@ -131,9 +154,10 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.reshape(-1))
 
 
-def build_model(shape: ModelShape) -> GPT:
-    """The model for ``shape``; its parameter count equals ``count_params(shape).total``."""
-    return GPT(shape)
+def build_model(shape: ModelShape, param: Parametrization | None = None) -> GPT:
+    """The model for ``shape``; its parameter count equals ``count_params(shape).total`` under
+    every parametrisation."""
+    return GPT(shape, param)
 
 
 def compile_blocks(model: GPT) -> None:

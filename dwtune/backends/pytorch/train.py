@@ -34,6 +34,7 @@ from dwtune.core import vocabulary
 from dwtune.core.budget import ModelShape, flops_per_token
 from dwtune.core.errors import InputError
 from dwtune.core.memory import logit_chunk_tokens
+from dwtune.core.parametrization import Parametrization, for_shape
 from dwtune.core.spec import ExperimentSpec, TrainConfig
 from dwtune.storage.store import atomic_file
 
@@ -118,14 +119,38 @@ def configure_runtime(device: str, compile_setting: str | bool | None, cache_dir
 # --------------------------------------------------------------------------- the step
 
 
+ADAM_EPS = 1e-8  # torch's default; CompleteP scales it per group
+LR_SCALE = "lr_scale"  # param-group key: the group's rate is lr_scale × the schedule's
+
+
 def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.AdamW:
-    """Fused AdamW; weight decay on matrices and embeddings, not on LayerNorm parameters."""
+    """Fused AdamW; weight decay on matrices and embeddings, not on LayerNorm parameters.
+
+    Under mup and completep the hidden matrices are their own group, with rate ``lr/m`` (and
+    under completep their decay ×m, ε ×1/(m·m_L), the vector-like ε ×1/m_L); under sp the
+    two groups are today's, each with lr_scale 1.
+    """
+    param = model.param
+    hidden_ids = {id(p) for p in model.hidden_matrices()} if param.name != "sp" else set()
     params = list(model.parameters())
+    hidden = [p for p in params if id(p) in hidden_ids]
+    matrices = [p for p in params if p.dim() >= 2 and id(p) not in hidden_ids]
+    vectors = [p for p in params if p.dim() < 2]
     groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        _group(matrices, cfg.weight_decay, 1.0, ADAM_EPS * param.vector_eps_scale()),
+        _group(vectors, 0.0, 1.0, ADAM_EPS * param.vector_eps_scale()),
     ]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=True)
+    if hidden:
+        decay = cfg.weight_decay * param.hidden_weight_decay_scale()
+        eps = ADAM_EPS * param.hidden_eps_scale()
+        groups.append(_group(hidden, decay, param.hidden_lr_scale(), eps))
+    return torch.optim.AdamW(
+        groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=ADAM_EPS, fused=True
+    )
+
+
+def _group(params: list, weight_decay: float, lr_scale: float, eps: float) -> dict:
+    return {"params": params, "weight_decay": weight_decay, LR_SCALE: lr_scale, "eps": eps}
 
 
 def lm_loss(model: GPT, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -174,11 +199,17 @@ def to_device(windows: np.ndarray, device: torch.device) -> tuple[torch.Tensor, 
     return tokens[:, :-1], tokens[:, 1:]
 
 
-def build_training(shape: ModelShape, cfg: TrainConfig, runtime: Runtime, seed: int) -> TrainStep:
+def build_training(
+    shape: ModelShape,
+    cfg: TrainConfig,
+    runtime: Runtime,
+    seed: int,
+    param: Parametrization | None = None,
+) -> TrainStep:
     """Model (initialised from ``seed``), optimizer and step; compiled blocks when enabled."""
     check_shape(shape)
     torch.manual_seed(seed)  # same seed, same initialisation (paired seeds)
-    model = build_model(shape).to(runtime.device)
+    model = build_model(shape, param).to(runtime.device)
     optimizer = make_optimizer(model, cfg)
     if runtime.compile:
         compile_blocks(model)
@@ -260,7 +291,8 @@ class Trainer:
         self.eval_windows = eval_batches(
             corpus.val(), self.cfg.eval_batches, self.cfg.batch_size, shape.seq_len
         )
-        self.step_fn = build_training(shape, self.cfg, self.runtime, seed)
+        param = for_shape(spec.model, shape)
+        self.step_fn = build_training(shape, self.cfg, self.runtime, seed, param)
         self.total_steps = self.cfg.total_steps(shape.seq_len)
         self.tokens_per_step = self.cfg.batch_size * shape.seq_len
         self.flops_per_token = flops_per_token(shape)
@@ -327,7 +359,7 @@ class Trainer:
         step = self.progress.step
         lr = self.cfg.lr_at(step, self.total_steps)
         for group in self.step_fn.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get(LR_SCALE, 1.0)
         windows = train_batch(
             self.train_tokens, self.seed, step, self.cfg.batch_size, self.shape.seq_len
         )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from dwtune.core.budget import GridCell, ModelShape, solve_width
+from dwtune.core.budget import GridCell, ModelShape, size_of, solve_width, training_flops
+from dwtune.core.errors import InputError
 from dwtune.core.spec.checks import as_plain
 from dwtune.core.spec.sections import (
     DataConfig,
@@ -37,14 +38,26 @@ class ExperimentSpec:
     def shape_template(self) -> ModelShape:
         return ModelShape(
             depth=1,
-            width=self.model.heads,
-            heads=self.model.heads,
+            width=self.model.head_dim or self.model.heads,
+            heads=1 if self.model.head_dim else self.model.heads,
             vocab_size=self.data.vocab_size,
             seq_len=self.data.seq_len,
             mlp_ratio=self.model.mlp_ratio,
             tied_embeddings=self.model.tied_embeddings,
             bias=self.model.bias,
         )
+
+    def shape_at(self, depth: int, width: int) -> ModelShape:
+        """The model of ``depth`` blocks at ``width`` (heads = width / head_dim when the head
+        width is fixed); InputError when head_dim does not divide the width."""
+        head_dim = self.model.head_dim
+        if head_dim and width % head_dim:
+            raise InputError(
+                f"model.head_dim: {head_dim} does not divide width {width}; use a width that "
+                f"is a multiple of {head_dim}"
+            )
+        heads = width // head_dim if head_dim else self.model.heads
+        return dataclasses.replace(self.shape_template(), depth=depth, width=width, heads=heads)
 
     def cell(self, depth: int, budget: float) -> GridCell:
         """The grid cell (shape at the budget-solving width) for one depth and budget."""
@@ -54,7 +67,28 @@ class ExperimentSpec:
             budget,
             self.model.width_multiple,
             self.model.size_convention,
+            head_dim=self.model.head_dim,
+            measure=self.training_flops if self.space.compare == "flops" else None,
         )
+
+    def training_tokens(self, shape: ModelShape) -> int:
+        """Tokens one training of ``shape`` sees: fixed steps or tokens, or tokens_per_param × N
+        (N in the spec's size convention)."""
+        train = self.train
+        if train.tokens_per_param is not None:
+            return round(train.tokens_per_param * size_of(shape, self.model.size_convention))
+        return train.total_steps(self.data.seq_len) * train.batch_size * self.data.seq_len
+
+    def training_steps(self, shape: ModelShape) -> int:
+        """Optimizer steps of one training of ``shape``."""
+        if self.train.steps is not None:
+            return self.train.steps
+        per_step = self.train.batch_size * self.data.seq_len
+        return max(1, self.training_tokens(shape) // per_step)
+
+    def training_flops(self, shape: ModelShape) -> float:
+        """Training FLOPs of one training of ``shape`` (the budget when space.compare: flops)."""
+        return training_flops(shape, self.training_tokens(shape))
 
     def grid(self) -> list[GridCell]:
         return [self.cell(d, n) for d in sorted(self.space.depths) for n in self.space.budgets]
@@ -63,4 +97,6 @@ class ExperimentSpec:
         """Plain, YAML-safe resolved spec (every default filled in)."""
         raw = dataclasses.asdict(self)
         raw.pop("source")
+        if self.model.head_dim is not None:  # heads follow the width: only head_dim is given
+            raw["model"].pop("heads")
         return as_plain(raw)

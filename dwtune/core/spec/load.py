@@ -24,6 +24,7 @@ from dwtune.core.spec.sections import (
     TRAINERS,
     DataConfig,
     FitConfig,
+    LrSearchConfig,
     ModelConfig,
     RefineConfig,
     ResourcesConfig,
@@ -169,6 +170,37 @@ def _sizes(name: str, value: object) -> tuple[float, ...]:
     return tuple(parse_size(v, name) for v in _list_of(name, value))
 
 
+def _lr_search(name: str, value: object) -> LrSearchConfig | None:
+    if value is None:  # the resolved spec.yaml of a spec without a search
+        return None
+    if not isinstance(value, dict):
+        raise InputError(
+            f"{name}: got {value!r}; expected a search such as "
+            f"{{search: log, min: 1e-4, max: 3e-2, trials: 8, fidelity: 0.25}}"
+        )
+    return _build(LrSearchConfig, name, value)
+
+
+def _train(raw: object) -> object:
+    """``train.lr`` is a number or a search mapping; a search becomes ``lr_search`` and ``lr``
+    its geometric midpoint (never trained: every trial gets its own searched rate)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("lr"), dict):
+        return _build(TrainConfig, "train", raw, {"lr_search": _lr_search})
+    raw = dict(raw)
+    search = _lr_search("train.lr", raw.pop("lr"))
+    train = _build(TrainConfig, "train", raw)
+    return dataclasses.replace(train, lr=search.midpoint, lr_search=search)
+
+
+def _model(raw: object) -> object:
+    if isinstance(raw, dict) and "heads" in raw and raw.get("head_dim") is not None:
+        raise InputError(
+            f"model: got both heads ({raw['heads']!r}) and head_dim ({raw['head_dim']!r}); "
+            f"give one: heads fixes the head count, head_dim the head width"
+        )
+    return _build(ModelConfig, "model", raw)
+
+
 SECTIONS = {
     "data": (DataConfig, {}),
     "model": (ModelConfig, {}),
@@ -192,8 +224,9 @@ def spec_from_dict(raw: object, source: str = "") -> ExperimentSpec:
     for required in ("name", "space", "train"):
         if required not in raw:
             raise InputError(f"{required}: missing; every spec needs name, space and train")
+    builders = {"train": _train, "model": _model}
     sections = {
-        key: _build(cls, key, raw.get(key), special)
+        key: builders[key](raw[key]) if key in builders else _build(cls, key, raw[key], special)
         for key, (cls, special) in SECTIONS.items()
         if key in raw
     }

@@ -14,7 +14,13 @@ TOKENIZERS = ("char", "bpe")
 SCHEDULES = ("cosine", "linear", "constant")
 TRAINERS = ("torch", "simulated")
 BUILTIN_CORPORA = ("shakespeare",)
-REFERENCE_FITS = ("levine2020",)  # dwtune.core.projection holds their constants
+REFERENCE_FITS = ("levine2020",)
+# model.parametrization: standard, μP (Adam), CompleteP (μP + 1/L residual branches);
+# the rules are in dwtune.core.parametrization.
+PARAMETRIZATIONS = ("sp", "mup", "completep")
+COMPARISONS = ("params", "flops")  # space.compare: equal parameters or equal training FLOPs
+LR_SEARCH_SCALES = ("log",)
+LR_REFINE_MODES = ("search", "interpolate")  # dwtune.core.projection holds their constants
 # Loss surfaces of the simulated backend; formulas in dwtune.backends.simulated's docstring.
 SIMULATED_SURFACES = (
     "default",
@@ -65,12 +71,59 @@ class ModelConfig:
     tied_embeddings: bool = True
     bias: bool = False
     size_convention: str = "non_embedding"  # 12·L·dx² as in the paper, or "total" exact count
+    # Fixed head width instead of a fixed head count: heads = width / head_dim (the loader
+    # refuses both keys at once).
+    head_dim: int | None = None
+    parametrization: str = "sp"  # one of PARAMETRIZATIONS
+    base_width: int | None = None  # mup, completep: the width the rates are tuned at
+    base_depth: int | None = None  # completep: the depth the rates are tuned at
 
     def __post_init__(self) -> None:
         at_least("model.heads", self.heads, 1)
         at_least("model.width_multiple", self.width_multiple, 1)
         positive("model.mlp_ratio", self.mlp_ratio)
         one_of("model.size_convention", self.size_convention, SIZE_CONVENTIONS)
+        if self.head_dim is not None:
+            at_least("model.head_dim", self.head_dim, 1)
+        one_of("model.parametrization", self.parametrization, PARAMETRIZATIONS)
+        self._check_bases()
+
+    @property
+    def width_step(self) -> int:
+        """Widths are multiples of this: divisible by the heads (or head_dim) and alignment."""
+        return math.lcm(self.head_dim or self.heads, self.width_multiple)
+
+    def _check_bases(self) -> None:
+        name = self.parametrization
+        if name == "sp":
+            return
+        if self.base_width is None:
+            raise InputError(
+                f"model.base_width: missing with parametrization {name}; give the width the "
+                f"learning rate is tuned at, a multiple of {self.width_step}, e.g. base_width: "
+                f"{self.width_step * max(1, 256 // self.width_step)}"
+            )
+        if self.base_width < 1 or self.base_width % self.width_step:
+            raise InputError(
+                f"model.base_width: got {self.base_width}; expected a valid width, a positive "
+                f"multiple of {self.width_step} (heads or head_dim and width_multiple)"
+            )
+        if name == "completep" and (self.base_depth is None or self.base_depth < 1):
+            raise InputError(
+                f"model.base_depth: got {self.base_depth}; parametrization completep needs the "
+                f"depth the rates are tuned at, an integer >= 1, e.g. base_depth: 2"
+            )
+
+    def identity(self) -> dict:
+        """The model knobs that enter a trial's identity beyond its shape: only a parametrisation
+        other than sp (heads and head_dim already show in the shape)."""
+        if self.parametrization == "sp":
+            return {}
+        return {
+            "parametrization": self.parametrization,
+            "base_width": self.base_width,
+            "base_depth": self.base_depth if self.parametrization == "completep" else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -78,8 +131,12 @@ class SpaceConfig:
     depths: tuple[int, ...]
     budgets: tuple[float, ...]  # a list, or {min, max, num} log-spaced
     seeds: tuple[int, ...] = (0,)  # a list of seeds, or a count n meaning 0..n-1
+    # params: budgets are sizes; flops: budgets are training FLOPs (flops_per_token × tokens),
+    # so the nets of one cell spend the same compute
+    compare: str = "params"
 
     def __post_init__(self) -> None:
+        one_of("space.compare", self.compare, COMPARISONS)
         if not self.depths:
             raise InputError("space.depths: got an empty list; expected depths such as [1, 2, 4]")
         for depth in self.depths:
@@ -95,8 +152,44 @@ class SpaceConfig:
 
 
 @dataclass(frozen=True)
+class LrSearchConfig:
+    """``train.lr: {search: log, min, max, trials, fidelity, refine}``: a learning-rate search
+    per shape (dwtune.study.lr_search): ``trials`` rates drawn log-uniformly in [min, max],
+    each trained for ``fidelity`` of the real steps, poor ones stopped early by ASHA."""
+
+    search: str = "log"
+    min: float = 1e-4
+    max: float = 3e-2
+    trials: int = 8
+    fidelity: float = 0.25  # share of the real training's steps a search trial trains
+    refine: str = "search"  # refine sizes: their own search, or interpolate in ln width
+
+    def __post_init__(self) -> None:
+        one_of("train.lr.search", self.search, LR_SEARCH_SCALES)
+        positive("train.lr.min", self.min)
+        positive("train.lr.max", self.max)
+        if self.min >= self.max:
+            raise InputError(
+                f"train.lr: got min {self.min:g} >= max {self.max:g}; expected min < max, "
+                f"e.g. min: 1e-4, max: 3e-2"
+            )
+        at_least("train.lr.trials", self.trials, 1)
+        if not (math.isfinite(self.fidelity) and 0 < self.fidelity <= 1):
+            raise InputError(
+                f"train.lr.fidelity: got {self.fidelity!r}; expected 0 < x <= 1 (the share of "
+                f"the real training's steps a search trial trains, e.g. 0.25)"
+            )
+        one_of("train.lr.refine", self.refine, LR_REFINE_MODES)
+
+    @property
+    def midpoint(self) -> float:
+        """Geometric mid-rate: ``train.lr`` of a spec whose rate is searched (never trained)."""
+        return math.sqrt(self.min * self.max)
+
+
+@dataclass(frozen=True)
 class TrainConfig:
-    steps: int | None = None  # give steps or tokens (tokens / (batch_size·seq_len) steps)
+    steps: int | None = None  # give one of steps, tokens (tokens / (batch_size·seq_len) steps)
     tokens: int | None = None
     batch_size: int = 16
     lr: float = 3e-3
@@ -112,15 +205,27 @@ class TrainConfig:
     patience: int | None = None  # steps without val improvement before stopping; None = off
     compile: str = "auto"  # auto = on for CUDA, off for CPU
     device: str = "auto"  # auto | cpu | cuda
+    # training tokens = tokens_per_param × N (the cell's size): a third alternative to steps
+    tokens_per_param: float | None = None
+    # a per-shape learning-rate search (``lr: {search: ...}`` in YAML); ``lr`` is then its
+    # geometric midpoint and no training uses it
+    lr_search: LrSearchConfig | None = None
 
     def __post_init__(self) -> None:
-        if (self.steps is None) == (self.tokens is None):
-            raise InputError("train: got both or neither of steps and tokens; give exactly one")
-        at_least(
-            "train.steps" if self.steps is not None else "train.tokens",
-            self.steps if self.steps is not None else self.tokens,
-            1,
-        )
+        lengths = (self.steps, self.tokens, self.tokens_per_param)
+        if sum(value is not None for value in lengths) != 1:
+            raise InputError(
+                "train: got both or neither of steps and tokens; give exactly one of steps, "
+                "tokens and tokens_per_param"
+            )
+        if self.tokens_per_param is not None:
+            positive("train.tokens_per_param", self.tokens_per_param)
+        else:
+            at_least(
+                "train.steps" if self.steps is not None else "train.tokens",
+                self.steps if self.steps is not None else self.tokens,
+                1,
+            )
         for name in ("batch_size", "eval_every", "eval_batches"):
             at_least(f"train.{name}", getattr(self, name), 1)
         at_least("train.warmup_steps", self.warmup_steps, 0)
@@ -152,7 +257,18 @@ class TrainConfig:
     def total_steps(self, seq_len: int) -> int:
         if self.steps is not None:
             return self.steps
+        if self.tokens is None:  # programming error: trial_spec resolves tokens_per_param
+            raise ValueError("tokens_per_param needs the cell's size: use records.trial_spec")
         return max(1, self.tokens // (self.batch_size * seq_len))
+
+    def identity(self) -> dict:
+        """The training config in a trial's identity: the fields added after the first
+        identities only when set."""
+        values = dataclasses.asdict(self)
+        for name in ("tokens_per_param", "lr_search"):
+            if values[name] is None:
+                values.pop(name)
+        return values
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dwtune.core.vocabulary import FIGURES_DIR, FIT_FILE, PROJECTIONS_FILE, REPORT_FILE
 from dwtune.outputs import law_checks
+from dwtune.outputs.lr_figure import plot_best_lr  # best rate against width
 from dwtune.outputs.report.figures import _new_figure, _save, draw_figures
 from dwtune.outputs.report.load import TB_FIT, cell_table, load_fit, load_study, table_budgets
 from dwtune.outputs.report.markdown import _fit_section, _header, _markdown
@@ -67,7 +68,7 @@ def write_report(exp_dir: str | Path) -> ReportFiles:
         study = dataclasses.replace(study, notes=(*study.notes, budget_note))
     cells = cell_table(study.completed)
     outcome, rows, record = load_fit(study)
-    figures = draw_figures(study, outcome, rows, cells)
+    figures = plot_best_lr(study.exp_dir, draw_figures(study, outcome, rows, cells))
     figures += _law_checks_figure(study, outcome, record)
     fit_text = "\n".join(_header(study)[:3] + _fit_section(record, outcome))
     tb = write_tensorboard(study.exp_dir, record, fit_text)

@@ -29,6 +29,7 @@ from dwtune.core.vocabulary import (
     TB_FIT_DIR,
     TRANSITIONS_FILE,
     TRIALS_FILE,
+    Stage,
 )
 from dwtune.outputs.fit_files import (
     PROJECTION_SCHEMA,
@@ -121,7 +122,10 @@ def _read_trials(exp_dir: Path) -> tuple[pd.DataFrame, str]:
     if not path.is_file():
         note = f"{TRIALS_FILE} not found (run `dwtune export {exp_dir}`): no losses to plot"
         return pd.DataFrame({c: pd.Series(dtype=float) for c in TRIAL_COLUMNS}), note
-    return read_table(path, TRIAL_COLUMNS, "expected the trials schema of dwtune export"), ""
+    trials = read_table(path, TRIAL_COLUMNS, "expected the trials schema of dwtune export")
+    if "stage" in trials.columns:  # search trials train a reduced fidelity: not the grid's
+        trials = trials[trials.stage != Stage.LR_SEARCH]
+    return trials, ""
 
 
 def _read_transitions(exp_dir: Path) -> tuple[pd.DataFrame | None, str]:

@@ -34,6 +34,7 @@ from dwtune.outputs import tables
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.base import reusable_record
+from dwtune.study.runners.ray_tune.asha import CellASHA
 from dwtune.study.runners.ray_tune.recorder import RecordingCallback, trial_main
 from dwtune.study.runners.ray_tune.resources import check_resources
 
@@ -168,8 +169,9 @@ class TuneRunner:
 
     # ------------------------------------------------------------------ batches
 
-    def run(self, requests: list[TrialRequest]) -> list[TrialRecord]:
-        """Records for ``requests`` (same order); only those not yet recorded are trained."""
+    def run(self, requests: list[TrialRequest], *, scheduler: object = None) -> list[TrialRecord]:
+        """Records for ``requests`` (same order); only those not yet recorded are trained.
+        ``scheduler``: a Tune trial scheduler that may stop trials early (the lr search's)."""
         reused = {
             r.trial_id: rec
             for r in requests
@@ -181,7 +183,7 @@ class TuneRunner:
             costs = {r.trial_id: self._cost(r) for r in todo}
             self.progress.begin(stage, todo, list(reused.values()), costs)
         if todo:
-            self._fit(stage, todo)
+            self._fit(stage, todo, scheduler)
             if self.progress:
                 self.progress.end()
         return [reused.get(r.trial_id) or self._recorded(r) for r in requests]
@@ -223,12 +225,24 @@ class TuneRunner:
         numbers = [int(n.rsplit("-", 1)[1]) for n in taken if n.rsplit("-", 1)[1].isdigit()]
         return f"{stage}-{max(numbers, default=0) + 1:03d}"
 
-    def _fit(self, stage: str, todo: list[TrialRequest]) -> None:
+    def run_lr_search(self, requests: list[TrialRequest]) -> list[TrialRecord]:
+        """Records of ``lr_search`` requests, trained under one ASHA scheduler per cell (see
+        :class:`~.asha.CellASHA`): the rates of one cell compete, cells never do."""
+        return self.run(requests, scheduler=CellASHA(requests, self.spec))
+
+    def _fit(self, stage: str, todo: list[TrialRequest], scheduler: object = None) -> None:
         self._prepare_corpus()
         # Costliest first: the long trials do not end up alone at the end while slots idle.
         todo = sorted(todo, key=self._cost, reverse=True)
         by_id = {r.trial_id: r for r in todo}
-        callback = RecordingCallback(self.spec, self.store, by_id, self.progress, self.tensorboard)
+        callback = RecordingCallback(
+            self.spec,
+            self.store,
+            by_id,
+            self.progress,
+            self.tensorboard,
+            stopped_early=scheduler is not None,
+        )
         name = self._experiment_name(stage)
         tuner = tune.Tuner(
             self._trainable(by_id),
@@ -240,6 +254,7 @@ class TuneRunner:
                 # Reusing a CPU trial's worker saves its start-up (~1 s); GPU trials get a
                 # fresh process so CUDA memory is returned between trials.
                 reuse_actors=self.spec.resources.gpu == 0,
+                scheduler=scheduler,
             ),
             run_config=tune.RunConfig(
                 name=name,

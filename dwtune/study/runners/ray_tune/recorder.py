@@ -17,7 +17,7 @@ from ray import tune
 
 from dwtune.backends.trial import run_training
 from dwtune.core import vocabulary
-from dwtune.core.records import TrialRequest, record_from_result
+from dwtune.core.records import TrialRequest, record_from_result, request_spec
 from dwtune.core.spec import ExperimentSpec
 from dwtune.outputs import tables
 from dwtune.storage.store import ExperimentStore
@@ -59,6 +59,7 @@ def _resume_dir() -> Iterator[str | None]:
 def trial_main(config: dict, *, spec: ExperimentSpec, requests: dict[str, TrialRequest]) -> None:
     """The Tune function trainable: train one request, reporting through ``tune.report``."""
     request = requests[config["trial_id"]]
+    spec = request_spec(spec, request)  # the trial's own rate and steps
     start = time.perf_counter()
     node = _node_label()
 
@@ -119,9 +120,13 @@ class RecordingCallback(tune.Callback):
         requests: dict[str, TrialRequest],
         progress: StudyProgress | None,
         tensorboard: bool,
+        stopped_early: bool = False,
     ):
         self.spec, self.store, self.requests = spec, store, requests
         self.progress, self.tensorboard = progress, tensorboard
+        # under a stopping scheduler (the lr search's ASHA) a trial that ends without its final
+        # report after reporting a curve was stopped there: early_stopped, not failed
+        self.stopped_early = stopped_early
         self.states: dict[str, _TrialState] = {}
 
     def __getstate__(self) -> dict:
@@ -181,6 +186,9 @@ class RecordingCallback(tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         state = self._state(trial)
+        if not state.final and self.stopped_early and state.points:
+            self._finish(state, vocabulary.STATUS_EARLY_STOPPED, "")
+            return
         if not state.final:
             self._finish(state, vocabulary.STATUS_FAILED, "the trial ended without a final result")
             return
