@@ -7,49 +7,20 @@ pyplot), atomic writes, a SIMULATED watermark and banner on simulated data.
 
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from dwtune.outputs.analysis import SIM_BANNER
 from dwtune.outputs.analysis_text import fit_lines, n_star_text, pair_lines
-from dwtune.storage.store import atomic_write_bytes, atomic_write_text
+from dwtune.outputs.report.figures import new_figure, save_png
+from dwtune.storage.store import atomic_write_text
 
 REPORT_FILE = "report.md"
 FIGURES_DIR = "figures"
 DELTAS_FIGURE = "analysis_deltas.png"
 COLUMNS = 3
-
-
-def _figure(width: float, height: float, simulated: bool) -> Figure:
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    if simulated:
-        fig.text(
-            0.5,
-            0.5,
-            "SIMULATED",
-            fontsize=64,
-            color="red",
-            alpha=0.12,
-            rotation=25,
-            ha="center",
-            va="center",
-            zorder=0,
-            fontweight="bold",
-        )
-    return fig
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120)
-    atomic_write_bytes(path, buffer.getvalue())
-    return path
 
 
 def _finite(values) -> np.ndarray:
@@ -102,7 +73,7 @@ def plot_pair_deltas(result: dict, path: Path) -> Path:
     pairs, ref = result["pairs"], result["reference"]
     ncols = min(COLUMNS, max(len(pairs), 1))
     nrows = max(math.ceil(len(pairs) / ncols), 1)
-    fig = _figure(max(4.6 * ncols, 7.5), 3.4 * nrows + 0.6, result["simulated"])
+    fig = new_figure(max(4.6 * ncols, 7.5), 3.4 * nrows + 0.6, result["simulated"])
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False).ravel())
     for ax, pair in zip(axes, pairs, strict=False):
         _draw_pair(ax, pair, ref["law"] if ref else None)
@@ -112,7 +83,7 @@ def plot_pair_deltas(result: dict, path: Path) -> Path:
     if result["simulated"]:
         title = f"SIMULATED DATA  ·  {title}"
     fig.suptitle(title, color="red" if result["simulated"] else "black", fontsize=12)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def markdown(result: dict, figure: Path, out: Path) -> str:

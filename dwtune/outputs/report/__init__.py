@@ -14,7 +14,7 @@ from pathlib import Path
 from dwtune.core.vocabulary import FIGURES_DIR, FIT_FILE, PROJECTIONS_FILE, REPORT_FILE
 from dwtune.outputs import law_checks
 from dwtune.outputs.lr_figure import plot_best_lr  # best rate against width
-from dwtune.outputs.report.figures import _new_figure, _save, draw_figures
+from dwtune.outputs.report.figures import draw_figures, new_figure, save_png
 from dwtune.outputs.report.load import TB_FIT, cell_table, load_fit, load_study, table_budgets
 from dwtune.outputs.report.markdown import _fit_section, _header, _markdown
 from dwtune.storage.store import atomic_write_text
@@ -56,7 +56,7 @@ def _law_checks_figure(study, outcome, record: dict) -> tuple[Path, ...]:
         return ()
     checks = law_checks.LawChecks(record["law_checks"], outcome.points.observations)
     path = study.exp_dir / FIGURES_DIR / law_checks.FIGURE_NAME
-    drawn = law_checks.draw(checks, path, lambda w, h: _new_figure(w, h, study), _save)
+    drawn = law_checks.draw(checks, path, lambda w, h: new_figure(w, h, study.simulated), save_png)
     return (drawn,) if drawn is not None else ()
 
 

@@ -36,10 +36,11 @@ from dwtune.storage.store import atomic_write_bytes
 # ---------------------------------------------------------------- figures
 
 
-def _new_figure(width: float, height: float, study: Study) -> Figure:
+def new_figure(width: float, height: float, simulated: bool) -> Figure:
+    """A figure (inches) on the Agg canvas; simulated data get the red SIMULATED watermark."""
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
-    if study.simulated:
+    if simulated:
         fig.text(
             0.5,
             0.5,
@@ -56,13 +57,18 @@ def _new_figure(width: float, height: float, study: Study) -> Figure:
     return fig
 
 
+def _new_figure(width: float, height: float, study: Study) -> Figure:
+    return new_figure(width, height, study.simulated)
+
+
 def _title(fig: Figure, study: Study, text: str) -> None:
     if study.simulated:
         text = f"SIMULATED DATA  ·  {text}"
     fig.suptitle(text, color="red" if study.simulated else "black", fontsize=12)
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def save_png(fig: Figure, path: Path) -> Path:
+    """The figure as a PNG at ``path``, written atomically."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=120)
     atomic_write_bytes(path, buffer.getvalue())
@@ -102,7 +108,7 @@ def plot_loss_vs_size(study: Study, cells: pd.DataFrame, path: Path) -> Path:
     ax.set_ylabel("best validation loss (nats/token)")
     ax.grid(True, which="both", alpha=0.3)
     _title(fig, study, f"{study.name}: validation loss vs size per depth (bars: sd over seeds)")
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_loss_curves(study: Study, path: Path) -> Path | None:
@@ -132,7 +138,7 @@ def plot_loss_curves(study: Study, path: Path) -> Path | None:
     ax.set_ylabel("validation loss (nats/token)")
     ax.grid(True, alpha=0.3)
     _title(fig, study, f"{study.name}: validation loss curves, one line per trial")
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def _transition_row(study: Study, label: str) -> pd.Series | None:
@@ -201,7 +207,7 @@ def plot_deltas(study: Study, cells: pd.DataFrame, pairs: list, path: Path) -> P
     if not pairs:
         axes[0].text(0.5, 0.5, "fewer than two depths: no pairs", ha="center")
     _title(fig, study, f"{study.name}: Δ loss per depth pair (below 0: the deeper net wins)")
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def _censored_bounds(outcome: FitOutcome) -> list[tuple[int, float, str]]:
@@ -293,7 +299,7 @@ def plot_fit(study: Study, outcome: FitOutcome, path: Path) -> Path | None:
     ax.legend(fontsize=8, loc="upper left")
     _dx_axis(ax)
     _title(fig, study, f"{study.name}: transition width vs depth, ln dx* = a + b·L")
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def _safe_log(values: np.ndarray) -> np.ndarray:
@@ -371,7 +377,7 @@ def plot_projection(study: Study, outcome: FitOutcome, rows: pd.DataFrame, path:
         )
     _style_projection_axes(axes, reference_rows)
     _title(fig, study, f"{study.name}: projected optimal shape vs budget (12·L·dx² = N)")
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def _style_projection_axes(axes, reference_rows: pd.DataFrame) -> None:
