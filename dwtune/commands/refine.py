@@ -41,6 +41,9 @@ def run(args: argparse.Namespace) -> int:
             f"{store.spec_path}: refine.pairs is empty; list [shallower, deeper] "
             f"depth pairs under refine: and run `dwtune run SPEC` again"
         )
+    from dwtune.study.runners.cluster_address import check_address
+
+    check_address(args.address)  # malformed: refused even when nothing needs training
     with store.driver_lock():
         transitions = _refine(spec, store, args.address)
         _export_and_report(store)

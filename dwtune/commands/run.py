@@ -102,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
     from dwtune.storage.store import ExperimentStore
     from dwtune.study.progress import StudyProgress
 
+    from dwtune.study.runners.cluster_address import check_address
+
+    check_address(args.address)
     spec = load_spec(args.spec)
     store = ExperimentStore.for_spec(storage_root(args.storage), spec)
     progress = StudyProgress()

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import ray
 from ray import tune
+from ray._private import ray_constants
 
 from dwtune.backends.trial import run_training
 from dwtune.core import vocabulary
@@ -38,6 +39,9 @@ from dwtune.core.spec import ExperimentSpec
 from dwtune.outputs import tables
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.progress import StudyProgress
+from dwtune.study.runners import embedded_ray
+from dwtune.study.runners.cluster_address import node_types_from_bootstrap, probe, unsatisfiable
+from dwtune.study.runners.trial_errors import error_text
 
 # Keys a trial adds to its reports for the driver (not metrics; never in a curve).
 NODE_KEY = "dwtune/node"
@@ -60,11 +64,6 @@ QUIET_TUNE_ENV = {
 }
 # The embedded instance passes only specs and small dicts through the object store.
 EMBEDDED_OBJECT_STORE_BYTES = 512 * 2**20
-CONNECT_TIMEOUT_S = 5.0
-DEFAULT_GCS_PORT = 6379
-# A cluster-launcher head keeps the autoscaler config here (node types not yet started).
-BOOTSTRAP_CONFIG = Path("~/ray_bootstrap_config.yaml")
-ERROR_CHARS = 2000  # characters of a failed trial's error kept in its record
 
 
 # --------------------------------------------------------------------------- inside a trial
@@ -202,7 +201,7 @@ class RecordingCallback(tune.Callback):
         state.announce_resume = True
         self._note(
             f"  {state.request.name}: attempt {state.attempt - 1} failed "
-            f"({_error_text(trial)}); retrying"
+            f"({error_text(trial)}); retrying"
         )
 
     def on_trial_complete(self, iteration, trials, trial, **info):
@@ -215,7 +214,7 @@ class RecordingCallback(tune.Callback):
     def on_trial_error(self, iteration, trials, trial, **info):
         state = self._state(trial)
         state.attempt_s = state.failed_attempt_s()
-        self._finish(state, vocabulary.STATUS_FAILED, _error_text(trial))
+        self._finish(state, vocabulary.STATUS_FAILED, error_text(trial))
 
     def on_step_end(self, iteration, trials, **info):
         if self.progress:
@@ -243,57 +242,14 @@ class RecordingCallback(tune.Callback):
             self.progress.trial_finished(state.request, record)
 
 
-def _last_error(trial) -> BaseException | str | None:
-    """The trial's latest error: Tune writes it on the driver first (error.pkl, error.txt) and
-    copies it to storage later, so read the driver's copy and fall back to storage."""
-    from ray import cloudpickle
-
-    local_pickle, local_text = trial.pickled_error_file, trial.error_file
-    if local_pickle and Path(local_pickle).exists():
-        with open(local_pickle, "rb") as handle:
-            return cloudpickle.load(handle)
-    if local_text and Path(local_text).exists():
-        return Path(local_text).read_text()
-    return trial.get_pickled_error() or trial.get_error()
-
-
-def _error_text(trial) -> str:
-    """One line: the exception type and message that failed the trial's last attempt."""
-    error = _last_error(trial)
-    if isinstance(error, BaseException):
-        cause = getattr(error, "cause", None) or error  # a RayTaskError wraps the trainer's
-        text = f"{type(cause).__name__}: {cause}"
-    else:
-        lines = (error or "").strip().splitlines()
-        text = lines[-1] if lines else "unknown error (no error file from Ray Tune)"
-    return " ".join(text.split())[:ERROR_CHARS]
-
-
 # --------------------------------------------------------------------------- resources
-
-
-def _node_types_from_bootstrap() -> list[dict]:
-    """Resources of the autoscaler's node types, when this is a cluster-launcher head."""
-    path = BOOTSTRAP_CONFIG.expanduser()
-    if not path.exists():
-        return []
-    import yaml
-
-    config = yaml.safe_load(path.read_text()) or {}
-    types = config.get("available_node_types") or {}
-    return [dict(t.get("resources") or {}) for t in types.values()]
-
-
-def unsatisfiable(cpu: float, gpu: float, offers: list[dict]) -> bool:
-    """True when no node (or autoscaler node type) offers ``cpu`` CPUs and ``gpu`` GPUs."""
-    return not any(o.get("CPU", 0) >= cpu and o.get("GPU", 0) >= gpu for o in offers)
 
 
 def check_resources(spec: ExperimentSpec) -> None:
     """Refuse at once a trial size no node can ever hold (Tune would leave it PENDING)."""
     cpu, gpu = spec.resources.cpu, spec.resources.gpu
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    if not unsatisfiable(cpu, gpu, nodes + _node_types_from_bootstrap()):
+    if not unsatisfiable(cpu, gpu, nodes + node_types_from_bootstrap()):
         return
     largest = max(nodes, key=lambda r: (r.get("GPU", 0), r.get("CPU", 0)), default={})
     raise InputError(
@@ -307,35 +263,33 @@ def check_resources(spec: ExperimentSpec) -> None:
 # --------------------------------------------------------------------------- connecting
 
 
-def _probe(address: str) -> None:
-    """A TCP connect to ``host:port``: fail in seconds, not after Ray's long retries."""
-    hostport = address.split("://", 1)[-1].rstrip("/")
-    host, _, port = hostport.rpartition(":")
-    if not host:
-        host, port = hostport, str(DEFAULT_GCS_PORT)
-    if not port.isdigit():
-        raise InputError(f"--address: got {address!r}; expected HOST:PORT such as 10.0.0.1:6379")
-    try:
-        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
-    except OSError as exc:
-        raise InputError(
-            f"--address: cannot reach a Ray cluster at {address} ({exc.strerror or exc}); "
-            f"start one with `ray start --head` or fix the address"
-        ) from None
+def _is_local(address: str | None) -> bool:
+    return address in (None, "", "local")
+
+
+_CLUSTER_MODE_AT_IMPORT = ray_constants.ENABLE_RAY_CLUSTER
+
+
+def _single_machine(on: bool) -> None:
+    """Ray's single-machine mode keeps a loopback node address as it is. Ray read this
+    constant at import; its child processes read the environment (see embedded_ray)."""
+    ray_constants.ENABLE_RAY_CLUSTER = False if on else _CLUSTER_MODE_AT_IMPORT
 
 
 def _init_ray(address: str | None) -> None:
     common = {"log_to_driver": False, "logging_level": logging.ERROR}
-    if address in (None, "", "local"):
+    if _is_local(address):
+        _single_machine(True)
+        logging.getLogger("ray._private.authentication").setLevel(logging.ERROR)
         ray.init(
             address="local",
-            include_dashboard=False,
             object_store_memory=EMBEDDED_OBJECT_STORE_BYTES,
+            **embedded_ray.init_options(),
             **common,
         )
         return
     if address != "auto":
-        _probe(address)
+        probe(address)
     try:
         ray.init(address=address, **common)
     except ray.exceptions.AuthenticationError as exc:
@@ -382,11 +336,14 @@ class TuneRunner:
 
     def __enter__(self) -> TuneRunner:
         self._prepare_corpus()  # a bad corpus fails here, in seconds, before Ray starts
-        self._saved_env = {key: os.environ.get(key) for key in QUIET_TUNE_ENV}
-        os.environ.update(QUIET_TUNE_ENV)
-        logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
         # An enclosing runner (or a notebook) may have Ray up already: use it, leave it up.
         self._owns_ray = not ray.is_initialized()
+        env: dict[str, str | None] = dict(QUIET_TUNE_ENV)
+        if self._owns_ray and _is_local(self.address):
+            env.update(embedded_ray.environment())  # loopback only, random token
+        self._saved_env = {key: os.environ.get(key) for key in env}
+        embedded_ray.set_env(env)
+        logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
         if self._owns_ray:
             _init_ray(self.address)
         try:
@@ -400,11 +357,8 @@ class TuneRunner:
     def __exit__(self, *exc_info) -> None:
         if self._owns_ray:
             ray.shutdown()
-        for key, value in self._saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+            _single_machine(False)
+        embedded_ray.set_env(self._saved_env)
 
     def _say_where(self) -> None:
         if not self.progress:
