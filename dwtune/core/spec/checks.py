@@ -22,6 +22,25 @@ def positive(name: str, value: float) -> None:
         raise InputError(f"{name}: got {value!r}; expected a positive finite number")
 
 
+def at_most(name: str, value: float, maximum: float) -> None:
+    """Refuse a count or size above its documented maximum (dwtune.core.spec.limits)."""
+    if not math.isfinite(value) or value > maximum:
+        raise InputError(f"{name}: got {value!r}; the maximum is {maximum:g} (see limits)")
+
+
+def finite(name: str, value: float) -> None:
+    if not math.isfinite(value):
+        raise InputError(f"{name}: got {value!r}; expected a finite number")
+
+
+def nesting_depth(value: object, limit: int, depth: int = 0) -> int:
+    """How deeply lists and mappings nest in ``value``, counting no further than ``limit``+1."""
+    if depth > limit or not isinstance(value, dict | list | tuple):
+        return depth
+    children = value.values() if isinstance(value, dict) else value
+    return max((nesting_depth(c, limit, depth + 1) for c in children), default=depth + 1)
+
+
 def one_of(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise InputError(f"{name}: got {value!r}; expected one of {', '.join(choices)}")
