@@ -101,7 +101,6 @@ def run(args: argparse.Namespace) -> int:
     from dwtune.core.spec import load_spec
     from dwtune.storage.store import ExperimentStore
     from dwtune.study.progress import StudyProgress
-
     from dwtune.study.runners.cluster_address import check_address
 
     check_address(args.address)

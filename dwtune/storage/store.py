@@ -16,6 +16,7 @@ studies) is derived from or stored beside these records::
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -29,10 +30,19 @@ import yaml
 from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord
 from dwtune.core.spec import ExperimentSpec, spec_from_dict
+from dwtune.storage import loaders
 
 # Sections whose change would change what a trial computes: a directory refuses such a spec.
 # space, refine, fit and resources may change (that is how a study grows).
 IDENTITY_SECTIONS = ("data", "model", "train", "trainer", "simulated")
+# Write failures a user fixes, and how.
+WRITE_ERRNOS = {
+    errno.ENOSPC: "free disk space or pass another --storage",
+    errno.EDQUOT: "free space within your quota or pass another --storage",
+    errno.EACCES: "make the folder writable or pass another --storage",
+    errno.EPERM: "make the folder writable or pass another --storage",
+    errno.EROFS: "the filesystem is read-only: pass another --storage",
+}
 
 
 @contextlib.contextmanager
@@ -42,6 +52,7 @@ def atomic_file(path: Path) -> Iterator[BinaryIO]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, file_mode())  # mkstemp makes 0600; results follow the umask like others
         with os.fdopen(fd, "wb") as handle:
             yield handle
             handle.flush()
@@ -51,6 +62,36 @@ def atomic_file(path: Path) -> Iterator[BinaryIO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def file_mode() -> int:
+    """0666 less the process's umask: the mode open() gives a new file."""
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """The umask, read without changing it (os.umask would race with other threads)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)  # no /proc (macOS): set and restore
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """A full disk or an unwritable folder while writing ``path`` is one InputError line."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        raise InputError(
+            f"{path}: cannot write it ({exc.strerror}); {WRITE_ERRNOS[exc.errno]}, then rerun "
+            f"the same command: finished results are kept and not recomputed"
+        ) from None
 
 
 def atomic_write_bytes(path: Path, payload: bytes) -> None:
@@ -95,8 +136,9 @@ class ExperimentStore:
     def initialise(self, spec: ExperimentSpec) -> None:
         """Create the directory for ``spec``, or check that it holds a compatible spec."""
         self._make_dirs()
-        if not os.access(self.root, os.W_OK):
-            raise InputError(f"storage {self.root}: not writable; pass a writable --storage")
+        for folder in (self.root, self.trials_dir):
+            if not os.access(folder, os.W_OK):
+                raise InputError(f"storage {folder}: not writable; pass a writable --storage")
         new = spec.to_dict()
         if self.spec_path.exists():
             diffs = spec_differences(self.load_spec_dict(), new)
@@ -105,7 +147,8 @@ class ExperimentStore:
                     f"{self.root} holds a different spec (changed: {', '.join(diffs)}); "
                     f"give the spec a new name, or use another --storage"
                 )
-        atomic_write_text(self.spec_path, yaml.safe_dump(new, sort_keys=False))
+        with writing(self.spec_path):
+            atomic_write_text(self.spec_path, yaml.safe_dump(new, sort_keys=False))
 
     def _make_dirs(self) -> None:
         try:
@@ -117,15 +160,7 @@ class ExperimentStore:
             ) from None
 
     def load_spec_dict(self) -> dict:
-        if not self.spec_path.exists():
-            raise InputError(f"{self.root}: no spec.yaml; is this an experiment directory?")
-        try:
-            raw = yaml.safe_load(self.spec_path.read_text())
-        except yaml.YAMLError:
-            raw = None
-        if not isinstance(raw, dict):
-            raise InputError(f"{self.spec_path}: corrupt; restore it or rerun `dwtune run SPEC`")
-        return raw
+        return loaders.load_spec_mapping(self.spec_path)
 
     def load_spec(self) -> ExperimentSpec:
         return spec_from_dict(self.load_spec_dict(), source=str(self.spec_path))
@@ -167,11 +202,13 @@ class ExperimentStore:
         return self.trials_dir / f"{trial_id}.json"
 
     def write_record(self, record: TrialRecord) -> None:
-        atomic_write_text(self.record_path(record.trial_id), json.dumps(record.to_json()))
+        path = self.record_path(record.trial_id)
+        with writing(path):
+            atomic_write_text(path, json.dumps(record.to_json()))
 
     def read_record(self, trial_id: str) -> TrialRecord | None:
         path = self.record_path(trial_id)
-        return self._load(path) if path.exists() else None
+        return self._load(path) if path.exists() or path.is_symlink() else None
 
     def records(self) -> list[TrialRecord]:
         """Every recorded trial, sorted for stable exports."""
@@ -181,10 +218,4 @@ class ExperimentStore:
         return sorted(loaded, key=lambda r: (r.depth, r.width, r.seed, r.trial_id))
 
     def _load(self, path: Path) -> TrialRecord:
-        try:
-            return TrialRecord.from_json(json.loads(path.read_text()))
-        except (json.JSONDecodeError, TypeError, UnicodeDecodeError):
-            raise InputError(
-                f"{path}: corrupt trial record; delete it and rerun to train that trial again "
-                f"(other results are intact)"
-            ) from None
+        return loaders.load_trial_record(path)

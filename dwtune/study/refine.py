@@ -23,6 +23,7 @@ derived at the end.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord, TrialRequest, make_request
 from dwtune.core.spec import ExperimentSpec, RefineConfig
 from dwtune.core.transitions import PairGrid, PairPoint, Step, Transition
+from dwtune.storage import loaders
 from dwtune.storage.provenance import write_parquet_atomic
 from dwtune.storage.store import ExperimentStore
 
@@ -113,9 +115,12 @@ def study_path(store: ExperimentStore, pair: tuple[int, int]) -> Path:
     return store.root / REFINE_DIR / f"{pair[0]}-{pair[1]}.journal"
 
 
-def open_study(path: Path, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+def open_study(path: Path, sampler: optuna.samplers.BaseSampler, say=None) -> optuna.Study:
     """Create or load the pair's study; a corrupt journal is an InputError naming the fix."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    say = say or (lambda line: print(line, file=sys.stderr))
+    loaders.check_journal(path, say)  # a torn last line is cut off, other damage refused
+    loaders.clear_stale_journal_lock(path, say)
     try:
         backend = optuna.storages.journal.JournalFileBackend(str(path))
         storage = optuna.storages.JournalStorage(backend)
@@ -128,10 +133,9 @@ def open_study(path: Path, sampler: optuna.samplers.BaseSampler) -> optuna.Study
         )
         trial_points(study)  # every finished trial must hold a readable point
         return study
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, AssertionError) as exc:
         raise InputError(
-            f"{path}: corrupt Optuna journal ({type(exc).__name__}); delete it to restart this "
-            f"pair's refinement (finished trainings are kept in trials/ and reused)"
+            f"{path}: corrupt Optuna journal ({type(exc).__name__}); {loaders.journal_advice(path)}"
         ) from None
 
 
@@ -174,7 +178,7 @@ class PairRefiner:
         self.seed_order = transitions.seed_sequence(spec.space.seeds, count)
         self.prior = noise_prior(spec)
         self.path = study_path(store, self.pair)
-        self.study = open_study(self.path, BisectionSampler(grid.points, self.refine))
+        self.study = open_study(self.path, BisectionSampler(grid.points, self.refine), say)
 
     # ------------------------------------------------------------------ the loop
 
@@ -184,6 +188,10 @@ class PairRefiner:
         stale = clear_stale_trials(self.study)
         if stale:
             self.say(f"[refine {self.grid.label}] resuming: {stale} interrupted trial(s) redone")
+        missing = self._unrecorded()
+        if missing:  # a removed record: its journal point stays, its training is redone
+            self.say(f"[refine {self.grid.label}] {len(missing)} training(s) without a record")
+            yield missing
         while True:
             step = plan_step(self.grid.points, self.study, self.refine)
             if step.kind == "bisect" and self._width_taken(step.log_n):
@@ -294,17 +302,23 @@ class PairRefiner:
             f"{verdict}"
         )
 
-    def _new_trainings(self) -> int:
-        """Trainings of this pair's refine points that the refine stage itself recorded."""
-        ids = set()
+    def _point_requests(self) -> dict[str, TrialRequest]:
+        """The trainings behind this pair's journal points, by trial id."""
+        requests = {}
         for point in trial_points(self.study):
             for depth in self.pair:
                 cell = self.spec.cell(depth, point.budget)
-                ids |= {
-                    make_request(self.spec, cell, seed, "refine").trial_id
-                    for seed in self.seed_order[: point.requested]
-                }
-        records = (self.store.read_record(i) for i in ids)
+                for seed in self.seed_order[: point.requested]:
+                    request = make_request(self.spec, cell, seed, "refine")
+                    requests[request.trial_id] = request
+        return requests
+
+    def _unrecorded(self) -> list[TrialRequest]:
+        return [r for i, r in self._point_requests().items() if self.store.read_record(i) is None]
+
+    def _new_trainings(self) -> int:
+        """Trainings of this pair's refine points that the refine stage itself recorded."""
+        records = (self.store.read_record(i) for i in self._point_requests())
         return sum(r is not None and r.stage == "refine" for r in records)
 
     def _transition(self, step: Step) -> Transition:

@@ -41,7 +41,7 @@ from dwtune.storage.store import ExperimentStore
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners import embedded_ray
 from dwtune.study.runners.cluster_address import node_types_from_bootstrap, probe, unsatisfiable
-from dwtune.study.runners.trial_errors import error_text
+from dwtune.study.runners.trial_errors import error_text, forget_pickled_error
 
 # Keys a trial adds to its reports for the driver (not metrics; never in a curve).
 NODE_KEY = "dwtune/node"
@@ -203,6 +203,7 @@ class RecordingCallback(tune.Callback):
             f"  {state.request.name}: attempt {state.attempt - 1} failed "
             f"({error_text(trial)}); retrying"
         )
+        forget_pickled_error(trial)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         state = self._state(trial)
@@ -215,6 +216,7 @@ class RecordingCallback(tune.Callback):
         state = self._state(trial)
         state.attempt_s = state.failed_attempt_s()
         self._finish(state, vocabulary.STATUS_FAILED, error_text(trial))
+        forget_pickled_error(trial)
 
     def on_step_end(self, iteration, trials, **info):
         if self.progress:

@@ -47,3 +47,12 @@ def one_line(text: str) -> str:
 def error_text(trial) -> str:
     """One line: the exception type and message that failed the trial's last attempt."""
     return one_line(_error_file_text(trial))
+
+
+def forget_pickled_error(trial) -> None:
+    """Drop Tune's ``error.pkl`` of ``trial`` and its note of it, so that nothing (Tune's own
+    ResultGrid included, which unpickles it when ``fit`` returns) ever loads it."""
+    path = trial.pickled_error_file
+    trial.run_metadata.pickled_error_filename = None
+    if path:
+        Path(path).unlink(missing_ok=True)
