@@ -11,17 +11,20 @@ import dataclasses
 import json
 import sys
 
+from dwtune.commands import argtypes
 from dwtune.core.errors import InputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", help="experiment spec, e.g. search_spaces/quickstart.yaml")
-    parser.add_argument("--depth", type=int, required=True, help="number of blocks")
+    parser.add_argument("--depth", type=argtypes.DEPTH, required=True, help="number of blocks")
     size = parser.add_mutually_exclusive_group(required=True)
-    size.add_argument("--width", type=int, help="model width (a multiple of model.heads)")
+    size.add_argument(
+        "--width", type=argtypes.WIDTH, help="model width (a multiple of model.heads)"
+    )
     size.add_argument("--budget", help="solve the width for this size, e.g. 1e6 or 50M")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=None, help="override train.steps")
+    parser.add_argument("--seed", type=argtypes.SEED, default=0)
+    parser.add_argument("--steps", type=argtypes.STEPS, default=None, help="override train.steps")
     parser.add_argument(
         "--device", choices=("auto", "cpu", "cuda"), default=None, help="override train.device"
     )
