@@ -12,6 +12,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dwtune.outputs.report import write_report
 
+    _rebuild_unreadable_exports(args.exp_dir)
     files = write_report(args.exp_dir)
     print(f"report: {files.report}")
     for path in (files.fit_json, files.projections, *files.figures):
@@ -19,3 +20,16 @@ def run(args: argparse.Namespace) -> int:
     if files.tensorboard is not None:
         print(f"  {files.tensorboard} (tensorboard --logdir {files.tensorboard})")
     return 0
+
+
+def _rebuild_unreadable_exports(exp_dir: str) -> None:
+    """A damaged trials/curves.parquet is rebuilt from the records before the report reads it."""
+    from dwtune.commands.export import say_rebuilt, unreadable_exports
+    from dwtune.outputs.tables import export_experiment
+    from dwtune.storage.store import ExperimentStore
+
+    store = ExperimentStore(exp_dir)
+    unreadable = unreadable_exports(store) if store.spec_path.is_file() else {}
+    if unreadable:
+        export_experiment(store)
+        say_rebuilt(unreadable)

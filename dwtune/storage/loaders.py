@@ -227,3 +227,22 @@ def clear_stale_journal_lock(path: Path, say) -> None:
     if lock.is_symlink() or lock.exists():
         lock.unlink()
         say(f"{lock}: removed a lock left by an interrupted driver")
+
+
+# --------------------------------------------------------------------------- Parquet exports
+
+
+def parquet_problem(path: Path) -> str | None:
+    """Why an existing Parquet export cannot be read, or None (also None when absent)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not path.exists() and not path.is_symlink():
+        return None
+    if not path.is_file():
+        return "not a regular file"
+    try:
+        pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        return (str(exc).splitlines() or ["unreadable"])[0][:200]
+    return None
