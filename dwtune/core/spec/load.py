@@ -230,6 +230,14 @@ def _cross_check(spec: ExperimentSpec) -> ExperimentSpec:
                 )
     _check_distinct_pairs(spec)
     spec.grid()  # raises for a budget too small for a depth
+    for budget in spec.fit.budgets:  # the grid's rule: at least one layer at the least width
+        try:
+            spec.cell(1, budget)
+        except InputError:
+            raise InputError(
+                f"fit.budgets: got {budget:g}; smaller than one layer of this model; "
+                f"expected sizes such as 1.75e11"
+            ) from None
     return spec
 
 
