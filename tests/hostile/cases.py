@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
-from conftest import base_raw
+from hostile_experiment import base_raw
 
 EXP = Path("experiments/hostile")
 SPEC = Path("hostile.yaml")

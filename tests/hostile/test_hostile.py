@@ -11,7 +11,7 @@ import collections
 
 import pytest
 from cases import EXP, all_cases
-from conftest import trials_digest
+from hostile_experiment import built_experiment, experiment, trials_digest  # noqa: F401
 
 from dwtune.cli import main
 
@@ -44,7 +44,7 @@ def test_the_suite_covers_every_command_with_enough_cases():
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_hostile_input_ends_cleanly(case, experiment, capsys):
+def test_hostile_input_ends_cleanly(case, experiment, capsys):  # noqa: F811 (fixture)
     case.setup(experiment)
     trials = experiment / EXP / "trials"
     before = trials_digest(trials)

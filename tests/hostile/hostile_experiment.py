@@ -1,4 +1,6 @@
-"""One small simulated experiment, built once per session (no Ray), copied per case."""
+"""One small simulated experiment, built once per session (no Ray), copied per case.
+
+Not a conftest.py: tests/conftest.py owns that module name; test modules import these."""
 
 from __future__ import annotations
 
