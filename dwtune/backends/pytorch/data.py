@@ -80,6 +80,17 @@ def corpus_files(data: DataConfig) -> list[Path]:
                 f"point data.corpus at a file"
             )
         return files
+    if not path.is_file():  # /dev/zero, a FIFO, a socket: hashing it would never end
+        raise InputError(
+            f"data.corpus: {path} is not a regular file; pass a .txt file, a folder of .txt "
+            f"files, a .parquet file, or 'shakespeare'"
+        )
+    size = path.stat().st_size
+    if size > MAX_CORPUS_BYTES:
+        raise InputError(
+            f"data.corpus: {path} is {size} bytes; at most {MAX_CORPUS_BYTES} per file "
+            f"(split it into a folder of .txt files)"
+        )
     return [path]
 
 
@@ -356,6 +367,23 @@ def _load_entry(entry: Path, cache_hit: bool) -> PreparedCorpus:
     )
 
 
+MAX_CORPUS_BYTES = 64 * 2**30  # one corpus file; the whole text is read into memory
+
+
+def _check_writable(cache_dir: Path) -> None:
+    """data.cache_dir must be a folder dwtune can write the token cache into."""
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        probe = cache_dir / f".write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise InputError(
+            f"data.cache_dir: cannot write to {cache_dir} ({exc.strerror}); point data.cache_dir "
+            f"at a writable folder"
+        ) from None
+
+
 def prepare_corpus(data: DataConfig) -> PreparedCorpus:
     """Tokenize ``data``'s corpus into the cache once; later calls are cheap cache hits.
 
@@ -365,6 +393,7 @@ def prepare_corpus(data: DataConfig) -> PreparedCorpus:
     data = resolve_data_config(data)
     cache_dir = Path(data.cache_dir)
     files = corpus_files(data)
+    _check_writable(cache_dir)
     key = cache_key(data, content_hash(data, files, cache_dir))
     entry = cache_dir / "tokens" / key
     hit = (entry / "meta.json").exists()
