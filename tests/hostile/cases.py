@@ -397,7 +397,7 @@ def _journal_garbage(root: Path) -> None:
 
 def _journal_wrong_ops(root: Path) -> None:
     path = _journal()(root)
-    path.write_bytes(path.read_bytes() + b'{"op_code": 6, "worker_id": "x", "trial_id": 999}\n')
+    path.write_bytes(path.read_bytes() + b'{"op_code": 99, "worker_id": "x"}\n')  # no such op
 
 
 def _journal_dir(root: Path) -> None:
@@ -461,8 +461,7 @@ DIR_DAMAGES: dict[str, tuple[Callable[[Path], None], dict[str, str]]] = {
     "curve-point-list": (_curve(lambda c: [[1, 2]]), {}),
     "journal-torn-tail": (_torn_journal, {"refine": "ok", "export": "ok", "report": "ok"}),
     "journal-garbage-line": (_journal_garbage, {"refine": "error"}),
-    # Optuna replays an operation on an unknown trial without complaint: either is clean
-    "journal-wrong-ops": (_journal_wrong_ops, {"refine": "any"}),
+    "journal-wrong-ops": (_journal_wrong_ops, {"refine": "error"}),
     "journal-directory": (_journal_dir, {"refine": "error"}),
     "journal-stale-lock": (_stale_lock, {"refine": "ok"}),
     "trials-parquet-garbage": (
