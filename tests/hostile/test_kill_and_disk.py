@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 WAIT_S = 240
 
 
-def _spec(tmp_path: Path, seconds_per_step: float = 0.4) -> Path:
+def _spec(tmp_path: Path, seconds_per_step: float = 0.005) -> Path:
     raw = base_raw()
     raw["simulated"] = {**raw["simulated"], "seconds_per_step": seconds_per_step}
     path = tmp_path / "kill.yaml"
