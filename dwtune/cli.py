@@ -51,7 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # a refused flag (its one line is printed), --help, --version
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         return int(args._module.run(args) or 0)
     except InputError as exc:

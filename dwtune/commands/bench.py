@@ -9,20 +9,23 @@ from __future__ import annotations
 import argparse
 import json
 
+from dwtune.commands import argtypes
 from dwtune.core.errors import InputError
 from dwtune.core.units import format_size
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--depth", type=int, default=4)
-    parser.add_argument("--width", type=int, default=128)
-    parser.add_argument("--heads", type=int, default=2)
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--vocab-size", type=int, default=2000)
-    parser.add_argument("--mlp-ratio", type=float, default=4.0)
-    parser.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    parser.add_argument("--depth", type=argtypes.DEPTH, default=4)
+    parser.add_argument("--width", type=argtypes.WIDTH, default=128)
+    parser.add_argument("--heads", type=argtypes.HEADS, default=2)
+    parser.add_argument("--seq-len", type=argtypes.SEQ_LEN, default=128)
+    parser.add_argument("--batch-size", type=argtypes.BATCH, default=16)
+    parser.add_argument("--vocab-size", type=argtypes.VOCAB, default=2000)
+    parser.add_argument("--mlp-ratio", type=argtypes.MLP_RATIO, default=4.0)
+    parser.add_argument("--steps", type=argtypes.STEPS, default=20, help="timed steps (default 20)")
+    parser.add_argument(
+        "--warmup", type=argtypes.WARMUP, default=3, help="untimed steps first (default 3)"
+    )
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument(
         "--compile",
@@ -32,11 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--peak-flops",
-        type=float,
+        type=argtypes.PEAK_FLOPS,
         default=None,
         help="device peak FLOP/s for MFU (default: GPU table or calibration)",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=argtypes.SEED, default=0)
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     parser.add_argument(
         "--results",

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from dwtune.commands import argtypes
+
 LEVEL_HELP = "confidence level of the printed intervals (default 0.95)"
 
 
@@ -19,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="EXPERIMENT_DIR|transitions.parquet|table.csv",
         help="experiment directory, its transitions.parquet, or a CSV of depth,width,width_err",
     )
-    parser.add_argument("--level", type=float, default=0.95, help=LEVEL_HELP)
+    parser.add_argument("--level", type=argtypes.LEVEL, default=0.95, help=LEVEL_HELP)
     parser.add_argument("--json", action="store_true", help="print the fit as JSON (as fit.json)")
 
 
@@ -53,12 +55,15 @@ def format_fit(fit, level: float, simulated: bool, source: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dwtune.core.errors import numeric_input
     from dwtune.core.fit import z_value
     from dwtune.outputs.fit_files import fit_to_dict, load_fit_input
 
     z_value(args.level)  # a bad --level fails before any file is read
     points = load_fit_input(args.target)
-    fit = points.fit()
+    with numeric_input(points.source, "check its depth, width and width_err values"):
+        fit = points.fit()
+        text = format_fit(fit, args.level, points.simulated, points.source)
     if args.json:
         print(
             json.dumps(
@@ -67,5 +72,5 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     else:
-        print(format_fit(fit, args.level, points.simulated, points.source))
+        print(text)
     return 0

@@ -14,6 +14,8 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
+from dwtune.commands import argtypes
+
 DEFAULT_REFERENCE = "levine2020"
 
 
@@ -25,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--depth", action="append", default=[], help="layers, e.g. 96")
     parser.add_argument("--reference", help=f"published fit (default {DEFAULT_REFERENCE})")
     parser.add_argument("--fit", metavar="FILE", help="fit.json, transitions.parquet or CSV")
-    parser.add_argument("--level", type=float, default=0.95, help="interval level (0.95)")
+    parser.add_argument("--level", type=argtypes.LEVEL, default=0.95, help="interval level (0.95)")
     parser.add_argument("--json", action="store_true", help="print the projections as JSON")
 
 
@@ -111,8 +113,23 @@ def format_law(law, level: float, simulated: bool) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
+def _check_finite(by_budget, by_depth) -> None:
+    """A projection past what a float holds (exp of a huge ln dx*) is refused, not "infT"."""
     from dwtune.core.errors import InputError
+
+    for p in by_budget:
+        if not (math.isfinite(p.depth) and math.isfinite(p.width)):
+            raise InputError(f"--budget {p.budget:g}: the projection overflows; use a smaller one")
+    for p in by_depth:
+        if not (math.isfinite(p.n_star) and math.isfinite(p.width)):
+            raise InputError(
+                f"--depth {p.depth:g}: the transition size overflows a float under this law; "
+                f"use a smaller depth"
+            )
+
+
+def run(args: argparse.Namespace) -> int:
+    from dwtune.core.errors import InputError, numeric_input
     from dwtune.core.fit import z_value
     from dwtune.core.projection import parse_budget, project_budget, project_depth
     from dwtune.outputs.fit_files import json_ready
@@ -123,8 +140,10 @@ def run(args: argparse.Namespace) -> int:
     if not budgets and not depths:
         raise InputError("give at least one --budget (e.g. --budget 175B) or --depth (e.g. 96)")
     law, simulated = _law(args)
-    by_budget = [project_budget(law, n, args.level) for n in budgets]
-    by_depth = [project_depth(law, d, args.level) for d in depths]
+    with numeric_input(law.source, "check the fit's coefficients, or use --reference"):
+        by_budget = [project_budget(law, n, args.level) for n in budgets]
+        by_depth = [project_depth(law, d, args.level) for d in depths]
+    _check_finite(by_budget, by_depth)
     if args.json:
         out = {"law": asdict(law), "simulated": simulated, "level": args.level}
         out |= {"budgets": [asdict(p) for p in by_budget], "depths": [asdict(p) for p in by_depth]}

@@ -10,7 +10,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dwtune.core.vocabulary import FIT_FILE, PROJECTIONS_FILE, TRANSITIONS_FILE, TRIALS_FILE
+from dwtune.core.vocabulary import (
+    FIGURES_DIR,
+    FIT_FILE,
+    PROJECTIONS_FILE,
+    TRANSITIONS_FILE,
+    TRIALS_FILE,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from dwtune.outputs.report import write_report
 
     exp_dir = Path(args.exp_dir)
+    _rebuild_unreadable_exports(exp_dir)
     if exp_dir.is_dir() and fit_is_stale(exp_dir):
         from dwtune.study.fit_stage import write_fit
 
@@ -43,3 +50,24 @@ def run(args: argparse.Namespace) -> int:
     if files.tensorboard is not None:
         print(f"  {files.tensorboard} (tensorboard --logdir {files.tensorboard})")
     return 0
+
+
+def _rebuild_unreadable_exports(exp_dir: Path) -> None:
+    """A damaged trials/curves.parquet is rebuilt from the records before the report reads it."""
+    from dwtune.commands.export import say_rebuilt, unreadable_exports
+    from dwtune.core.errors import InputError
+    from dwtune.outputs.tables import export_experiment
+    from dwtune.storage.store import ExperimentStore
+
+    store = ExperimentStore(exp_dir)
+    if store.spec_path.exists() or store.spec_path.is_symlink():
+        store.load_spec_dict()  # a damaged spec.yaml is one line, not a report without it
+    figures = store.root / FIGURES_DIR
+    if figures.exists() and not figures.is_dir():
+        raise InputError(
+            f"{figures}: not a folder; remove that file (report rewrites its figures there)"
+        )
+    unreadable = unreadable_exports(store) if store.spec_path.is_file() else {}
+    if unreadable:
+        export_experiment(store)
+        say_rebuilt(unreadable)

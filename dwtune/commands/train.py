@@ -9,19 +9,24 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
+from pathlib import Path
 
+from dwtune.commands import argtypes
 from dwtune.core.errors import InputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", help="experiment spec, e.g. search_spaces/quickstart.yaml")
-    parser.add_argument("--depth", type=int, required=True, help="number of blocks")
+    parser.add_argument("--depth", type=argtypes.DEPTH, required=True, help="number of blocks")
     size = parser.add_mutually_exclusive_group(required=True)
-    size.add_argument("--width", type=int, help="model width (a multiple of model.heads)")
+    size.add_argument(
+        "--width", type=argtypes.WIDTH, help="model width (a multiple of model.heads)"
+    )
     size.add_argument("--budget", help="solve the width for this size, e.g. 1e6 or 50M")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=None, help="override train.steps")
+    parser.add_argument("--seed", type=argtypes.SEED, default=0)
+    parser.add_argument("--steps", type=argtypes.STEPS, default=None, help="override train.steps")
     parser.add_argument(
         "--device", choices=("auto", "cpu", "cuda"), default=None, help="override train.device"
     )
@@ -98,6 +103,22 @@ def _train_with_progress(trainer, checkpoint_dir: str | None) -> dict:
         return trainer.run(report, checkpoint_dir, on_step=lambda _step: bar.update(1))
 
 
+def _check_checkpoint_dir(path: str | None) -> None:
+    """--checkpoint-dir must be a folder this process can write, before training starts."""
+    if path is None:
+        return
+    folder = Path(path).expanduser()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise InputError(
+            f"--checkpoint-dir: cannot write to {folder} ({exc.strerror}); pass a writable folder"
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from dwtune.backends.pytorch.data import resolve_data_config
     from dwtune.core.budget import count_params
@@ -114,10 +135,21 @@ def run(args: argparse.Namespace) -> int:
     from dwtune.backends.pytorch.perf import device_name
     from dwtune.backends.pytorch.train import Trainer
 
-    trainer = Trainer(spec, shape, args.seed)
-    if args.resume_from:
-        trainer.restore(args.resume_from)
-    final = _train_with_progress(trainer, args.checkpoint_dir)
+    _check_checkpoint_dir(args.checkpoint_dir)
+    try:
+        trainer = Trainer(spec, shape, args.seed)
+        if args.resume_from:
+            trainer.restore(args.resume_from)
+        final = _train_with_progress(trainer, args.checkpoint_dir)
+    except (MemoryError, RuntimeError) as exc:
+        from dwtune.backends.pytorch.bench import is_out_of_memory
+
+        if not is_out_of_memory(exc):
+            raise
+        raise InputError(
+            f"out of memory training depth {shape.depth} x width {shape.width}; lower "
+            f"train.batch_size or the width"
+        ) from None
     compiled = "on" if trainer.runtime.compile else "off"
     extra = {
         "params": count_params(shape).total,

@@ -5,6 +5,11 @@ prints its message as one line and exits with code 2; no traceback. Messages nam
 file, the offending value and what would be accepted.
 """
 
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
 
 class InputError(Exception):
     """Bad input that the user can fix; the message is one line naming problem and fix."""
@@ -13,3 +18,17 @@ class InputError(Exception):
 def field_error(field: str, value: object, expected: str) -> InputError:
     """Build the canonical 'field: got X; expected Y' message."""
     return InputError(f"{field}: got {value!r}; expected {expected}")
+
+
+@contextlib.contextmanager
+def numeric_input(source: str, fix: str) -> Iterator[None]:
+    """Numbers in ``source`` that a fit or a projection cannot use (tiny errors, extreme or
+    NaN coefficients) become one InputError line instead of a solver's traceback.
+    numpy's LinAlgError is a ValueError; overflow and division errors are ArithmeticErrors."""
+    try:
+        yield
+    except (ArithmeticError, ValueError) as exc:
+        detail = (str(exc).splitlines() or [""])[0][:200]
+        raise InputError(
+            f"{source}: its numbers cannot be used ({type(exc).__name__}: {detail}); {fix}"
+        ) from None

@@ -22,7 +22,7 @@ from dwtune.core.vocabulary import Stage
 
 IDENTITY_VERSION = 1  # bump when the trainer changes what a given identity produces
 # Layout of a trial record's JSON (trials/<id>.json): bump when a field changes meaning or is
-# removed, and teach storage.store.migrate_record to read the older version.
+# removed, and teach storage.loaders.migrate_record to read the older version.
 RECORD_SCHEMA_VERSION = 1
 
 

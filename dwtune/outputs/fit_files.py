@@ -29,6 +29,7 @@ from dwtune.core.vocabulary import (
     TRANSITIONS_FILE,
     TransitionStatus,
 )
+from dwtune.storage import loaders
 from dwtune.storage.provenance import provenance, read_parquet_checked, write_parquet_atomic
 from dwtune.storage.store import atomic_write_text
 
@@ -173,6 +174,7 @@ def observation(row: pd.Series, label: str) -> TransitionObservation:
 def points_from_transitions(frame: pd.DataFrame, path: Path) -> FitInput:
     """Bracketed rows are points (depth_deep, width_deep, width_deep_err); others are listed."""
     require_columns(frame, TRANSITION_COLUMNS, path, TRANSITIONS_HINT)
+    _check_status(frame, path)
     bracketed = frame[frame["status"] == TransitionStatus.BRACKETED]
     labels = (
         [f"pair {p}" for p in bracketed["pair"]]
@@ -190,7 +192,7 @@ def points_from_transitions(frame: pd.DataFrame, path: Path) -> FitInput:
         ),
         simulated=_is_simulated(frame),
         source=str(path),
-        seeds=tuple(_seed_counts(bracketed)),
+        seeds=tuple(_seed_counts(bracketed, path)),
         observations=tuple(
             observation(row, _pair_label(row, i)) for i, (_, row) in enumerate(frame.iterrows())
         ),
@@ -201,10 +203,30 @@ def _pair_label(row: pd.Series, index: int) -> str:
     return f"pair {row['pair']}" if "pair" in row.index else f"row {index + 1}"
 
 
-def _seed_counts(rows: pd.DataFrame) -> list[int]:
+MAX_SEED_COUNT = 10**6  # seeds behind one transition point
+
+
+def _seed_counts(rows: pd.DataFrame, path: Path) -> list[int]:
     if "seeds" not in rows.columns:
         return []
-    return [int(n) if pd.notna(n) else 0 for n in rows["seeds"]]
+    counts = _numeric(rows, "seeds", path).fillna(0)
+    bad = ~counts.between(0, MAX_SEED_COUNT) | (counts != counts.round())
+    if bad.any():
+        raise InputError(
+            f"{path}: column seeds: got {counts[bad].iloc[0]!r}; expected a whole count "
+            f"0..{MAX_SEED_COUNT}"
+        )
+    return [int(n) for n in counts]
+
+
+def _check_status(frame: pd.DataFrame, path: Path) -> None:
+    """The status column holds strings; lists or numbers there are not a dwtune export."""
+    bad = [v for v in frame["status"] if not isinstance(v, str)]
+    if bad:
+        raise InputError(
+            f"{path}: column status: got {bad[0]!r}; expected strings such as 'bracketed'; "
+            f"{TRANSITIONS_HINT}"
+        )
 
 
 def points_from_csv(frame: pd.DataFrame, path: Path) -> FitInput:
@@ -237,12 +259,21 @@ def load_fit_input(target: str | Path) -> FitInput:
     return points_from_transitions(read_table(path, TRANSITION_COLUMNS, TRANSITIONS_HINT), path)
 
 
+FIT_JSON_ADVICE = "rewrite it with `dwtune fit --json` or `dwtune report`"
+MAX_LAW_ABS = 1e3  # |a|, |b| and |cov| of any plausible law of ln dx* (published: a≈5, b≈0.05)
+
+
+def _check_law_numbers(law) -> None:
+    numbers = [law.a, law.b, *law.cov[0], *law.cov[1]]
+    if not all(math.isfinite(x) and abs(x) <= MAX_LAW_ABS for x in numbers):
+        raise ValueError(f"a, b and cov must be finite and within ±{MAX_LAW_ABS:g}")
+    if law.cov[0][0] < 0 or law.cov[1][1] < 0:
+        raise ValueError("cov has a negative variance")
+
+
 def law_from_json(path: Path) -> tuple[DepthWidthLaw, bool]:
     """(law, simulated) from a ``fit.json`` written by :func:`fit_to_dict` (status 'fitted')."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: cannot read it as JSON ({_first_line(exc)})") from exc
+    data = loaders.read_json(path, FIT_JSON_ADVICE)
     if not isinstance(data, dict) or data.get("status") != "fitted":
         reason = data.get("reason", "no 'status': 'fitted'") if isinstance(data, dict) else ""
         raise InputError(f"{path}: holds no fit ({reason}); collect more transitions first")
@@ -250,7 +281,8 @@ def law_from_json(path: Path) -> tuple[DepthWidthLaw, bool]:
         (c00, c01), (c10, c11) = data["cov"]
         cov = ((float(c00), float(c01)), (float(c10), float(c11)))
         law = DepthWidthLaw("study", float(data["a"]), float(data["b"]), cov, str(path))
-    except (KeyError, TypeError, ValueError) as exc:
+        _check_law_numbers(law)
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise InputError(
             f"{path}: a, b or cov (2x2) missing or not numbers ({_first_line(exc)}); "
             "rewrite it with `dwtune fit --json` or `dwtune report`"

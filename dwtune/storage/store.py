@@ -16,6 +16,7 @@ studies) is derived from or stored beside these records::
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -31,13 +32,20 @@ from dwtune.core.errors import InputError
 from dwtune.core.records import RECORD_SCHEMA_VERSION, TrialRecord
 from dwtune.core.spec import ExperimentSpec, spec_from_dict
 from dwtune.core.vocabulary import SPEC_FILE, TRIAL_RECORDS_DIR
-
-SCHEMA_KEY = "schema_version"  # of the trial-record JSON; absent before it existed: 1
-WRITER_KEY = "dwtune_version"  # the dwtune that wrote the record
+from dwtune.storage import loaders
+from dwtune.storage.loaders import SCHEMA_KEY, WRITER_KEY
 
 # Sections whose change would change what a trial computes: a directory refuses such a spec.
 # space, refine, fit and resources may change (that is how a study grows).
 IDENTITY_SECTIONS = ("data", "model", "train", "trainer", "simulated")
+# Write failures a user fixes, and how.
+WRITE_ERRNOS = {
+    errno.ENOSPC: "free disk space or pass another --storage",
+    errno.EDQUOT: "free space within your quota or pass another --storage",
+    errno.EACCES: "make the folder writable or pass another --storage",
+    errno.EPERM: "make the folder writable or pass another --storage",
+    errno.EROFS: "the filesystem is read-only: pass another --storage",
+}
 
 
 @contextlib.contextmanager
@@ -47,6 +55,7 @@ def atomic_file(path: Path) -> Iterator[BinaryIO]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, file_mode())  # mkstemp makes 0600; results follow the umask like others
         with os.fdopen(fd, "wb") as handle:
             yield handle
             handle.flush()
@@ -56,6 +65,36 @@ def atomic_file(path: Path) -> Iterator[BinaryIO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def file_mode() -> int:
+    """0666 less the process's umask: the mode open() gives a new file."""
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """The umask, read without changing it (os.umask would race with other threads)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)  # no /proc (macOS): set and restore
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """A full disk or an unwritable folder while writing ``path`` is one InputError line."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        raise InputError(
+            f"{path}: cannot write it ({exc.strerror}); {WRITE_ERRNOS[exc.errno]}, then rerun "
+            f"the same command: finished results are kept and not recomputed"
+        ) from None
 
 
 def atomic_write_bytes(path: Path, payload: bytes) -> None:
@@ -100,8 +139,9 @@ class ExperimentStore:
     def initialise(self, spec: ExperimentSpec) -> None:
         """Create the directory for ``spec``, or check that it holds a compatible spec."""
         self._make_dirs()
-        if not os.access(self.root, os.W_OK):
-            raise InputError(f"storage {self.root}: not writable; pass a writable --storage")
+        for folder in (self.root, self.trials_dir):
+            if not os.access(folder, os.W_OK):
+                raise InputError(f"storage {folder}: not writable; pass a writable --storage")
         new = spec.to_dict()
         if self.spec_path.exists():
             diffs = spec_differences(self.load_spec_dict(), new)
@@ -110,7 +150,8 @@ class ExperimentStore:
                     f"{self.root} holds a different spec (changed: {', '.join(diffs)}); "
                     f"give the spec a new name, or use another --storage"
                 )
-        atomic_write_text(self.spec_path, yaml.safe_dump(new, sort_keys=False))
+        with writing(self.spec_path):
+            atomic_write_text(self.spec_path, yaml.safe_dump(new, sort_keys=False))
 
     def _make_dirs(self) -> None:
         try:
@@ -122,15 +163,7 @@ class ExperimentStore:
             ) from None
 
     def load_spec_dict(self) -> dict:
-        if not self.spec_path.exists():
-            raise InputError(f"{self.root}: no spec.yaml; is this an experiment directory?")
-        try:
-            raw = yaml.safe_load(self.spec_path.read_text())
-        except yaml.YAMLError:
-            raw = None
-        if not isinstance(raw, dict):
-            raise InputError(f"{self.spec_path}: corrupt; restore it or rerun `dwtune run SPEC`")
-        return raw
+        return loaders.load_spec_mapping(self.spec_path)
 
     def load_spec(self) -> ExperimentSpec:
         return spec_from_dict(self.load_spec_dict(), source=str(self.spec_path))
@@ -173,11 +206,13 @@ class ExperimentStore:
 
     def write_record(self, record: TrialRecord) -> None:
         raw = {SCHEMA_KEY: RECORD_SCHEMA_VERSION, WRITER_KEY: __version__, **record.to_json()}
-        atomic_write_text(self.record_path(record.trial_id), json.dumps(raw))
+        path = self.record_path(record.trial_id)
+        with writing(path):
+            atomic_write_text(path, json.dumps(raw))
 
     def read_record(self, trial_id: str) -> TrialRecord | None:
         path = self.record_path(trial_id)
-        return self._load(path) if path.exists() else None
+        return self._load(path) if path.exists() or path.is_symlink() else None
 
     def records(self) -> list[TrialRecord]:
         """Every recorded trial, sorted for stable exports."""
@@ -187,38 +222,4 @@ class ExperimentStore:
         return sorted(loaded, key=lambda r: (r.depth, r.width, r.seed, r.trial_id))
 
     def _load(self, path: Path) -> TrialRecord:
-        try:
-            raw = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError):  # a truncated or garbled file
-            raise InputError(
-                f"{path}: corrupt trial record; delete it and rerun to train that trial again "
-                f"(other results are intact)"
-            ) from None
-        return TrialRecord.from_json(migrate_record(path, raw))
-
-
-def migrate_record(path: Path, raw: object) -> dict:
-    """The record's fields at this schema version; InputError (file untouched) if it cannot be.
-
-    A record without ``schema_version`` was written before the field existed: version 1.
-    """
-    if not isinstance(raw, dict):
-        raise InputError(
-            f"{path}: not a trial record (a JSON {type(raw).__name__}, expected an object); "
-            f"move it out of {TRIAL_RECORDS_DIR}/ (it was not written by dwtune)"
-        )
-    version = raw.get(SCHEMA_KEY, 1)
-    if not isinstance(version, int) or version > RECORD_SCHEMA_VERSION:
-        writer = raw.get(WRITER_KEY, "a newer dwtune")
-        raise InputError(
-            f"{path}: trial record schema version {version!r}, written by dwtune {writer}; "
-            f"this dwtune {__version__} reads versions up to {RECORD_SCHEMA_VERSION}: "
-            f"install dwtune {writer} or newer to read this experiment (file left untouched)"
-        )
-    missing = sorted(TrialRecord.required_fields() - raw.keys())
-    if missing:
-        raise InputError(
-            f"{path}: trial record (schema version {version}) lacks {', '.join(missing)}; "
-            f"restore it from a backup or move it aside to train that trial again"
-        )
-    return raw
+        return loaders.load_trial_record(path)

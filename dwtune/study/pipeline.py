@@ -40,6 +40,7 @@ from dwtune.outputs.tables import export_experiment
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.fit_stage import write_fit
 from dwtune.study.progress import StudyProgress
+from dwtune.study.runners.cluster_address import check_address
 
 DEFAULT_STORAGE = "experiments"
 LEVEL = 0.95  # of the projection intervals
@@ -124,6 +125,7 @@ class Study:
         """Grid, refine, export, fit and report (grid and export only with ``grid_only``)."""
         from dwtune.study.runners.ray_tune import TuneRunner
 
+        check_address(address)  # malformed: refused before anything starts
         store, progress = self._store(storage), progress or StudyProgress()
         # Lock first: a refused second driver must not touch the running experiment's spec.
         with store.driver_lock():
@@ -153,6 +155,7 @@ class Study:
                 f"{store.spec_path}: refine.pairs is empty; list [shallower, deeper] "
                 f"depth pairs under refine: and run `dwtune run SPEC` again"
             )
+        check_address(address)  # malformed: refused even when nothing needs training
         with store.driver_lock():
             stage = refine_stage(self.spec, store, progress)  # bad pairs fail before Ray
             with contextlib.ExitStack() as stack:

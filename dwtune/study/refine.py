@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 
@@ -55,6 +56,7 @@ from dwtune.core.vocabulary import (
 )
 from dwtune.outputs.pair_deltas import write_pair_deltas
 from dwtune.outputs.schemas import TRANSITION_SCHEMA
+from dwtune.storage import loaders
 from dwtune.storage.provenance import write_parquet_atomic
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.runners.local import LocalRunner
@@ -124,9 +126,12 @@ def study_path(store: ExperimentStore, pair: tuple[int, int]) -> Path:
     return store.root / REFINE_DIR / f"{pair[0]}-{pair[1]}{JOURNAL_SUFFIX}"
 
 
-def open_study(path: Path, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+def open_study(path: Path, sampler: optuna.samplers.BaseSampler, say=None) -> optuna.Study:
     """Create or load the pair's study; a corrupt journal is an InputError naming the fix."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    say = say or (lambda line: print(line, file=sys.stderr))
+    loaders.check_journal(path, say)  # a torn last line is cut off, other damage refused
+    loaders.clear_stale_journal_lock(path, say)
     try:
         backend = optuna.storages.journal.JournalFileBackend(str(path))
         storage = optuna.storages.JournalStorage(backend)
@@ -138,12 +143,18 @@ def open_study(path: Path, sampler: optuna.samplers.BaseSampler) -> optuna.Study
             load_if_exists=True,
         )
     # Only Optuna's replay of the file runs in here: a garbled line raises ValueError
-    # (JSONDecodeError, UnicodeDecodeError), a line missing a key KeyError or TypeError.
-    except (ValueError, KeyError, TypeError) as exc:
+    # (JSONDecodeError, UnicodeDecodeError), a line missing a key KeyError or TypeError, an
+    # operation Optuna cannot replay (an unknown op_code) AttributeError or AssertionError.
+    except (ValueError, KeyError, TypeError, AttributeError, AssertionError) as exc:
         raise InputError(
-            f"{path}: corrupt Optuna journal ({type(exc).__name__}); delete it to restart this "
-            f"pair's refinement (finished trainings are kept in trials/ and reused)"
+            f"{path}: corrupt Optuna journal ({type(exc).__name__}); {loaders.journal_advice(path)}"
         ) from None
+    _check_points(path, study)
+    return study
+
+
+def _check_points(path: Path, study: optuna.Study) -> None:
+    """Every finished trial of the journal must hold a readable refine point."""
     unreadable = [
         t.number for t in _finished(study) if not isinstance(t.user_attrs.get(POINT_ATTR), dict)
     ]
@@ -152,7 +163,13 @@ def open_study(path: Path, sampler: optuna.samplers.BaseSampler) -> optuna.Study
             f"{path}: trial(s) {unreadable} hold no refine point (not written by dwtune's refine "
             f"stage?); restore the journal or move it aside to restart this pair's refinement"
         )
-    return study
+    try:
+        trial_points(study)
+    except (ValueError, KeyError, TypeError) as exc:  # a point mapping lacking or garbling a field
+        raise InputError(
+            f"{path}: corrupt refine point in the Optuna journal ({type(exc).__name__}); "
+            f"{loaders.journal_advice(path)}"
+        ) from None
 
 
 def _finished(study: optuna.Study) -> list:
@@ -198,7 +215,7 @@ class PairRefiner:
         self.prior = noise_prior(spec, self.pair)
         self.path = study_path(store, self.pair)
         sampler = BisectionSampler(grid.points, self.refine, self.prior)
-        self.study = open_study(self.path, sampler)
+        self.study = open_study(self.path, sampler, say)
 
     # ------------------------------------------------------------------ the loop
 
@@ -208,6 +225,10 @@ class PairRefiner:
         stale = clear_stale_trials(self.study)
         if stale:
             self.say(f"[refine {self.grid.label}] resuming: {stale} interrupted trial(s) redone")
+        missing = self._unrecorded()
+        if missing:  # a removed record: its journal point stays, its training is redone
+            self.say(f"[refine {self.grid.label}] {len(missing)} training(s) without a record")
+            yield missing
         while True:
             step = plan_step(self.grid.points, self.study, self.refine, self.prior)
             if step.kind == StepKind.BISECT and self._width_taken(step.log_n):
@@ -306,17 +327,23 @@ class PairRefiner:
             f"{verdict}"
         )
 
-    def _new_trainings(self) -> int:
-        """Trainings of this pair's refine points that the refine stage itself recorded."""
-        ids = set()
+    def _point_requests(self) -> dict[str, TrialRequest]:
+        """The trainings behind this pair's journal points, by trial id."""
+        requests = {}
         for point in trial_points(self.study):
             for depth in self.pair:
                 cell = self.spec.cell(depth, point.budget)
-                ids |= {
-                    self._request(cell, seed).trial_id
-                    for seed in self.seed_order[: point.requested]
-                }
-        records = (self.store.read_record(i) for i in ids)
+                for seed in self.seed_order[: point.requested]:
+                    request = self._request(cell, seed)
+                    requests[request.trial_id] = request
+        return requests
+
+    def _unrecorded(self) -> list[TrialRequest]:
+        return [r for i, r in self._point_requests().items() if self.store.read_record(i) is None]
+
+    def _new_trainings(self) -> int:
+        """Trainings of this pair's refine points that the refine stage itself recorded."""
+        records = (self.store.read_record(i) for i in self._point_requests())
         return sum(r is not None and r.stage == Stage.REFINE for r in records)
 
     def pair_points(self) -> PairPoints:

@@ -95,7 +95,10 @@ def test_records_round_trip_and_corrupt_records_are_named(tmp_path):
     assert loaded.best_val_loss == 2.5 and loaded.final_val_loss == 2.5 and loaded.simulated
     assert not list(store.trials_dir.glob("*.tmp"))
     atomic_write_text(store.record_path("deadbeef"), '{"trial_id": "dead')
-    with pytest.raises(InputError, match=r"deadbeef\.json: corrupt trial record; delete it"):
+    with pytest.raises(
+        InputError,
+        match=r"deadbeef\.json: corrupt trial record \(not valid JSON.*; remove that one file",
+    ):
         store.records()
     assert json.loads(store.record_path(request.trial_id).read_text())["trial_id"] == (
         request.trial_id

@@ -174,7 +174,9 @@ def test_a_corrupt_journal_is_an_input_error_and_deleting_it_restarts_that_pair(
     before = {p.name: p.read_bytes() for p in (store.root / "trials").iterdir()}
     other_before = other.read_bytes()
     runner = refine_stage.InProcessRunner(spec, store)
-    with pytest.raises(InputError, match=rf"{journal}: corrupt Optuna journal.*delete it"):
+    with pytest.raises(
+        InputError, match=rf"{journal}: corrupt Optuna journal.*remove 6-12.journal to restart"
+    ):
         refine_stage.run_refine(spec, store, runner.run)
     assert runner.trained == 0
     assert {p.name: p.read_bytes() for p in (store.root / "trials").iterdir()} == before

@@ -42,11 +42,20 @@ def time_random_batches(
 
     try:
         return time_steps(one_step, steps, warmup, runtime.device)
-    except torch.OutOfMemoryError:
+    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
+        if not is_out_of_memory(exc):
+            raise
         raise InputError(
             f"out of memory at batch size {batch_size} for depth {shape.depth} x width "
             f"{shape.width} on {device_name(runtime.device)}; lower --batch-size"
         ) from None
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, Python's MemoryError, or the CPU allocator's RuntimeError."""
+    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
 
 
 def attention_backend_of(shape: ModelShape, runtime) -> tuple[str, str]:

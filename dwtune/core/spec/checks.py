@@ -7,19 +7,43 @@ import math
 from dwtune.core.errors import InputError
 
 
+def _is_finite(value: float) -> bool:
+    """Finite; an int of any size is (math.isfinite would overflow converting it)."""
+    return isinstance(value, int) or math.isfinite(value)
+
+
 def at_least(name: str, value: float, minimum: float) -> None:
-    if not math.isfinite(value) or value < minimum:
+    if not _is_finite(value) or value < minimum:
         raise InputError(f"{name}: got {value!r}; expected a value >= {minimum}")
 
 
 def within(name: str, value: float, low: float, high: float) -> None:
-    if not (math.isfinite(value) and low <= value <= high):
+    if not (_is_finite(value) and low <= value <= high):
         raise InputError(f"{name}: got {value!r}; expected {low} <= x <= {high}")
 
 
 def positive(name: str, value: float) -> None:
-    if not (math.isfinite(value) and value > 0):
+    if not (_is_finite(value) and value > 0):
         raise InputError(f"{name}: got {value!r}; expected a positive finite number")
+
+
+def at_most(name: str, value: float, maximum: float) -> None:
+    """Refuse a count or size above its documented maximum (dwtune.core.spec.limits)."""
+    if not _is_finite(value) or value > maximum:
+        raise InputError(f"{name}: got {value!r}; the maximum is {maximum:g} (see limits)")
+
+
+def finite(name: str, value: float) -> None:
+    if not _is_finite(value):
+        raise InputError(f"{name}: got {value!r}; expected a finite number")
+
+
+def nesting_depth(value: object, limit: int, depth: int = 0) -> int:
+    """How deeply lists and mappings nest in ``value``, counting no further than ``limit``+1."""
+    if depth > limit or not isinstance(value, dict | list | tuple):
+        return depth
+    children = value.values() if isinstance(value, dict) else value
+    return max((nesting_depth(c, limit, depth + 1) for c in children), default=depth + 1)
 
 
 def one_of(name: str, value: str, choices: tuple[str, ...]) -> None:

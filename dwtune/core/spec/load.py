@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from pathlib import Path
@@ -17,7 +18,8 @@ from pathlib import Path
 import yaml
 
 from dwtune.core.errors import InputError
-from dwtune.core.spec.checks import one_of
+from dwtune.core.spec import limits
+from dwtune.core.spec.checks import at_most, nesting_depth, one_of
 from dwtune.core.spec.experiment import ExperimentSpec
 from dwtune.core.spec.sections import (
     BUILTIN_CORPORA,
@@ -58,12 +60,14 @@ def _as_int(name: str, value: object) -> int:
 def _as_float(name: str, value: object) -> float:
     if isinstance(value, bool):
         raise InputError(f"{name}: got {value!r}; expected a number")
-    if isinstance(value, int | float):
-        return float(value)
     try:
-        return float(str(value))  # "3e-3": PyYAML leaves exponents without a dot as text
-    except ValueError:
+        # "3e-3": PyYAML leaves exponents without a dot as text
+        number = float(value) if isinstance(value, int | float) else float(str(value))
+    except (ValueError, OverflowError):
         raise InputError(f"{name}: got {value!r}; expected a number such as 3e-3") from None
+    if not math.isfinite(number):  # .nan, .inf, "inf": refused everywhere
+        raise InputError(f"{name}: got {value!r}; expected a finite number")
+    return number
 
 
 def _as_bool(name: str, value: object) -> bool:
@@ -141,6 +145,8 @@ def _budgets(name: str, value: object) -> tuple[float, ...]:
             raise InputError(f"{name}: got {value!r}; expected keys min, max and num")
         low, high = parse_size(value["min"], f"{name}.min"), parse_size(value["max"], f"{name}.max")
         num = _as_int(f"{name}.num", value["num"])
+        at_most(f"{name}.num", num, limits.MAX_BUDGETS)  # before the list is made
+        at_most(f"{name}.max", high, limits.MAX_BUDGET)
         if num < 1 or high < low or (num == 1 and high != low):
             raise InputError(f"{name}: got {value!r}; expected min <= max and num >= 1")
         ratio = (high / low) ** (1 / (num - 1)) if num > 1 else 1.0
@@ -152,6 +158,7 @@ def _seeds(name: str, value: object) -> tuple[int, ...]:
     if isinstance(value, list):
         return tuple(_as_int(name, v) for v in value)
     count = _as_int(name, value)
+    at_most(f"{name} (count)", count, limits.MAX_SEEDS)  # before the range is made
     if count < 1:
         raise InputError(f"{name}: got {value!r}; expected a count >= 1 or a list of seeds")
     return tuple(range(count))
@@ -220,6 +227,8 @@ def spec_from_dict(raw: object, source: str = "") -> ExperimentSpec:
         raise InputError(
             f"spec: got {type(raw).__name__}; expected a mapping with name, space, train"
         )
+    if nesting_depth(raw, limits.MAX_NESTING) > limits.MAX_NESTING:
+        raise InputError(f"spec: nested deeper than {limits.MAX_NESTING} levels; not a dwtune spec")
     _check_keys("", raw, TOP_LEVEL)
     for required in ("name", "space", "train"):
         if required not in raw:
@@ -254,6 +263,14 @@ def _cross_check(spec: ExperimentSpec) -> ExperimentSpec:
                 )
     _check_distinct_pairs(spec)
     spec.grid()  # raises for a budget too small for a depth
+    for budget in spec.fit.budgets:  # the grid's rule: at least one layer at the least width
+        try:
+            spec.cell(1, budget)
+        except InputError:
+            raise InputError(
+                f"fit.budgets: got {budget:g}; smaller than one layer of this model; "
+                f"expected sizes such as 1.75e11"
+            ) from None
     return spec
 
 
@@ -284,8 +301,27 @@ def load_spec(path: str | Path) -> ExperimentSpec:
         )
     if not path.exists():
         raise InputError(f"{path}: no such spec file; see search_spaces/ for examples")
+    raw = parse_yaml_file(path)
+    spec = spec_from_dict(raw, source=str(path.resolve()))
+    return _corpus_relative_to(spec, path.resolve().parent)
+
+
+def parse_yaml_file(path: Path) -> object:
+    """A YAML file's content; a file that is not YAML text of bounded size and nesting is one
+    InputError naming it."""
+    if not path.is_file():
+        raise InputError(f"{path}: not a regular file; pass a YAML spec file")
+    size = path.stat().st_size
+    if size > limits.MAX_SPEC_BYTES:
+        raise InputError(
+            f"{path}: {size} bytes; a spec is at most {limits.MAX_SPEC_BYTES} bytes (see limits)"
+        )
     try:
-        raw = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
+    except RecursionError:
+        raise InputError(
+            f"{path}: nested deeper than {limits.MAX_NESTING} levels; not a dwtune spec"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -293,8 +329,8 @@ def load_spec(path: str | Path) -> ExperimentSpec:
         raise InputError(f"{path}: YAML syntax error{where}: {problem}") from None
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a text file; pass a YAML spec") from None
-    spec = spec_from_dict(raw, source=str(path.resolve()))
-    return _corpus_relative_to(spec, path.resolve().parent)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
 
 
 def _corpus_relative_to(spec: ExperimentSpec, folder: Path) -> ExperimentSpec:

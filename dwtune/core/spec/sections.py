@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from dwtune.core.budget import SIZE_CONVENTIONS
 from dwtune.core.errors import InputError
-from dwtune.core.spec.checks import at_least, one_of, positive, within
+from dwtune.core.spec import limits
+from dwtune.core.spec.checks import at_least, at_most, finite, one_of, positive, within
 
 TOKENIZERS = ("char", "bpe")
 SCHEDULES = ("cosine", "linear", "constant")
@@ -59,6 +60,8 @@ class DataConfig:
         positive("data.max_epochs", self.max_epochs)
         at_least("data.vocab_size", self.vocab_size, 2)
         at_least("data.seq_len", self.seq_len, 2)
+        at_most("data.vocab_size", self.vocab_size, limits.MAX_VOCAB)
+        at_most("data.seq_len", self.seq_len, limits.MAX_SEQ_LEN)
         if not 0 < self.val_fraction < 0.5:
             raise InputError(f"data.val_fraction: got {self.val_fraction}; expected 0 < x < 0.5")
 
@@ -82,6 +85,9 @@ class ModelConfig:
         at_least("model.heads", self.heads, 1)
         at_least("model.width_multiple", self.width_multiple, 1)
         positive("model.mlp_ratio", self.mlp_ratio)
+        at_most("model.heads", self.heads, limits.MAX_HEADS)
+        at_most("model.width_multiple", self.width_multiple, limits.MAX_WIDTH_MULTIPLE)
+        at_most("model.mlp_ratio", self.mlp_ratio, limits.MAX_MLP_RATIO)
         one_of("model.size_convention", self.size_convention, SIZE_CONVENTIONS)
         if self.head_dim is not None:
             at_least("model.head_dim", self.head_dim, 1)
@@ -139,8 +145,19 @@ class SpaceConfig:
         one_of("space.compare", self.compare, COMPARISONS)
         if not self.depths:
             raise InputError("space.depths: got an empty list; expected depths such as [1, 2, 4]")
+        at_most("space.depths (entries)", len(self.depths), limits.MAX_DEPTHS)
         for depth in self.depths:
             at_least("space.depths", depth, 1)
+            at_most("space.depths", depth, limits.MAX_DEPTH)
+        at_most("space.budgets (entries)", len(self.budgets), limits.MAX_BUDGETS)
+        for budget in self.budgets:
+            positive("space.budgets", budget)
+            at_most("space.budgets", budget, limits.MAX_BUDGET)
+        at_most("space.seeds (count)", len(self.seeds), limits.MAX_SEEDS)
+        for seed in self.seeds:
+            within("space.seeds", seed, 0, limits.MAX_SEED)
+        trials = len(self.depths) * len(self.budgets) * len(self.seeds)
+        at_most("space (depths x budgets x seeds trials)", trials, limits.MAX_GRID_TRIALS)
         if len(set(self.depths)) != len(self.depths):
             raise InputError(f"space.depths: got {list(self.depths)}; expected distinct depths")
         if not self.budgets:
@@ -229,6 +246,7 @@ class TrainConfig:
         for name in ("batch_size", "eval_every", "eval_batches"):
             at_least(f"train.{name}", getattr(self, name), 1)
         at_least("train.warmup_steps", self.warmup_steps, 0)
+        self._check_maxima()
         positive("train.lr", self.lr)
         for name in ("beta1", "beta2", "min_lr_ratio"):
             within(f"train.{name}", getattr(self, name), 0.0, 1.0)
@@ -239,6 +257,18 @@ class TrainConfig:
         one_of("train.device", self.device, ("auto", "cpu", "cuda"))
         if self.patience is not None:
             at_least("train.patience", self.patience, 1)
+
+    def _check_maxima(self) -> None:
+        for name in ("steps", "warmup_steps", "eval_every", "patience"):
+            if getattr(self, name) is not None:
+                at_most(f"train.{name}", getattr(self, name), limits.MAX_STEPS)
+        if self.tokens is not None:
+            at_most("train.tokens", self.tokens, limits.MAX_TOKENS)
+        at_most("train.batch_size", self.batch_size, limits.MAX_BATCH_SIZE)
+        at_most("train.eval_batches", self.eval_batches, limits.MAX_EVAL_BATCHES)
+        at_most("train.lr", self.lr, limits.MAX_LR)
+        finite("train.weight_decay", self.weight_decay)
+        finite("train.grad_clip", self.grad_clip)
 
     def lr_at(self, step: int, total_steps: int) -> float:
         """Learning rate of the update made at 0-based ``step``: linear warm-up, then decay
@@ -292,6 +322,9 @@ class RefineConfig:
         positive("refine.noise_z", self.noise_z)
         if not 0 < self.alpha < 0.5:
             raise InputError(f"refine.alpha: got {self.alpha}; expected a number in (0, 0.5)")
+        at_most("refine.max_seeds", self.max_seeds, limits.MAX_REFINE_SEEDS)
+        at_most("refine.max_rounds", self.max_rounds, limits.MAX_ROUNDS)
+        at_most("refine.pairs (entries)", len(self.pairs), limits.MAX_PAIRS)
         for pair in self.pairs:
             if len(pair) != 2 or pair[0] >= pair[1]:
                 raise InputError(
@@ -306,6 +339,10 @@ class FitConfig:
 
     def __post_init__(self) -> None:
         one_of("fit.reference", self.reference, REFERENCE_FITS)
+        at_most("fit.budgets (entries)", len(self.budgets), limits.MAX_FIT_BUDGETS)
+        for budget in self.budgets:  # the same rules as space.budgets
+            positive("fit.budgets", budget)
+            at_most("fit.budgets", budget, limits.MAX_BUDGET)
 
 
 @dataclass(frozen=True)
@@ -328,7 +365,11 @@ class ResourcesConfig:
             raise InputError(f"resources.gpu: got {self.gpu}; above 1 use whole GPUs")
         if self.max_concurrent is not None:
             at_least("resources.max_concurrent", self.max_concurrent, 1)
+            at_most("resources.max_concurrent", self.max_concurrent, limits.MAX_CONCURRENT)
         at_least("resources.retries", self.retries, 0)
+        at_most("resources.retries", self.retries, limits.MAX_RETRIES)
+        at_most("resources.cpu", self.cpu, limits.MAX_CONCURRENT)
+        at_most("resources.gpu", self.gpu, limits.MAX_CONCURRENT)
         if self.gpu_memory_gb is not None:
             positive("resources.gpu_memory_gb", self.gpu_memory_gb)
 
@@ -384,6 +425,7 @@ class SimulatedConfig:
             value = getattr(self, name)
             if not math.isfinite(value):
                 raise InputError(f"simulated.{name}: got {value!r}; expected a finite number")
+        self._check_maxima()
         for name in (
             "noise",
             "seconds_per_step",
@@ -411,6 +453,12 @@ class SimulatedConfig:
         within("simulated.outlier_share", self.outlier_share, 0, 1)
         one_of("simulated.surface", self.surface, SIMULATED_SURFACES)
         self._check_surface()
+
+    def _check_maxima(self) -> None:
+        for name in ("a", "b", "noise", "gap", "transition_scale"):
+            value = getattr(self, name)
+            within(f"simulated.{name}", value, -limits.MAX_SIMULATED_ABS, limits.MAX_SIMULATED_ABS)
+        at_most("simulated.seconds_per_step", self.seconds_per_step, limits.MAX_SECONDS_PER_STEP)
 
     def _check_surface(self) -> None:
         if self.dip_width >= self.dip_offset:

@@ -323,6 +323,20 @@ def _build(data: DataConfig, files, key: str, entry: Path, workers: int, progres
     os.rename(build, entry)
 
 
+def _check_writable(cache_dir: Path) -> None:
+    """data.cache_dir must be a folder dwtune can write the token cache into."""
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        probe = cache_dir / f".write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise InputError(
+            f"data.cache_dir: cannot write to {cache_dir} ({exc.strerror}); point data.cache_dir "
+            f"at a writable folder"
+        ) from None
+
+
 def prepare_corpus(
     data: DataConfig, workers: int | None = None, progress: bool | None = False
 ) -> PreparedCorpus:
@@ -337,6 +351,7 @@ def prepare_corpus(
 
     data = resolve_data_config(data)
     files = corpus_files(data)
+    _check_writable(Path(data.cache_dir))
     key, entry = entry_for(data, files)
     prepared = load_entry(entry, cache_hit=True)
     if prepared is None:

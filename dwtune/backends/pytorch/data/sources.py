@@ -89,6 +89,11 @@ def corpus_files(data: DataConfig) -> list[Path]:
                 f".gz, .zst); add some or point data.corpus at a file"
             )
         return files
+    if not path.is_file():  # /dev/zero, a FIFO, a socket: hashing it would never end
+        raise InputError(
+            f"data.corpus: {path} is not a regular file; pass a .txt/.jsonl/.parquet file "
+            f"(.gz/.zst too), a folder of them, or 'shakespeare'"
+        )
     return [path]
 
 

@@ -19,11 +19,11 @@ import dataclasses
 import logging
 import os
 import shutil
-import socket
 from pathlib import Path
 
 import ray
 from ray import tune
+from ray._private import ray_constants
 
 from dwtune.core import vocabulary
 from dwtune.core.budget import flops_per_token
@@ -34,6 +34,8 @@ from dwtune.outputs import tables
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.base import reusable_record
+from dwtune.study.runners.cluster_address import probe
+from dwtune.study.runners.ray_tune import embedded_ray
 from dwtune.study.runners.ray_tune.asha import CellASHA
 from dwtune.study.runners.ray_tune.recorder import RecordingCallback, trial_main
 from dwtune.study.runners.ray_tune.resources import check_resources
@@ -49,42 +51,38 @@ QUIET_TUNE_ENV = {
 }
 # The embedded instance passes only specs and small dicts through the object store.
 EMBEDDED_OBJECT_STORE_BYTES = 512 * 2**20
-CONNECT_TIMEOUT_S = 5.0
-DEFAULT_GCS_PORT = 6379
 
 
 # --------------------------------------------------------------------------- connecting
 
 
-def _probe(address: str) -> None:
-    """A TCP connect to ``host:port``: fail in seconds, not after Ray's long retries."""
-    hostport = address.split("://", 1)[-1].rstrip("/")
-    host, _, port = hostport.rpartition(":")
-    if not host:
-        host, port = hostport, str(DEFAULT_GCS_PORT)
-    if not port.isdigit():
-        raise InputError(f"--address: got {address!r}; expected HOST:PORT such as 10.0.0.1:6379")
-    try:
-        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
-    except OSError as exc:
-        raise InputError(
-            f"--address: cannot reach a Ray cluster at {address} ({exc.strerror or exc}); "
-            f"start one with `ray start --head` or fix the address"
-        ) from None
+def _is_local(address: str | None) -> bool:
+    return address in (None, "", "local")
+
+
+_CLUSTER_MODE_AT_IMPORT = ray_constants.ENABLE_RAY_CLUSTER
+
+
+def _single_machine(on: bool) -> None:
+    """Ray's single-machine mode keeps a loopback node address as it is. Ray read this
+    constant at import; its child processes read the environment (see embedded_ray)."""
+    ray_constants.ENABLE_RAY_CLUSTER = False if on else _CLUSTER_MODE_AT_IMPORT
 
 
 def _init_ray(address: str | None) -> None:
     common = {"log_to_driver": False, "logging_level": logging.ERROR}
-    if address in (None, "", "local"):
+    if _is_local(address):
+        _single_machine(True)
+        logging.getLogger("ray._private.authentication").setLevel(logging.ERROR)
         ray.init(
             address="local",
-            include_dashboard=False,
             object_store_memory=EMBEDDED_OBJECT_STORE_BYTES,
+            **embedded_ray.init_options(),
             **common,
         )
         return
     if address != "auto":
-        _probe(address)
+        probe(address)
     try:
         ray.init(address=address, **common)
     except ray.exceptions.AuthenticationError as exc:
@@ -131,11 +129,14 @@ class TuneRunner:
 
     def __enter__(self) -> TuneRunner:
         self._prepare_corpus()  # a bad corpus fails here, in seconds, before Ray starts
-        self._saved_env = {key: os.environ.get(key) for key in QUIET_TUNE_ENV}
-        os.environ.update(QUIET_TUNE_ENV)
-        logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
         # An enclosing runner (or a notebook) may have Ray up already: use it, leave it up.
         self._owns_ray = not ray.is_initialized()
+        env: dict[str, str | None] = dict(QUIET_TUNE_ENV)
+        if self._owns_ray and _is_local(self.address):
+            env.update(embedded_ray.environment())  # loopback only, random token
+        self._saved_env = {key: os.environ.get(key) for key in env}
+        embedded_ray.set_env(env)
+        logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
         if self._owns_ray:
             _init_ray(self.address)
         try:
@@ -149,11 +150,8 @@ class TuneRunner:
     def __exit__(self, *exc_info) -> None:
         if self._owns_ray:
             ray.shutdown()
-        for key, value in self._saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+            _single_machine(False)
+        embedded_ray.set_env(self._saved_env)
 
     def _say_where(self) -> None:
         if not self.progress:

@@ -10,7 +10,6 @@ import socket
 import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import ray
 from ray import tune
@@ -22,6 +21,7 @@ from dwtune.core.spec import ExperimentSpec
 from dwtune.outputs import tables
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.progress import StudyProgress
+from dwtune.study.runners.ray_tune.trial_errors import error_text, forget_pickled_error
 
 # Keys a trial adds to its reports for the driver (not metrics; never in a curve).
 NODE_KEY = "dwtune/node"
@@ -32,8 +32,6 @@ STARTED_KEY = "dwtune/started"  # set on a report sent as an attempt starts (say
 CURVE_KEYS = frozenset(
     {vocabulary.STEP, vocabulary.TOKENS, vocabulary.ELAPSED_S, *vocabulary.CURVE_SCALARS}
 )
-
-ERROR_CHARS = 2000  # characters of a failed trial's error kept in its record
 
 
 # --------------------------------------------------------------------------- inside a trial
@@ -181,8 +179,9 @@ class RecordingCallback(tune.Callback):
         state.announce_resume = True
         self._note(
             f"  {state.request.name}: attempt {state.attempt - 1} failed "
-            f"({_error_text(trial)}); retrying"
+            f"({error_text(trial)}); retrying"
         )
+        forget_pickled_error(trial)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         state = self._state(trial)
@@ -197,7 +196,8 @@ class RecordingCallback(tune.Callback):
     def on_trial_error(self, iteration, trials, trial, **info):
         state = self._state(trial)
         state.attempt_s = state.failed_attempt_s()
-        self._finish(state, vocabulary.STATUS_FAILED, _error_text(trial))
+        self._finish(state, vocabulary.STATUS_FAILED, error_text(trial))
+        forget_pickled_error(trial)
 
     def on_step_end(self, iteration, trials, **info):
         if self.progress:
@@ -223,29 +223,3 @@ class RecordingCallback(tune.Callback):
             tables.write_trial_board(self.store.root, state.request.name, record)
         if self.progress:
             self.progress.trial_finished(state.request, record)
-
-
-def _last_error(trial) -> BaseException | str | None:
-    """The trial's latest error: Tune writes it on the driver first (error.pkl, error.txt) and
-    copies it to storage later, so read the driver's copy and fall back to storage."""
-    from ray import cloudpickle
-
-    local_pickle, local_text = trial.pickled_error_file, trial.error_file
-    if local_pickle and Path(local_pickle).exists():
-        with open(local_pickle, "rb") as handle:
-            return cloudpickle.load(handle)
-    if local_text and Path(local_text).exists():
-        return Path(local_text).read_text()
-    return trial.get_pickled_error() or trial.get_error()
-
-
-def _error_text(trial) -> str:
-    """One line: the exception type and message that failed the trial's last attempt."""
-    error = _last_error(trial)
-    if isinstance(error, BaseException):
-        cause = getattr(error, "cause", None) or error  # a RayTaskError wraps the trainer's
-        text = f"{type(cause).__name__}: {cause}"
-    else:
-        lines = (error or "").strip().splitlines()
-        text = lines[-1] if lines else "unknown error (no error file from Ray Tune)"
-    return " ".join(text.split())[:ERROR_CHARS]

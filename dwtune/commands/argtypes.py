@@ -1,0 +1,60 @@
+"""argparse value types with the documented limits (dwtune.core.spec.limits).
+
+A flag out of range is refused by argparse itself: one line, exit code 2, before any work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from dwtune.core.spec import limits
+
+
+def whole(low: int, high: int):
+    """An integer flag in ``low..high``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"got {text!r}; expected a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"got {value}; expected {low} <= n <= {high}")
+        return value
+
+    parse.__name__ = "whole number"  # argparse names the type in its message
+    return parse
+
+
+def number(low: float, high: float, *, low_open: bool = False):
+    """A finite float flag in ``[low, high]`` (``(low, high]`` when ``low_open``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"got {text!r}; expected a number") from None
+        above_low = value > low if low_open else value >= low
+        if not (math.isfinite(value) and above_low and value <= high):
+            bound = "<" if low_open else "<="
+            expected = f"{low:g} {bound} x <= {high:g}"
+            raise argparse.ArgumentTypeError(f"got {value!r}; expected {expected}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+DEPTH = whole(1, limits.MAX_DEPTH)
+WIDTH = whole(1, limits.MAX_WIDTH)
+HEADS = whole(1, limits.MAX_HEADS)
+SEQ_LEN = whole(2, limits.MAX_SEQ_LEN)
+BATCH = whole(1, limits.MAX_BATCH_SIZE)
+VOCAB = whole(2, limits.MAX_VOCAB)
+STEPS = whole(1, limits.MAX_STEPS)
+WARMUP = whole(0, limits.MAX_STEPS)
+SEED = whole(0, limits.MAX_SEED)
+MLP_RATIO = number(0.0, limits.MAX_MLP_RATIO, low_open=True)
+PEAK_FLOPS = number(0.0, 1e21, low_open=True)  # FLOP/s; the fastest chips are ~1e15-1e16
+LEVEL = number(0.0, 1.0, low_open=True)

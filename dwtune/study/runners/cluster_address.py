@@ -1,0 +1,45 @@
+"""Checking and reaching ``--address`` (no ray import here: commands check the address before
+anything, without starting Ray). What the nodes offer is ``ray_tune.resources``."""
+
+from __future__ import annotations
+
+import re
+import socket
+
+from dwtune.core.errors import InputError
+
+CONNECT_TIMEOUT_S = 5.0
+DEFAULT_GCS_PORT = 6379
+MAX_PORT = 65535
+# A host name or address: letters, digits, dots, dashes, underscores; IPv6 in brackets.
+_HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]{1,253})$")
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``(host, port)`` of ``--address`` (``ray://`` prefix allowed); one line when malformed.
+    ``auto`` and ``local`` are not addresses and are not passed here."""
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    if not host:
+        host, port = hostport, str(DEFAULT_GCS_PORT)
+    if not (_HOST.match(host) and port.isdigit() and 0 < int(port) <= MAX_PORT):
+        raise InputError(f"--address: got {address!r}; expected HOST:PORT such as 10.0.0.1:6379")
+    return host.strip("[]"), int(port)
+
+
+def check_address(address: str | None) -> None:
+    """Refuse a malformed ``--address`` at once, even when nothing needs training."""
+    if address not in (None, "", "local", "auto"):
+        parse_address(address)
+
+
+def probe(address: str) -> None:
+    """A TCP connect to ``host:port``: fail in seconds, not after Ray's long retries."""
+    host, port = parse_address(address)
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise InputError(
+            f"--address: cannot reach a Ray cluster at {address} ({exc.strerror or exc}); "
+            f"start one with `ray start --head` or fix the address"
+        ) from None

@@ -1,0 +1,181 @@
+"""A killed driver and a full disk, on real Ray: each rerun ends with the trial set of an
+uninterrupted run (computed here in-process: the simulated backend is deterministic), none
+trained twice. The SIGKILL helpers are those of tests/commands/test_run_cli.py."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from hostile_experiment import BASE, base_raw
+
+from dwtune.core.records import grid_requests
+from dwtune.core.spec import spec_from_dict
+from dwtune.storage.store import ExperimentStore
+from dwtune.study.refine import InProcessRunner, run_refine
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "commands"))
+from conftest import Processes
+from test_run_cli import _command, _env, _leftovers, _snapshot
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+WAIT_S = 240
+
+
+def _spec(tmp_path: Path, seconds_per_step: float = 0.005) -> Path:
+    raw = base_raw()
+    raw["simulated"] = {**raw["simulated"], "seconds_per_step": seconds_per_step}
+    path = tmp_path / "kill.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def _uninterrupted_ids(tmp_path: Path, spec_path: Path) -> set[str]:
+    spec = spec_from_dict(yaml.safe_load(spec_path.read_text()))
+    store = ExperimentStore.for_spec(tmp_path / "reference", spec)
+    store.initialise(spec)
+    runner = InProcessRunner(spec, store)
+    runner.run(grid_requests(spec))
+    run_refine(spec, store, runner.run)
+    return {r.trial_id for r in store.records()}
+
+
+def _kill_when(driver: subprocess.Popen, ready, what: str) -> list[str]:
+    deadline = time.monotonic() + WAIT_S
+    while not ready():
+        assert driver.poll() is None, driver.communicate()
+        assert time.monotonic() < deadline, f"never reached: {what}"
+        time.sleep(0.05)
+    table = Processes.table()
+    pids = Processes.descendants({driver.pid}, table)
+    driver.send_signal(signal.SIGKILL)
+    driver.communicate(timeout=30)
+    return _leftovers(pids, table)
+
+
+def _stages(store: ExperimentStore) -> list[str]:
+    stages = []
+    for path in store.trials_dir.glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):  # being written, or a directory
+            stages.append(json.loads(path.read_text())["stage"])
+    return stages
+
+
+def _rerun_and_compare(spec, storage, store, expected: set[str], before: dict) -> None:
+    done = subprocess.run(
+        _command(spec, storage), capture_output=True, text=True, env=_env(), timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    after = _snapshot(store)
+    assert {k: after[k] for k in before} == before  # nothing finished was trained again
+    trials = pd.read_parquet(store.root / "trials.parquet")
+    assert len(trials) == trials.trial_id.nunique()
+    assert set(trials.trial_id) == expected == {r.trial_id for r in store.records()}
+
+
+def _driver(spec: Path, storage: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        _command(spec, storage), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env()
+    )
+
+
+def test_sigkill_in_the_grid_then_rerun(tmp_path):
+    spec = _spec(tmp_path)
+    expected = _uninterrupted_ids(tmp_path, spec)
+    store = ExperimentStore(tmp_path / "exp" / BASE["name"])
+    driver = _driver(spec, tmp_path / "exp")
+    left = _kill_when(driver, lambda: 2 <= len(_stages(store)) < 12, "two grid records")
+    assert left == []
+    assert set(_stages(store)) == {"grid"}
+    _rerun_and_compare(spec, tmp_path / "exp", store, expected, _snapshot(store))
+
+
+def test_sigkill_in_the_refine_stage_then_rerun(tmp_path):
+    spec = _spec(tmp_path)
+    expected = _uninterrupted_ids(tmp_path, spec)
+    store = ExperimentStore(tmp_path / "exp" / BASE["name"])
+    driver = _driver(spec, tmp_path / "exp")
+    left = _kill_when(driver, lambda: "refine" in _stages(store), "a refine record")
+    assert left == []
+    assert len(_stages(store)) < len(expected)  # killed before the stage was done
+    _rerun_and_compare(spec, tmp_path / "exp", store, expected, _snapshot(store))
+
+
+def test_sigkill_during_report_then_rerun(tmp_path):
+    spec = _spec(tmp_path, seconds_per_step=0.0)
+    expected = _uninterrupted_ids(tmp_path, spec)
+    store = ExperimentStore(tmp_path / "exp" / BASE["name"])
+    first = subprocess.run(
+        _command(spec, tmp_path / "exp"), capture_output=True, text=True, env=_env(), timeout=600
+    )
+    assert first.returncode == 0, first.stderr
+    before = _snapshot(store)
+    for command in ("export", "report"):  # kill each as it starts writing its files
+        marker = store.root / ("trials.parquet" if command == "export" else "report.md")
+        stamp = marker.stat().st_mtime_ns
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "dwtune", command, str(store.root)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_env(),
+        )
+
+        def writing(root=store.root, marker=marker, stamp=stamp) -> bool:
+            return bool(list(root.glob(".*.tmp"))) or marker.stat().st_mtime_ns != stamp
+
+        _kill_when(driver, writing, f"{command} writing")
+    _rerun_and_compare(spec, tmp_path / "exp", store, expected, before)
+    for command in ("export", "report"):
+        done = subprocess.run(
+            [sys.executable, "-m", "dwtune", command, str(store.root)],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+
+
+TMPFS_BYTES = 2 * 2**20
+
+
+def _mount_tmpfs(path: Path) -> bool:
+    path.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(path)],
+        capture_output=True,
+    )
+    return done.returncode == 0
+
+
+def test_a_full_disk_is_one_clear_line_and_the_experiment_resumes(tmp_path):
+    disk = tmp_path / "tmpfs"
+    if not _mount_tmpfs(disk):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        spec = _spec(tmp_path, seconds_per_step=0.0)
+        full = subprocess.run(
+            _command(spec, disk), capture_output=True, text=True, env=_env(), timeout=600
+        )
+        kept = tmp_path / "kept"
+        shutil.copytree(disk, kept, symlinks=True)
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+    assert full.returncode == 2, full.stderr[-3000:]
+    last = full.stderr.strip().splitlines()[-1]
+    assert "No space left on device" in last and "free disk space" in last, full.stderr[-3000:]
+    assert "Traceback" not in full.stderr
+    store = ExperimentStore(kept / BASE["name"])
+    store.records()  # every record written is whole
+    before = _snapshot(store)
+    expected = _uninterrupted_ids(tmp_path, spec)
+    _rerun_and_compare(spec, kept, store, expected, before)
