@@ -146,6 +146,8 @@ def test_sigkill_during_report_then_rerun(tmp_path):
 
 
 TMPFS_BYTES = 2 * 2**20
+# The small simulated study fits in 2 MB; a filler leaves it this much, so the disk fills mid-run.
+FREE_BYTES = 256 * 2**10
 
 
 def _mount_tmpfs(path: Path) -> bool:
@@ -157,15 +159,24 @@ def _mount_tmpfs(path: Path) -> bool:
     return done.returncode == 0
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect: when the disk fills during a study, tensorboardX's event-writer thread "
+    "raises OSError(ENOSPC) in the driver and the run ends with exit 1 and tracebacks instead of "
+    "one line (open in issue 14)",
+)
 def test_a_full_disk_is_one_clear_line_and_the_experiment_resumes(tmp_path):
     disk = tmp_path / "tmpfs"
     if not _mount_tmpfs(disk):
         pytest.skip("cannot mount a tmpfs here (needs root)")
     try:
         spec = _spec(tmp_path, seconds_per_step=0.0)
+        filler = disk / "filler"
+        filler.write_bytes(b"\0" * (TMPFS_BYTES - FREE_BYTES))
         full = subprocess.run(
             _command(spec, disk), capture_output=True, text=True, env=_env(), timeout=600
         )
+        filler.unlink()
         kept = tmp_path / "kept"
         shutil.copytree(disk, kept, symlinks=True)
     finally:
