@@ -64,7 +64,11 @@ def measured_peak(tmp_path, depth: int, width: int, batch: int, vocab: int) -> i
 
 @pytest.mark.xfail(
     strict=False,
-    reason="open (issue 13): in a fresh CI venv two shapes measured a 373 MB peak against 116/280 MB planned (within 20% in the development venv); the RSS baseline is not yet robust",
+    reason=(
+        "open (issue 13): in a fresh CI venv two shapes measured a 373 MB peak against "
+        "116/280 MB planned (within 20% in the development venv); the RSS baseline is not"
+        " yet robust"
+    ),
 )
 @pytest.mark.slow
 @pytest.mark.parametrize(("depth", "width", "batch"), [(2, 128, 16), (4, 256, 16), (6, 384, 8)])

@@ -135,7 +135,9 @@ def test_a_killed_driver_resumes_without_repeating_finished_trials(slow_study):
 
 @pytest.mark.xfail(
     strict=False,
-    reason="open (issue 14): in one fresh-venv CI run the interrupted driver exited 0 instead of 130",
+    reason=(
+        "open (issue 14): in one fresh-venv CI run the interrupted driver exited 0 instead of 130"
+    ),
 )
 @pytest.mark.ray
 def test_ctrl_c_keeps_finished_work_and_says_how_to_resume(slow_study):

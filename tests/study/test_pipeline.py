@@ -24,7 +24,11 @@ def readme_example() -> str:
 
 @pytest.mark.xfail(
     strict=False,
-    reason="known defect (issue 10, open): with the calibrated estimator the simulated study's fit has chi2_red 6.2 and a's 95% interval [5.022, 5.037] misses the planted 5.039",
+    reason=(
+        "known defect (issue 10, open): with the calibrated estimator the simulated "
+        "study's fit has chi2_red 6.2 and a's 95% interval [5.022, 5.037] misses the "
+        "planted 5.039"
+    ),
 )
 @pytest.mark.ray
 @pytest.mark.slow
