@@ -22,14 +22,6 @@ def readme_example() -> str:
     return next(b for b in blocks if "from dwtune import Study" in b)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "known defect (issue 10, open): with the calibrated estimator the simulated "
-        "study's fit has chi2_red 6.2 and a's 95% interval [5.022, 5.037] misses the "
-        "planted 5.039"
-    ),
-)
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.timeout(900)
@@ -43,8 +35,6 @@ def test_the_readme_example_runs_the_simulated_study_and_returns_its_fit(
     results, fit = scope["results"], scope["fit"]
     assert isinstance(results, StudyResults) and results.root == tmp_path / "simulated"
     assert fit["status"] == "fitted" and fit["simulated"] is True
-    assert fit["ci_a"][0] < PLANTED_A < fit["ci_a"][1]
-    assert fit["ci_b"][0] < PLANTED_B < fit["ci_b"][1]
     assert fit["level"] == 0.95
     assert set(results.transitions["status"]) <= {"bracketed", "censored_low", "censored_high"}
     assert (results.transitions["status"] == "bracketed").sum() >= 3
@@ -59,6 +49,11 @@ def test_the_readme_example_runs_the_simulated_study_and_returns_its_fit(
     reopened = Study.open(results.root)
     assert reopened.spec.name == "simulated"
     pd.testing.assert_frame_equal(reopened.results.transitions, results.transitions)
+    if not fit["ci_a"][0] < PLANTED_A < fit["ci_a"][1]:
+        # Known defect (issue 10, open): with the calibrated estimator this study's fit has
+        # chi2_red 6.2 and a's 95% interval [5.022, 5.037] misses the planted 5.039.
+        pytest.xfail(f"planted a = {PLANTED_A} outside the fit's 95% interval {fit['ci_a']}")
+    assert fit["ci_b"][0] < PLANTED_B < fit["ci_b"][1]
 
 
 def test_dwtune_study_is_the_pipeline_study_imported_on_first_use():
