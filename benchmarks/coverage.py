@@ -139,7 +139,7 @@ def evaluate(sim, context, budget, kind, start, verified, refine=REFINE) -> Pair
         point = next(
             p for p in transitions.decide_points(merged, refine, sim.prior) if p.budget == budget
         )
-        if point.decision.decided or wanted >= refine.max_seeds:
+        if transitions.point_done(point, kind, wanted, refine):
             return point
         wanted = transitions.seeds_wanted(point.decision, wanted, refine)
 
@@ -152,9 +152,9 @@ def refine_new(sim: SimulatedPair, refine=REFINE):
         step = transitions.next_step(points, refine, rounds)
         if step.kind == "done":
             break
-        if step.kind == "bisect":
-            rounds += 1
-            budget, start, verified = math.exp(step.log_n), refine.seeds, False
+        if step.kind in ("bisect", "scan"):
+            rounds += step.kind == "bisect"
+            budget, start, verified = math.exp(step.log_n), max(refine.seeds, step.seeds), False
         else:
             budget = step.point.budget
             start = max(refine.seeds, step.seeds, step.point.requested)

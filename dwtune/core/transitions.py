@@ -16,8 +16,14 @@ Outcome of a pair from all its points sorted by ``N`` (:func:`dwtune.core.crossi
 runs of decided signs; one positive run then one negative → ``bracketed`` between the last
 positive and the first negative point; one sign only → censored (``undecided`` when points
 within noise lie beyond the decided edge); two or more sign changes beyond noise →
-``non_monotone``. The points that decide the outcome are first given seeds until decided
-(``verify`` steps); then the bracket is bisected in ``ln N`` (``bisect`` steps) until
+``non_monotone``. A point's sign never counts from one seed
+(``MIN_DECIDE_SEEDS``, capped at ``max_seeds``): verify and bisect steps start with two. The points
+that decide the outcome are first given seeds until decided (``verify`` steps). A bracketed pair
+is then *scanned* (``scan`` steps, one round of ``refine.seeds`` each, their sign provisional):
+every gap between points wider than ``refine.scan_spacing`` e-folds within ``refine.scan_reach``
+e-folds of the bracket gets evenly spaced probes, so a dip of Δ at least that wide is seen and the
+pair reported ``non_monotone`` (a probe that looks negative is decisive, hence verified with more
+seeds before it counts); then the bracket is bisected in ``ln N`` (``bisect`` steps) until
 ``N_high / N_low − 1 ≤ refine.tolerance``, or ``refine.max_rounds`` rounds, or the second point
 within noise inside the bracket. Before the pair closes, each decisive point is *re-verified*:
 tested again with twice its seeds (at most ``max_seeds``); should its sign not hold, the bracket
@@ -31,7 +37,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -42,6 +48,10 @@ from dwtune.core.spec import RefineConfig
 from dwtune.core.vocabulary import StepKind
 
 PAIRED_NOISE_PRIOR = crossing.DEFAULT_NOISE_PRIOR  # nats (the paper: "stable to the third digit")
+# Finite paired seeds a point needs before its sign counts (capped at refine.max_seeds): one
+# training cannot tell a loss spike from a sign, and one spike decided at one seed was the main
+# false-sign source on the outliers surface (benchmarks/coverage.py).
+MIN_DECIDE_SEEDS = 2
 
 
 # --------------------------------------------------------------------------- decisions
@@ -55,6 +65,12 @@ def seeds_wanted(decision: Decision, n: int, refine: RefineConfig) -> int:
     else:
         needed = refine.max_seeds
     return min(refine.max_seeds, max(n + 1, needed))
+
+
+def point_done(point: PairPoint, kind: str, seeds: int, refine: RefineConfig) -> bool:
+    """Whether a point being trained needs no more seeds: decided, at ``max_seeds``, or a scan
+    probe (one round of seeds: its sign is provisional, verified only if it matters)."""
+    return point.decision.decided or seeds >= refine.max_seeds or kind == StepKind.SCAN
 
 
 def seed_sequence(grid_seeds: Sequence[int], count: int) -> tuple[int, ...]:
@@ -80,7 +96,8 @@ def decide_points(
             decision = decide([], float(sd), z)
         else:
             se = math.sqrt(sd**2 / point.n + point.extra_sd**2)
-            beyond = bool(abs(mean) > z * se)
+            enough = point.n >= min(MIN_DECIDE_SEEDS, refine.max_seeds)
+            beyond = bool(abs(mean) > z * se) and enough
             if not any(math.isfinite(d) for d in point.deltas):  # failures alone (module doc)
                 beyond = beyond and point.n >= refine.max_seeds
             decision = Decision(float(mean), se, float(sd), beyond, z)
@@ -110,16 +127,20 @@ def _provisional_sign(point: PairPoint, max_seeds: int) -> int:
     return 0 if point.within_noise(max_seeds) else int(math.copysign(1, point.decision.mean))
 
 
-def _strong(point: PairPoint) -> bool:
+def _strong(point: PairPoint, max_seeds: int) -> bool:
+    """Beyond noise by Z_CONFIRM; a point that may still get seeds counts as strong until its
+    seeds are in (so a provisional sign is verified, never dropped untested)."""
+    if not point.decision.decided:
+        return bool(point.n) and not point.within_noise(max_seeds)
     ratio = abs(point.decision.mean) / point.decision.se if point.decision.se > 0 else math.inf
     finite = any(math.isfinite(d) for d in point.deltas)  # failures alone: not beyond noise
-    return point.decision.decided and finite and ratio >= crossing.Z_CONFIRM
+    return finite and ratio >= crossing.Z_CONFIRM
 
 
 def outcome_of(points: Sequence[PairPoint], max_seeds: int) -> Outcome:
     """Status of sorted, decided points from all of them (module doc)."""
     signs = [_provisional_sign(p, max_seeds) for p in points]
-    shape = crossing.classify(signs, [_strong(p) for p in points])
+    shape = crossing.classify(signs, [_strong(p, max_seeds) for p in points])
     decided = [i for i, s in enumerate(signs) if s]
     noisy = [p.log_n for p, s in zip(points, signs, strict=True) if s == 0 and p.n]
     if shape.status == vocabulary.TransitionStatus.BRACKETED:
@@ -138,9 +159,9 @@ def outcome_of(points: Sequence[PairPoint], max_seeds: int) -> Outcome:
         return Outcome(shape.status, (), min(noisy, default=math.nan), max(noisy, default=math.nan))
     if signs[decided[0]] > 0:
         edge = points[decided[-1]]
-        return Outcome(shape.status, (edge,), edge.log_n, max(noisy), edge, None)
+        return Outcome(shape.status, (edge,), edge.log_n, max(noisy, default=math.nan), edge, None)
     edge = points[decided[0]]
-    return Outcome(shape.status, (edge,), min(noisy), edge.log_n, None, edge)
+    return Outcome(shape.status, (edge,), min(noisy, default=math.nan), edge.log_n, None, edge)
 
 
 @dataclass(frozen=True)
@@ -169,14 +190,28 @@ def close(outcome: Outcome, refine: RefineConfig, reason: str) -> Step:
     return Step(StepKind.DONE, outcome, reason=reason)
 
 
-def next_step(points: Sequence[PairPoint], refine: RefineConfig, rounds: int) -> Step:
-    """Verify an undecided decisive point, else bisect the bracket, else close the pair."""
+def decide_seeds(refine: RefineConfig) -> int:
+    """Seeds a verify or bisect step starts with: enough for its sign to count."""
+    return min(max(refine.seeds, MIN_DECIDE_SEEDS), refine.max_seeds)
+
+
+def next_step(
+    points: Sequence[PairPoint],
+    refine: RefineConfig,
+    rounds: int,
+    taken: Callable[[float], bool] | None = None,
+) -> Step:
+    """Verify an undecided decisive point, else scan beside the bracket, else bisect it, else
+    close the pair. ``taken(log_n)``: a scan probe there would repeat a width already trained."""
     outcome = outcome_of(points, refine.max_seeds)
     pending = [p for p in outcome.decisive if not p.decision.decided and p.n]
     if pending:
-        return Step(StepKind.VERIFY, outcome, point=pending[0], seeds=refine.seeds)
+        return Step(StepKind.VERIFY, outcome, point=pending[0], seeds=decide_seeds(refine))
     if outcome.status != vocabulary.TransitionStatus.BRACKETED:
         return close(outcome, refine, outcome.status)
+    probe = scan_proposal([p.log_n for p in points], outcome, refine, taken)
+    if probe is not None:
+        return Step(StepKind.SCAN, outcome, log_n=probe, seeds=refine.seeds)
     inside = [
         p
         for p in points
@@ -192,7 +227,36 @@ def next_step(points: Sequence[PairPoint], refine: RefineConfig, rounds: int) ->
         StepKind.BISECT,
         outcome,
         log_n=proposal(outcome.low, outcome.high, [p.log_n for p in inside]),
+        seeds=decide_seeds(refine),
     )
+
+
+def scan_proposal(
+    log_ns: Sequence[float],
+    outcome: Outcome,
+    refine: RefineConfig,
+    taken: Callable[[float], bool] | None = None,
+) -> float | None:
+    """The next scan probe (module doc), or None when every gap beside the bracket within
+    ``scan_reach`` e-folds is at most ``scan_spacing`` wide. A gap of width g gets
+    ceil(g / spacing) − 1 evenly spaced probes, placed one at a time from its lower end (so a
+    1.15 e-fold grid gap at spacing 0.4 gets two probes 0.38 e-folds apart)."""
+    if not refine.scan_spacing or not log_ns:
+        return None
+    xs = sorted(set(log_ns))
+    floor, ceiling = max(outcome.low - refine.scan_reach, xs[0]), outcome.high + refine.scan_reach
+    ceiling = min(ceiling, xs[-1])
+    gaps = []
+    for a, b in itertools.pairwise(xs):
+        a, b = max(a, floor), min(b, ceiling)
+        inside = outcome.low <= a and b <= outcome.high  # the bisection's business
+        if b - a > refine.scan_spacing * (1 + 1e-9) and not inside:
+            gaps.append((min(abs(a - outcome.low), abs(b - outcome.high)), a, b))
+    for _, a, b in sorted(gaps):  # nearest the bracket first
+        probe = a + (b - a) / math.ceil((b - a) / refine.scan_spacing)
+        if taken is None or not taken(probe):
+            return probe
+    return None
 
 
 def proposal(low: float, high: float, within_noise: Sequence[float]) -> float:

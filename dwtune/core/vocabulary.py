@@ -56,18 +56,21 @@ CENSORED_STATUSES = (TransitionStatus.CENSORED_LOW, TransitionStatus.CENSORED_HI
 
 
 class PointKind(StrEnum):
-    """What trained a pair point: the grid, a verify step (more seeds) or a bisect step."""
+    """What trained a pair point: the grid, a verify step (more seeds), a bisect step or a
+    scan step (a probe for a second sign change beside the bracket)."""
 
     GRID = "grid"
     VERIFY = "verify"
     BISECT = "bisect"
+    SCAN = "scan"
 
 
 class StepKind(StrEnum):
     """What the refine stage does next for a pair."""
 
     VERIFY = "verify"  # add seeds at a point within noise
-    BISECT = "bisect"  # train both depths at a new size
+    BISECT = "bisect"  # train both depths at a new size inside the bracket
+    SCAN = "scan"  # train both depths at a new size beside the bracket (non_monotone search)
     DONE = "done"
 
 

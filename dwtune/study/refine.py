@@ -73,6 +73,7 @@ Rounds = Generator[list[TrialRequest], list[TrialRecord], Transition]
 LOG_N = "log_n"  # the one Optuna parameter: ln of the budget to train both depths at
 KIND_ATTR = "kind"  # verify | bisect
 SNAP_TOLERANCE = 1e-9  # a proposal this close (in ln N) to a grid budget is that budget
+PROPOSED = (StepKind.BISECT, StepKind.SCAN)  # steps whose size the sampler proposes
 
 # --------------------------------------------------------------------------- Optuna seam
 
@@ -91,18 +92,28 @@ def decided_points(
 
 
 def plan_step(
-    grid: Sequence[PairPoint], study: optuna.Study, refine: RefineConfig, prior: float
+    grid: Sequence[PairPoint],
+    study: optuna.Study,
+    refine: RefineConfig,
+    prior: float,
+    taken: Callable[[float], bool] | None = None,
 ) -> Step:
     """The next step of a pair, from its grid points and its study's history alone."""
     points = decided_points(grid, study, refine, prior)
-    return transitions.next_step(points, refine, bisection_rounds(study))
+    return transitions.next_step(points, refine, bisection_rounds(study), taken)
 
 
 class BisectionSampler(optuna.samplers.BaseSampler):
     """Proposes ``log_n``: the bisection point of the pair's current bracket (see bisect)."""
 
-    def __init__(self, grid: Sequence[PairPoint], refine: RefineConfig, prior: float):
-        self.grid, self.refine, self.prior = tuple(grid), refine, prior
+    def __init__(
+        self,
+        grid: Sequence[PairPoint],
+        refine: RefineConfig,
+        prior: float,
+        taken: Callable[[float], bool] | None = None,
+    ):
+        self.grid, self.refine, self.prior, self.taken = tuple(grid), refine, prior, taken
 
     def infer_relative_search_space(self, study, trial) -> dict:
         return {}
@@ -111,8 +122,8 @@ class BisectionSampler(optuna.samplers.BaseSampler):
         return {}
 
     def sample_independent(self, study, trial, param_name, param_distribution) -> float:
-        step = plan_step(self.grid, study, self.refine, self.prior)
-        if param_name != LOG_N or step.kind != StepKind.BISECT:
+        step = plan_step(self.grid, study, self.refine, self.prior, self.taken)
+        if param_name != LOG_N or step.kind not in PROPOSED:
             raise RuntimeError(f"no bisection proposal for {param_name} ({step.kind})")
         return step.log_n
 
@@ -140,7 +151,7 @@ class PairRefiner:
         self.seed_order = transitions.seed_sequence(spec.space.seeds, count)
         self.prior = noise_prior(spec, self.pair)
         self.path = study_path(store, self.pair)
-        sampler = BisectionSampler(grid.points, self.refine, self.prior)
+        sampler = BisectionSampler(grid.points, self.refine, self.prior, self._width_taken)
         self.study = open_study(self.path, sampler, say)
 
     # ------------------------------------------------------------------ the loop
@@ -156,7 +167,8 @@ class PairRefiner:
             self.say(f"[refine {self.grid.label}] {len(missing)} training(s) without a record")
             yield missing
         while True:
-            step = plan_step(self.grid.points, self.study, self.refine, self.prior)
+            taken = self._width_taken
+            step = plan_step(self.grid.points, self.study, self.refine, self.prior, taken)
             if step.kind == StepKind.BISECT and self._width_taken(step.log_n):
                 reason = "width resolution: no legal width between the bracket ends"
                 step = transitions.close(step.outcome, self.refine, reason)
@@ -171,10 +183,10 @@ class PairRefiner:
             )
         trial = self.study.ask()
         log_n = trial.suggest_float(LOG_N, *self._range())
-        if step.kind == StepKind.BISECT:
+        if step.kind in PROPOSED:
             if not math.isclose(log_n, step.log_n, abs_tol=SNAP_TOLERANCE):
                 raise RuntimeError(f"sampler proposed {log_n}, expected {step.log_n}")
-            trial.set_user_attr(KIND_ATTR, StepKind.BISECT)
+            trial.set_user_attr(KIND_ATTR, str(step.kind))
         start = max(self.refine.seeds, step.seeds, step.point.requested if step.point else 0)
         verified = step.reason == "re-verify"
         point = yield from self._evaluate(self._snap(log_n), step.kind, start, verified)
@@ -218,7 +230,7 @@ class PairRefiner:
                 {seed: (results[2 * i], results[2 * i + 1]) for i, seed in enumerate(new_seeds)}
             )
             point = self._point(budget, sizes, records, kind, wanted, verified)
-            if point.decision.decided or wanted >= self.refine.max_seeds:
+            if transitions.point_done(point, kind, wanted, self.refine):
                 return point
             wanted = transitions.seeds_wanted(point.decision, wanted, self.refine)
 

@@ -115,3 +115,27 @@ def test_failures_alone_never_make_a_pair_non_monotone():
     assert (
         estimate_crossing(measured, n_boot=300).status == vocabulary.TransitionStatus.NON_MONOTONE
     )
+
+
+def test_the_95_interval_holds_the_broken_stick_profile_of_a_kinked_delta():
+    # steep above the crossing side, flat below: Δ = 0.1·(x* − x) left, 0.01·(x* − x) right
+    x_star = 16.0
+    xs = [15.0, 15.5, 15.8, 15.95, 16.05, 16.2, 16.5, 17.0]
+    points = [
+        crossing.DeltaPoint(
+            n=math.exp(x),
+            deltas=tuple(
+                (0.1 if x < x_star else 0.01) * (x_star - x) + 0.001 * e for e in (-1, 0, 1)
+            ),
+        )
+        for x in xs
+    ]
+    est = crossing.estimate_crossing(points, noise_prior=0.001)
+    assert est.status == "bracketed"
+    x = np.log([p.n for p in points])
+    means = crossing.point_means(points)
+    se = np.full(x.size, 0.001 / math.sqrt(3))
+    window = crossing.classify(*crossing._signs(means, se, 2.0)).windows[0]
+    band = crossing.broken_stick_band(x, means, se, window, crossing.PROFILE_Q95)
+    assert math.log(est.n_star_low) <= band[0] <= band[1] <= math.log(est.n_star_high)
+    assert band[0] <= x_star <= band[1]

@@ -1,12 +1,16 @@
 """Issue 10's decision rules: re-verification, every sign run, failures as outcomes, total size."""
 
+import dataclasses
 import math
 
 import pytest
 
 from dwtune.core import pair_points, transitions, vocabulary
 from dwtune.core.pair_points import SizeTrend
-from tests.core.test_transitions import REFINE, point, record
+from tests.core.test_transitions import REFINE as SCANNING
+from tests.core.test_transitions import point, record
+
+REFINE = dataclasses.replace(SCANNING, scan_spacing=0)  # these tests are about decisions
 
 
 def test_the_ends_of_a_closing_bracket_are_re_verified_with_twice_their_seeds():

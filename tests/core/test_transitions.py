@@ -169,3 +169,51 @@ def test_the_pure_modules_import_no_heavy_library():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_one_seed_never_decides_a_sign_however_large_its_delta():
+    spike = point(15, 0.1, decided=False, n=1)  # a 50-sd loss spike at one seed
+    decided = transitions.decide_points([spike, point(17, -0.02, n=2)], REFINE, 0.002)
+    assert not decided[0].decision.decided and decided[1].decision.decided
+    assert transitions.decide_points([point(15, 0.1, n=2)], REFINE, 0.002)[0].decision.decided
+    alone = RefineConfig(pairs=((6, 12),), seeds=1, max_seeds=1)  # one seed is all there is
+    assert transitions.decide_points([spike], alone, 0.002)[0].decision.decided
+
+
+def test_a_bracketed_pair_is_scanned_beside_the_bracket_before_bisecting():
+    points = [point(12, 0.04), point(13.2, 0.03), point(14.4, 0.02), point(15.6, -0.02)]
+    step = transitions.next_step(points, REFINE, rounds=0)
+    # the gap next to the bracket first, split into ceil(1.2 / 0.35) = 4 parts
+    assert step.kind == "scan" and step.log_n == pytest.approx(13.2 + 1.2 / 4)
+    assert step.seeds == REFINE.seeds  # one round of seeds: a provisional sign
+    filled = [*points, *(point(13.2 + k * 0.3, 0.025) for k in (1, 2, 3))]
+    filled += [point(12 + k * 0.3, 0.035) for k in (1, 2, 3)]
+    step = transitions.next_step(sorted(filled, key=lambda p: p.log_n), REFINE, rounds=0)
+    assert step.kind == "bisect" and step.log_n == pytest.approx(15.0)
+    off = RefineConfig(pairs=((6, 12),), tolerance=0.05, seeds=1, max_seeds=4, scan_spacing=0)
+    assert transitions.next_step(points, off, rounds=0).kind == "bisect"
+
+
+def test_a_dip_the_scan_finds_makes_the_pair_non_monotone():
+    points = [point(12, 0.04), point(13.2, 0.03), point(14.4, 0.02), point(15.6, -0.02)]
+    dip = point(13.5, -0.02, n=2, kind="scan")  # decided negative between positive points
+    outcome = transitions.outcome_of(sorted([*points, dip], key=lambda p: p.log_n), 4)
+    assert outcome.status == "non_monotone"
+    provisional = point(13.5, -0.02, decided=False, n=1, kind="scan")
+    step = transitions.next_step(sorted([*points, provisional], key=lambda p: p.log_n), REFINE, 0)
+    assert step.kind == "verify" and step.point.log_n == 13.5  # tested before it counts
+
+
+def test_a_probe_that_would_repeat_a_width_is_skipped():
+    points = [point(12, 0.04), point(13.2, 0.03), point(14.4, 0.02), point(15.6, -0.02)]
+    step = transitions.next_step(points, REFINE, rounds=0, taken=lambda x: x > 13.2)
+    assert step.kind == "scan" and step.log_n == pytest.approx(12 + 1.2 / 4)
+    assert transitions.next_step(points, REFINE, 0, taken=lambda x: True).kind == "bisect"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("scan_spacing", -0.1), ("scan_reach", 1e9), ("scan_spacing", 0.01)]
+)
+def test_scan_settings_out_of_range_are_refused(field, value):
+    with pytest.raises(InputError, match=f"refine.{field}"):
+        RefineConfig(pairs=((6, 12),), **{field: value})

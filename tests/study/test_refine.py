@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dwtune.backends.simulated import planted_transition
+from dwtune.core import transitions
 from dwtune.core.errors import InputError
 from dwtune.core.records import grid_requests
 from dwtune.core.spec import load_spec, spec_from_dict
@@ -69,7 +70,7 @@ class KilledRunner(refine_stage.InProcessRunner):
 
 
 def test_without_noise_bisection_reaches_tolerance_in_log2_rounds(tmp_path):
-    spec = make_spec()
+    spec = make_spec(refine={"scan_spacing": 0})  # bisection alone (the scan: below)
     store = grid_done(tmp_path, spec)
     [t] = refine_stage.run_refine(spec, store, refine_stage.InProcessRunner(spec, store).run)
     grid = refine_stage.grid_pairs(spec, store.records())[0]
@@ -83,8 +84,9 @@ def test_without_noise_bisection_reaches_tolerance_in_log2_rounds(tmp_path):
     assert abs(math.log(t.n_star / planted)) <= math.log1p(spec.refine.tolerance) / 2
     assert t.n_star_high / t.n_star_low - 1 <= spec.refine.tolerance
     assert abs(t.rounds - expected) <= 1
-    # one paired seed per round, then both bracket ends re-verified with a second seed
-    assert (t.seeds, t.trials) == (2, 2 * t.rounds + 4)
+    # the grid's bracket ends (one seed) get a second (one seed never decides), two paired
+    # seeds per round, then both final bracket ends re-verified with twice their seeds
+    assert (t.seeds, t.trials) == (4, 2 * 2 + 4 * t.rounds + 2 * 2 * 2)
     assert (
         abs(math.log(t.width_deep / math.exp(spec.simulated.a + 12 * spec.simulated.b)))
         <= math.log1p(spec.refine.tolerance) / 4
@@ -97,12 +99,13 @@ def test_with_noise_seeds_are_added_only_near_the_transition(tmp_path):
     [t] = refine_stage.run_refine(spec, store, refine_stage.InProcessRunner(spec, store).run)
     planted = math.log(planted_transition(spec.simulated, 12))
     points = study_points(store, (6, 12))
-    extra = [p for p in points if p.requested > spec.refine.seeds]
+    first = transitions.decide_seeds(spec.refine)  # what a point starts with (scan probes: 1)
+    extra = [p for p in points if p.requested > first and not p.verified]
     assert extra, "this setting should need extra seeds somewhere"
-    # |Δ| = 0.05·tanh(d/0.5) is 0.017 at d = 0.17: well above any undecided 1-seed mean there.
+    # |Δ| = 0.05·tanh(d/0.5) is 0.017 at d = 0.17: well above any undecided 2-seed mean there.
     assert all(abs(p.log_n - planted) < 0.17 for p in extra)
-    far = [p for p in points if abs(p.log_n - planted) > 0.3]
-    assert far and all(p.requested == spec.refine.seeds for p in far)
+    far = [p for p in points if abs(p.log_n - planted) > 0.3 and not p.verified]
+    assert far and all(p.requested <= first for p in far)
     assert t.status == "bracketed" and t.seeds == max(p.n for p in points) > 1
     assert abs(math.log(t.n_star) - planted) <= t.log_n_sigma
 
@@ -118,8 +121,9 @@ def test_pairs_outside_the_range_are_censored_with_a_bound(tmp_path):
     runner = refine_stage.InProcessRunner(spec, store)
     low, high = refine_stage.run_refine(spec, store, runner.run)
     assert (low.status, high.status) == ("censored_low", "censored_high")
-    # no bisection; each censored edge is re-verified with a second paired seed
-    assert runner.trained == 4 and low.trials == high.trials == 2 and low.rounds == 0
+    # no bisection; each censored edge (one grid seed) gets a second seed, since one seed
+    # never decides, then is re-verified with twice its seeds: 3 paired seeds more
+    assert runner.trained == 12 and low.trials == high.trials == 6 and low.rounds == 0
     assert math.isnan(low.n_star) and math.isnan(high.width_deep)
     assert low.n_star_high == pytest.approx(1.5e7, rel=0.02) and math.isnan(low.n_star_low)
     assert high.n_star_low == pytest.approx(3e7, rel=0.02) and math.isnan(high.n_star_high)
@@ -135,8 +139,9 @@ def test_delta_within_noise_at_the_range_edge_is_undecided(tmp_path):
     [t] = refine_stage.run_refine(spec, store, runner.run)
     assert t.status == "undecided" and math.isnan(t.n_star)
     assert t.seeds == spec.refine.max_seeds and t.rounds == 0
-    # seeds beyond the grid's at the top, and the decided edge re-verified with a second seed
-    assert t.trials == runner.trained == 2 * (spec.refine.max_seeds - 1) + 2
+    # seeds beyond the grid's at the top; the decided edge gets a second seed, then is
+    # re-verified with twice its seeds
+    assert t.trials == runner.trained == 2 * (spec.refine.max_seeds - 1) + 2 * 3
     assert t.n_star_high == pytest.approx(1.25e7, rel=0.01)
     assert "raise refine.max_seeds" in refine_stage.describe(t)
 
@@ -235,3 +240,19 @@ def test_pair_deltas_parquet_holds_every_paired_delta_of_every_point(tmp_path):
     assert [p.n for p in pair.points] == pytest.approx([math.exp(p.log_n) for p in expected])
     assert [p.deltas for p in pair.points] == [p.deltas for p in expected]
     assert [p.seeds for p in pair.points] == [p.seeds for p in expected]
+
+
+def test_the_scan_finds_a_dip_between_grid_sizes_that_bisection_alone_misses(tmp_path):
+    # N*(12) = 1.3e7; a dip 1.3 e-folds below it (about 3.5e6) lies between the grid's 1e6
+    # and 1e7, more than its half-width from both, so without the scan the pair looks
+    # bracketed with one crossing
+    dip = {"surface": "non_monotone", "dip_offset": 1.3, "dip_width": 0.5}
+    found = []
+    for name, scan in (("off", 0), ("on", 0.35)):
+        spec = make_spec(refine={"scan_spacing": scan}, simulated=dip)
+        store = grid_done(tmp_path / name, spec)
+        [t] = refine_stage.run_refine(spec, store, refine_stage.InProcessRunner(spec, store).run)
+        found.append(t)
+    assert found[0].status == "bracketed"
+    assert found[1].status == "non_monotone" and len(found[1].crossings) >= 2
+    assert math.isnan(found[1].n_star)

@@ -18,6 +18,7 @@ MAX_SEED = 2**31 - 1  # seeds are 0 <= seed <= this (torch and numpy take 32-bit
 MAX_GRID_TRIALS = 100_000  # depths x budgets x seeds
 MAX_PAIRS = 64  # refine.pairs
 MAX_REFINE_SEEDS = 100  # refine.seeds and refine.max_seeds
+MAX_SCAN_REACH = 20.0  # refine.scan_reach, e-folds of N (a factor of 5e8 each side)
 MAX_ROUNDS = 64  # refine.max_rounds: bisection halves the bracket each round
 MAX_FIT_BUDGETS = 64  # fit.budgets
 MAX_RETRIES = 100  # resources.retries

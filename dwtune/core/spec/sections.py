@@ -313,9 +313,19 @@ class RefineConfig:
     # two-sided false-sign rate of the sequential sign test at a true Δ of 0 over all its looks
     # (one look per added seed up to max_seeds; Pocock-type α-spending, core/sequential.py)
     alpha: float = 0.05
+    # Scan for a second sign change (dwtune.core.transitions): once a pair is bracketed, probe
+    # every gap wider than scan_spacing e-folds of N within scan_reach e-folds of the bracket.
+    # A dip of Δ narrower than the spacing can slip between probes; 0 turns the scan off.
+    scan_spacing: float = 0.35
+    scan_reach: float = 2.5
 
     def __post_init__(self) -> None:
         positive("refine.tolerance", self.tolerance)
+        at_least("refine.scan_spacing", self.scan_spacing, 0)
+        at_least("refine.scan_reach", self.scan_reach, 0)
+        at_most("refine.scan_reach", self.scan_reach, limits.MAX_SCAN_REACH)
+        if self.scan_spacing:  # bounds the probes per pair: reach / spacing on each side
+            at_least("refine.scan_spacing", self.scan_spacing, self.scan_reach / limits.MAX_ROUNDS)
         at_least("refine.seeds", self.seeds, 1)
         at_least("refine.max_seeds", self.max_seeds, self.seeds)
         at_least("refine.max_rounds", self.max_rounds, 0)
