@@ -258,6 +258,8 @@ class PairRefiner:
 
     def _announce(self, point: PairPoint, number: int) -> None:
         verdict = {1: "deeper loses", -1: "deeper wins", 0: "within noise"}[point.decision.sign]
+        if not point.decision.decided and point.n < transitions.decide_seeds(self.refine):
+            verdict = f"provisional ({point.n} seed(s) decide no sign)"
         self.say(
             f"[refine {self.grid.label}] trial {number} ({point.kind}): N = "
             f"{math.exp(point.log_n):.4g} (widths {point.width_deep}/{point.width_shallow}), "
