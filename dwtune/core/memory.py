@@ -11,7 +11,8 @@ Training memory of one trial, for the model of :mod:`dwtune.backends.pytorch.mod
   size, or for one chunk of ``logit_chunk_tokens`` rows when the cross-entropy is chunked.
 
 Calibration: tests/backends/test_memory.py checks the estimate against the peak resident memory
-the CPU trainer reaches (RSS delta over its steps) for three shapes, within 20%.
+the CPU trainer reaches (rise of the resident-set high-water mark, reset just before the model
+is built) for three shapes, within 20%.
 """
 
 from __future__ import annotations
