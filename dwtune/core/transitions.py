@@ -195,14 +195,23 @@ def decide_seeds(refine: RefineConfig) -> int:
     return min(max(refine.seeds, MIN_DECIDE_SEEDS), refine.max_seeds)
 
 
+WIDTH_RESOLUTION = "width resolution: no legal width between the bracket ends"
+
+
 def next_step(
     points: Sequence[PairPoint],
     refine: RefineConfig,
     rounds: int,
-    taken: Callable[[float], bool] | None = None,
+    width_of: Callable[[float], int] | None = None,
 ) -> Step:
     """Verify an undecided decisive point, else scan beside the bracket, else bisect it, else
-    close the pair. ``taken(log_n)``: a scan probe there would repeat a width already trained."""
+    close the pair. ``width_of(log_n)``: the deeper net's (rounded) width at a size; a scan
+    probe or bisection point whose width some point already has would learn nothing new."""
+    widths = {p.width_deep for p in points}
+
+    def taken(log_n: float) -> bool:
+        return width_of is not None and width_of(log_n) in widths
+
     outcome = outcome_of(points, refine.max_seeds)
     pending = [p for p in outcome.decisive if not p.decision.decided and p.n]
     if pending:
@@ -223,12 +232,10 @@ def next_step(
         return close(outcome, refine, f"max_rounds ({refine.max_rounds}) reached")
     if len(inside) >= 2:
         return close(outcome, refine, "noise floor: Δ within noise at max_seeds")
-    return Step(
-        StepKind.BISECT,
-        outcome,
-        log_n=proposal(outcome.low, outcome.high, [p.log_n for p in inside]),
-        seeds=decide_seeds(refine),
-    )
+    log_n = proposal(outcome.low, outcome.high, [p.log_n for p in inside])
+    if taken(log_n):
+        return close(outcome, refine, WIDTH_RESOLUTION)
+    return Step(StepKind.BISECT, outcome, log_n=log_n, seeds=decide_seeds(refine))
 
 
 def scan_proposal(

@@ -96,11 +96,11 @@ def plan_step(
     study: optuna.Study,
     refine: RefineConfig,
     prior: float,
-    taken: Callable[[float], bool] | None = None,
+    width_of: Callable[[float], int] | None = None,
 ) -> Step:
     """The next step of a pair, from its grid points and its study's history alone."""
     points = decided_points(grid, study, refine, prior)
-    return transitions.next_step(points, refine, bisection_rounds(study), taken)
+    return transitions.next_step(points, refine, bisection_rounds(study), width_of)
 
 
 class BisectionSampler(optuna.samplers.BaseSampler):
@@ -111,9 +111,9 @@ class BisectionSampler(optuna.samplers.BaseSampler):
         grid: Sequence[PairPoint],
         refine: RefineConfig,
         prior: float,
-        taken: Callable[[float], bool] | None = None,
+        width_of: Callable[[float], int] | None = None,
     ):
-        self.grid, self.refine, self.prior, self.taken = tuple(grid), refine, prior, taken
+        self.grid, self.refine, self.prior, self.width_of = tuple(grid), refine, prior, width_of
 
     def infer_relative_search_space(self, study, trial) -> dict:
         return {}
@@ -122,7 +122,7 @@ class BisectionSampler(optuna.samplers.BaseSampler):
         return {}
 
     def sample_independent(self, study, trial, param_name, param_distribution) -> float:
-        step = plan_step(self.grid, study, self.refine, self.prior, self.taken)
+        step = plan_step(self.grid, study, self.refine, self.prior, self.width_of)
         if param_name != LOG_N or step.kind not in PROPOSED:
             raise RuntimeError(f"no bisection proposal for {param_name} ({step.kind})")
         return step.log_n
@@ -151,7 +151,7 @@ class PairRefiner:
         self.seed_order = transitions.seed_sequence(spec.space.seeds, count)
         self.prior = noise_prior(spec, self.pair)
         self.path = study_path(store, self.pair)
-        sampler = BisectionSampler(grid.points, self.refine, self.prior, self._width_taken)
+        sampler = BisectionSampler(grid.points, self.refine, self.prior, self._deep_width)
         self.study = open_study(self.path, sampler, say)
 
     # ------------------------------------------------------------------ the loop
@@ -167,11 +167,9 @@ class PairRefiner:
             self.say(f"[refine {self.grid.label}] {len(missing)} training(s) without a record")
             yield missing
         while True:
-            taken = self._width_taken
-            step = plan_step(self.grid.points, self.study, self.refine, self.prior, taken)
-            if step.kind == StepKind.BISECT and self._width_taken(step.log_n):
-                reason = "width resolution: no legal width between the bracket ends"
-                step = transitions.close(step.outcome, self.refine, reason)
+            step = plan_step(
+                self.grid.points, self.study, self.refine, self.prior, self._deep_width
+            )
             if step.kind == StepKind.DONE:
                 return self._transition(step)
             yield from self._round(step)
@@ -206,11 +204,9 @@ class PairRefiner:
         nearest = min(self.spec.space.budgets, key=lambda b: abs(math.log(b) - log_n))
         return nearest if abs(math.log(nearest) - log_n) < SNAP_TOLERANCE else math.exp(log_n)
 
-    def _width_taken(self, log_n: float) -> bool:
-        """A proposal whose deeper width some point already has would learn nothing new."""
-        width = self.spec.cell(self.pair[1], math.exp(log_n)).shape.width
-        points = pair_points.merge_points(self.grid.points, trial_points(self.study))
-        return any(p.width_deep == width for p in points)
+    def _deep_width(self, log_n: float) -> int:
+        """The deeper net's width at size ``exp(log_n)`` (what makes a proposal new or not)."""
+        return self.spec.cell(self.pair[1], math.exp(log_n)).shape.width
 
     # ------------------------------------------------------------------ one point
 

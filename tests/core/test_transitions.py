@@ -206,9 +206,22 @@ def test_a_dip_the_scan_finds_makes_the_pair_non_monotone():
 
 def test_a_probe_that_would_repeat_a_width_is_skipped():
     points = [point(12, 0.04), point(13.2, 0.03), point(14.4, 0.02), point(15.6, -0.02)]
-    step = transitions.next_step(points, REFINE, rounds=0, taken=lambda x: x > 13.2)
+    widths = [p.width_deep for p in points]  # point() gives width 100·ln N
+
+    def repeating(width: int, where):
+        """Widths as point() gives them, except ``width`` wherever ``where(ln N)`` holds."""
+        return lambda x: width if where(x) else int(100 * x)
+
+    above = repeating(widths[1], lambda x: x > 13.2)
+    step = transitions.next_step(points, REFINE, 0, width_of=above)
     assert step.kind == "scan" and step.log_n == pytest.approx(12 + 1.2 / 4)
-    assert transitions.next_step(points, REFINE, 0, taken=lambda x: True).kind == "bisect"
+    below = repeating(widths[0], lambda x: x < 14.4)  # every scan probe repeats a width
+    step = transitions.next_step(points, REFINE, 0, width_of=below)
+    assert step.kind == "bisect" and step.log_n == pytest.approx(15.0)
+    # the bisection point too: nothing new can be trained, the pair closes
+    everywhere = repeating(widths[0], lambda x: True)
+    step = transitions.next_step(points, REFINE, 0, width_of=everywhere)
+    assert step.kind == "done" and step.reason == transitions.WIDTH_RESOLUTION
 
 
 @pytest.mark.parametrize(
