@@ -303,16 +303,19 @@ def _replicate_roots(x, centre, se_of, noise: Noise, target, z, n_boot, rng, mea
     return found
 
 
-def _stick_chi2(x: np.ndarray, m: np.ndarray, w: np.ndarray, x0: float) -> float:
-    """χ² of the best broken stick through zero at ``x0``: Δ = s1·(x0 − x) left of it and
-    s2·(x0 − x) right of it, each slope fitted (weights w = 1/se²) and kept ≥ 0."""
-    d = x0 - x
-    total = 0.0
+def _stick_chi2(x: np.ndarray, m: np.ndarray, w: np.ndarray, zeros: np.ndarray) -> np.ndarray:
+    """χ² of the best broken stick through zero at each of ``zeros``: Δ = s1·(x0 − x) left of
+    x0 and s2·(x0 − x) right of it, each slope fitted (weights w = 1/se²) and kept ≥ 0."""
+    d = zeros[:, None] - x[None, :]  # (candidate, point)
+    total = np.zeros(zeros.size)
     for side in (d >= 0, d < 0):
-        dd, mm, ww = d[side], m[side], w[side]
-        denom = float((ww * dd * dd).sum())
-        slope = max(float((ww * dd * mm).sum()) / denom, 0.0) if denom > 0 else 0.0
-        total += float((ww * (mm - slope * dd) ** 2).sum())
+        dd = np.where(side, d, 0.0)
+        denom = (w * dd * dd).sum(axis=1)
+        fitted = np.divide(
+            (w * dd * m).sum(axis=1), denom, out=np.zeros_like(denom), where=denom > 0
+        )
+        residual = np.where(side, m - np.maximum(fitted, 0.0)[:, None] * dd, 0.0)
+        total += (w * residual**2).sum(axis=1)
     return total
 
 
@@ -322,9 +325,8 @@ def broken_stick_band(x, means, se, window, q: float) -> tuple[float, float]:
     low, high = x[window[0]], x[window[1]]
     reach = max(PROFILE_REACH, high - low)
     near = (x >= low - reach) & (x <= high + reach) & np.isfinite(means)
-    xs, ms, ws = x[near], means[near], se[near] ** -2.0
     grid = np.linspace(low, high, PROFILE_GRID)
-    chi2 = np.array([_stick_chi2(xs, ms, ws, g) for g in grid])
+    chi2 = _stick_chi2(x[near], means[near], se[near] ** -2.0, grid)
     inside = np.flatnonzero(chi2 - chi2.min() <= q)
     return float(grid[inside[0]]), float(grid[inside[-1]])
 
