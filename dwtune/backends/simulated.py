@@ -110,6 +110,15 @@ transition_scale`` (positive below N*, where the deeper net loses) and ``σ = no
 
   so Δ's slope just above N* is ``asymmetry_gap_ratio·asymmetry_power`` times the slope below.
 
+- training length (any surface): with ``length_exponent`` [0 = off] every planted transition
+  moves with the trial's total steps::
+
+      N*(L; steps) = N*(L) · (steps / length_ref_steps)^length_exponent        [ref 1000]
+
+  (``length_shifted``: ``a`` moves by ``length_exponent·ln(steps/ref)/2``), so
+  ``refine.length_check`` has a known answer to find: ln(N*_f / N*) = length_exponent·ln f.
+  The seed noise does not depend on the length.
+
 On every surface T(Ld, x*(Ld)) = 0 exactly, so ``planted_transition`` is the crossing of each
 configured pair (the real one on non_monotone); only the lr penalty moves it. The noiseless
 Δ of a configured pair at equal ``n`` is ``pair_delta_mean(config, Ls, Ld, n, lr=None)``; the
@@ -188,10 +197,24 @@ STATE_FILE = "simulated_state.json"  # a checkpoint: the last step reported
 
 def effective_config(spec: ExperimentSpec) -> SimulatedConfig:
     """The surface a trial sees: under mup and completep the best rate does not move with
-    width (effective ``lr_width_exponent`` 0), as those parametrisations are built to do."""
-    if spec.model.parametrization == "sp" or spec.simulated.lr_width_exponent == 0:
-        return spec.simulated
-    return dataclasses.replace(spec.simulated, lr_width_exponent=0.0)
+    width (effective ``lr_width_exponent`` 0), as those parametrisations are built to do;
+    with ``length_exponent`` the planted law of the trial's own training length."""
+    config = spec.simulated
+    if spec.model.parametrization != "sp" and config.lr_width_exponent != 0:
+        config = dataclasses.replace(config, lr_width_exponent=0.0)
+    if config.length_exponent == 0:  # (tokens_per_param specs have no total steps yet)
+        return config
+    return length_shifted(config, spec.train.total_steps(spec.data.seq_len))
+
+
+def length_shifted(config: SimulatedConfig, total_steps: int) -> SimulatedConfig:
+    """The surface of a training ``total_steps`` long: N* times (steps / length_ref_steps)^
+    length_exponent, i.e. ``a`` moved by length_exponent·ln(steps / ref) / 2 (N* ∝ exp(2a)),
+    every other term unchanged. ``config`` itself when length_exponent is 0."""
+    if config.length_exponent == 0:
+        return config
+    shift = 0.5 * config.length_exponent * math.log(total_steps / config.length_ref_steps)
+    return dataclasses.replace(config, a=config.a + shift, length_exponent=0.0)
 
 
 def _linked(spec: ExperimentSpec, depth: int) -> tuple[int, ...]:

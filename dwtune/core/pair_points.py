@@ -40,7 +40,7 @@ import numpy as np
 from dwtune.core.crossing import DeltaPoint
 from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord
-from dwtune.core.vocabulary import PointKind
+from dwtune.core.vocabulary import OTHER_LENGTH_STAGES, PointKind
 
 
 @dataclass(frozen=True)
@@ -228,10 +228,13 @@ def make_point(
 def by_budget(
     records: Iterable[TrialRecord], depth: int, budgets: Sequence[float], seeds: Sequence[int]
 ) -> dict[float, dict[int, TrialRecord]]:
-    """Records (completed or failed) of ``depth`` at grid ``budgets`` and ``seeds``."""
+    """Records (completed or failed) of ``depth`` at grid ``budgets`` and ``seeds``; a trial
+    of another training length (a search or length-check trial) is never a grid point."""
     table: dict[float, dict[int, TrialRecord]] = {}
     for record in records:
         if record.depth != depth or record.seed not in seeds:
+            continue
+        if record.stage in OTHER_LENGTH_STAGES:
             continue
         budget = next((b for b in budgets if math.isclose(b, record.budget, rel_tol=1e-9)), None)
         if budget is not None:

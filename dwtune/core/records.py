@@ -33,15 +33,18 @@ def trial_identity(
     *,
     lr: float | None = None,
     search_steps: int | None = None,
+    length_factor: float | None = None,
 ) -> str:
     """Stable 16-hex-digit content hash of a trial.
 
     ``lr`` is the trial's own rate (a searched one; None: ``train.lr``), which replaces the
     search in the training config. ``search_steps`` marks an ``lr_search`` trial trained for
     that many steps (ASHA may stop it early, so it is never the same trial as a full one).
+    ``length_factor`` scales the training length (:func:`scaled_length`): the scaled config
+    is what enters the identity, so the trial is that training whichever stage asked for it.
     The parametrisation enters only when it is not sp, so older identities are unchanged.
     """
-    train = _trial_train(spec.train, lr, search_steps)
+    train = _trial_train(spec.train, lr, search_steps, length_factor)
     payload = {
         "v": IDENTITY_VERSION,
         "shape": dataclasses.asdict(shape),
@@ -62,8 +65,27 @@ def trial_identity(
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def _trial_train(train: TrainConfig, lr: float | None, search_steps: int | None) -> TrainConfig:
-    """The training config of one trial: its own rate, and a search trial's reduced steps."""
+def scaled_length(train: TrainConfig, factor: float) -> TrainConfig:
+    """``train`` with its training length (steps, tokens or tokens_per_param, whichever the
+    spec gives) times ``factor``, rounded to a whole step or token (at least 1). The warm-up,
+    evaluation interval and patience stay as they are: only the run's length changes."""
+    if train.steps is not None:
+        return dataclasses.replace(train, steps=max(1, round(train.steps * factor)))
+    if train.tokens is not None:
+        return dataclasses.replace(train, tokens=max(1, round(train.tokens * factor)))
+    return dataclasses.replace(train, tokens_per_param=train.tokens_per_param * factor)
+
+
+def _trial_train(
+    train: TrainConfig,
+    lr: float | None,
+    search_steps: int | None,
+    length_factor: float | None = None,
+) -> TrainConfig:
+    """The training config of one trial: its own rate, a search trial's reduced steps, a
+    length check's scaled length."""
+    if length_factor is not None:
+        train = scaled_length(train, length_factor)
     changes: dict = {}
     if lr is not None:
         changes.update(lr=float(lr), lr_search=None)
@@ -76,9 +98,9 @@ def request_spec(spec: ExperimentSpec, request: TrialRequest) -> ExperimentSpec:
     """The spec a backend trains ``request`` with: its own learning rate, a search trial's
     steps, and tokens_per_param resolved to tokens (backends never see a search or a
     size-dependent length)."""
-    train = _trial_train(spec.train, request.lr, request.search_steps)
-    if train.tokens_per_param is not None:
-        tokens = spec.training_tokens(request.shape)
+    train = _trial_train(spec.train, request.lr, request.search_steps, request.length_factor)
+    if train.tokens_per_param is not None:  # the trial's own (scaled) tokens_per_param
+        tokens = dataclasses.replace(spec, train=train).training_tokens(request.shape)
         train = dataclasses.replace(train, tokens=max(1, tokens), tokens_per_param=None)
     return spec if train is spec.train else dataclasses.replace(spec, train=train)
 
@@ -118,6 +140,7 @@ class TrialRequest:
     lr: float | None = None  # the trial's own rate; None: train.lr
     lr_source: str = vocabulary.LR_SOURCE_SPEC
     search_steps: int | None = None  # lr_search trials: the reduced-fidelity steps
+    length_factor: float | None = None  # length_check trials: factor on the training length
 
     @property
     def shape(self) -> ModelShape:
@@ -129,6 +152,8 @@ class TrialRequest:
         base = f"L{self.shape.depth}_w{self.shape.width}_s{self.seed}"
         if self.stage == vocabulary.STAGE_LR_SEARCH:
             base += f"_lr{self.lr:.2e}"
+        if self.length_factor is not None:
+            base += f"_x{self.length_factor:g}"
         return f"{base}_{self.trial_id[:6]}"
 
 
@@ -141,9 +166,12 @@ def make_request(
     lr: float | None = None,
     lr_source: str = vocabulary.LR_SOURCE_SPEC,
     search_steps: int | None = None,
+    length_factor: float | None = None,
 ) -> TrialRequest:
-    trial_id = trial_identity(spec, cell.shape, seed, lr=lr, search_steps=search_steps)
-    return TrialRequest(trial_id, stage, cell, seed, lr, lr_source, search_steps)
+    trial_id = trial_identity(
+        spec, cell.shape, seed, lr=lr, search_steps=search_steps, length_factor=length_factor
+    )
+    return TrialRequest(trial_id, stage, cell, seed, lr, lr_source, search_steps, length_factor)
 
 
 def grid_requests(
@@ -259,6 +287,13 @@ def record_from_result(
         parametrization=spec.model.parametrization,
         head_dim=cell.shape.head_dim,
         compare=spec.space.compare,
-        tokens_per_param=float(spec.train.tokens_per_param or float("nan")),
+        tokens_per_param=float(_trained_tokens_per_param(spec.train, request) or float("nan")),
         curve=list(curve),
     )
+
+
+def _trained_tokens_per_param(train: TrainConfig, request: TrialRequest) -> float | None:
+    """The tokens_per_param a trial trained with (a length check's scaled one)."""
+    if request.length_factor is None or train.tokens_per_param is None:
+        return train.tokens_per_param
+    return scaled_length(train, request.length_factor).tokens_per_param

@@ -38,6 +38,7 @@ class Stage(StrEnum):
     GRID = "grid"
     REFINE = "refine"
     LR_SEARCH = "lr_search"  # a reduced-fidelity trial of a per-shape learning-rate search
+    LENGTH_CHECK = "length_check"  # a pair point retrained at another length (refine.length_check)
 
 
 class TransitionStatus(StrEnum):
@@ -106,7 +107,10 @@ CURVE_SCALARS = (
 STAGE_GRID = Stage.GRID
 STAGE_REFINE = Stage.REFINE
 STAGE_LR_SEARCH = Stage.LR_SEARCH
+STAGE_LENGTH_CHECK = Stage.LENGTH_CHECK
 STAGES = tuple(Stage)
+# Stages whose trials train another length than the spec's: never a grid or refine point.
+OTHER_LENGTH_STAGES = (Stage.LR_SEARCH, Stage.LENGTH_CHECK)
 
 # Where a trial's learning rate came from (trials.parquet ``lr_source``).
 LR_SOURCE_SPEC = "spec"  # train.lr, one rate for every shape
@@ -155,3 +159,5 @@ RUN_COLUMNS_REQUIRED = ("depth", "width", "params", "loss")
 RUN_COLUMNS_OPTIONAL = ("seed", "tokens", "step", "run")
 # Every paired Δ of the refine stage, per (pair, point, seed): the study bootstrap's input.
 PAIR_DELTAS_FILE = "pair_deltas.parquet"
+# N* of each bracketed pair re-estimated at other training lengths (refine.length_check).
+LENGTH_CHECK_FILE = "length_check.parquet"

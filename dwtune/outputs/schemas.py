@@ -1,7 +1,8 @@
 """Parquet schemas, derived from the record dataclasses rather than restated by hand.
 
 A column of ``trials.parquet`` is a :class:`~dwtune.core.records.TrialRecord` field and a column
-of ``transitions.parquet`` a :class:`~dwtune.core.transitions.Transition` field, with the Arrow
+of ``transitions.parquet`` a :class:`~dwtune.core.transitions.Transition` field (of
+``length_check.parquet`` a :class:`~dwtune.core.length_check.LengthShift` field), with the Arrow
 type of the field's annotation; adding a field to a record adds its column. Readers (the report,
 ``dwtune fit``) take their column names from here.
 """
@@ -14,6 +15,7 @@ import typing
 import pyarrow as pa
 
 from dwtune.core import vocabulary
+from dwtune.core.length_check import LengthShift
 from dwtune.core.records import TrialRecord
 from dwtune.core.transitions import Transition
 
@@ -44,6 +46,9 @@ TRIALS_SCHEMA = pa.schema(fields_schema(TrialRecord, exclude=TRIAL_RECORD_ONLY))
 TRANSITION_SCHEMA = pa.schema(
     [pa.field("pair", pa.string()), *fields_schema(Transition, exclude=("reason",))]
 )
+
+# length_check.parquet: the pair label first, then every LengthShift field.
+LENGTH_CHECK_SCHEMA = pa.schema([pa.field("pair", pa.string()), *fields_schema(LengthShift)])
 
 # curves.parquet column -> metric key of a curve point; "time" is elapsed seconds.
 CURVE_COLUMNS = {

@@ -1,4 +1,4 @@
-"""The study pipeline as a library: grid → refine → export → fit → report.
+"""The study pipeline as a library: grid → refine (→ length check) → export → fit → report.
 
 ``dwtune run`` and ``dwtune refine`` are thin wrappers around this module, and a notebook or
 another program drives a study the same way::
@@ -136,7 +136,9 @@ class Study:
                 runner.run(grid_requests(self.spec, rates.grid_rates if rates else None))
                 if not grid_only and self.spec.refine.pairs:
                     rate_for = rates.rate_for if rates else None
-                    refine_stage(self.spec, store, progress, rate_for).run(runner.run)
+                    stage = refine_stage(self.spec, store, progress, rate_for)
+                    transitions = stage.run(runner.run)
+                    length_check(self.spec, store, stage, transitions, runner.run, progress)
             trials_path, curves_path = export_experiment(store)
             progress.note(f"wrote {trials_path} and {curves_path}")
             if not grid_only:
@@ -167,6 +169,7 @@ class Study:
                 rates = searched_rates(self.spec, store, runner)  # recorded: trains nothing
                 stage.set_rate_for(rates.rate_for if rates else None)
                 transitions = stage.run(runner.run)
+                length_check(self.spec, store, stage, transitions, runner.run, progress)
             export_experiment(store)
             finish(store)
         return transitions, StudyResults(store.root)
@@ -176,6 +179,16 @@ def refine_stage(spec: ExperimentSpec, store: ExperimentStore, progress, rate_fo
     from dwtune.study.refine import RefineStage  # optuna: only when a stage refines
 
     return RefineStage(spec, store, progress, rate_for)
+
+
+def length_check(spec: ExperimentSpec, store, stage, transitions, run_trials, progress) -> None:
+    """After the refine stage: each bracketed N* at the lengths of refine.length_check."""
+    if not spec.refine.length_check:
+        return
+    from dwtune.study.length_check import run_length_check  # optuna, via the refine stage
+
+    say = getattr(progress, "note", None) if progress is not None else None
+    run_length_check(spec, store, stage, transitions, run_trials, say or (lambda _line: None))
 
 
 def searched_rates(spec: ExperimentSpec, store: ExperimentStore, runner):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from dwtune.core.errors import InputError
+from dwtune.core.spec import limits
 
 
 def _is_finite(value: float) -> bool:
@@ -36,6 +37,20 @@ def at_most(name: str, value: float, maximum: float) -> None:
 def finite(name: str, value: float) -> None:
     if not _is_finite(value):
         raise InputError(f"{name}: got {value!r}; expected a finite number")
+
+
+def length_factors(name: str, factors: tuple[float, ...]) -> None:
+    """Factors on the training length: a few, distinct, finite, within the limits, not 1."""
+    at_most(f"{name} (entries)", len(factors), limits.MAX_LENGTH_FACTORS)
+    top = limits.MAX_LENGTH_FACTOR
+    for factor in factors:
+        if not (_is_finite(factor) and 1 / top <= factor <= top) or factor == 1:
+            raise InputError(
+                f"{name}: got {factor!r}; expected factors on the training length in "
+                f"[{1 / top:g}, {top:g}] other than 1, e.g. [0.5, 2.0]"
+            )
+    if len(set(factors)) != len(factors):
+        raise InputError(f"{name}: got {list(factors)}; list each factor once")
 
 
 def nesting_depth(value: object, limit: int, depth: int = 0) -> int:

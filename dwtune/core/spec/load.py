@@ -177,6 +177,10 @@ def _sizes(name: str, value: object) -> tuple[float, ...]:
     return tuple(parse_size(v, name) for v in _list_of(name, value))
 
 
+def _factors(name: str, value: object) -> tuple[float, ...]:
+    return tuple(_as_float(name, v) for v in _list_of(name, value))
+
+
 def _lr_search(name: str, value: object) -> LrSearchConfig | None:
     if value is None:  # the resolved spec.yaml of a spec without a search
         return None
@@ -213,7 +217,7 @@ SECTIONS = {
     "model": (ModelConfig, {}),
     "space": (SpaceConfig, {"depths": _depths, "budgets": _budgets, "seeds": _seeds}),
     "train": (TrainConfig, {}),
-    "refine": (RefineConfig, {"pairs": _pairs}),
+    "refine": (RefineConfig, {"pairs": _pairs, "length_check": _factors}),
     "fit": (FitConfig, {"budgets": _sizes}),
     "resources": (ResourcesConfig, {}),
     "simulated": (SimulatedConfig, {}),
@@ -262,6 +266,7 @@ def _cross_check(spec: ExperimentSpec) -> ExperimentSpec:
                     f"{list(spec.space.depths)}; add it there or change the pair"
                 )
     _check_distinct_pairs(spec)
+    _check_length_factors(spec)
     spec.grid()  # raises for a budget too small for a depth
     for budget in spec.fit.budgets:  # the grid's rule: at least one layer at the least width
         try:
@@ -272,6 +277,27 @@ def _cross_check(spec: ExperimentSpec) -> ExperimentSpec:
                 f"expected sizes such as 1.75e11"
             ) from None
     return spec
+
+
+def _check_length_factors(spec: ExperimentSpec) -> None:
+    """A refine.length_check factor must change the training length once rounded to whole
+    steps or tokens (records.scaled_length), or the check would retrain the same trials."""
+    train = spec.train
+    length = train.steps if train.steps is not None else train.tokens
+    if length is None:  # tokens_per_param: any factor but 1 changes it
+        return
+    for factor in spec.refine.length_check:
+        scaled = max(1, round(length * factor))
+        if scaled == length:
+            raise InputError(
+                f"refine.length_check: got {factor:g}; {factor:g} × {length} rounds to the "
+                f"same training length; use a factor further from 1"
+            )
+        at_most(f"refine.length_check ({factor:g} × train length)", scaled, _length_limit(train))
+
+
+def _length_limit(train) -> float:
+    return limits.MAX_STEPS if train.steps is not None else limits.MAX_TOKENS
 
 
 def _check_distinct_pairs(spec: ExperimentSpec) -> None:

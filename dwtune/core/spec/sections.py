@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from dwtune.core.budget import SIZE_CONVENTIONS
 from dwtune.core.errors import InputError
-from dwtune.core.spec import limits
+from dwtune.core.spec import checks, limits
 from dwtune.core.spec.checks import at_least, at_most, finite, one_of, positive, within
 
 TOKENIZERS = ("char", "bpe")
@@ -318,6 +318,9 @@ class RefineConfig:
     # A dip of Δ narrower than the spacing can slip between probes; 0 turns the scan off.
     scan_spacing: float = 0.35
     scan_reach: float = 2.5
+    # training-length robustness: factors on the training length at which each bracketed
+    # pair's N* is re-estimated after the refine stage (dwtune.study.length_check); () = off
+    length_check: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         positive("refine.tolerance", self.tolerance)
@@ -340,6 +343,7 @@ class RefineConfig:
                 raise InputError(
                     f"refine.pairs: got {list(pair)}; expected [shallower, deeper] depths"
                 )
+        checks.length_factors("refine.length_check", self.length_check)
 
 
 @dataclass(frozen=True)
@@ -429,6 +433,10 @@ class SimulatedConfig:
     # as a power law of exponent asymmetry_power in the e-folds past N*
     asymmetry_gap_ratio: float = 0.4
     asymmetry_power: float = 0.5
+    # training length (any surface): every planted N* scales by
+    # (total steps / length_ref_steps)^length_exponent; 0 = the length does not matter
+    length_exponent: float = 0.0
+    length_ref_steps: int = 1000
 
     def __post_init__(self) -> None:
         for name in ("a", "b", "diverge_logit", "diverge_depth_slope", "diverge_lr_slope"):
@@ -459,13 +467,14 @@ class SimulatedConfig:
             "asymmetry_power",
         ):
             positive(f"simulated.{name}", getattr(self, name))
+        at_least("simulated.length_ref_steps", self.length_ref_steps, 1)
         within("simulated.seed_correlation", self.seed_correlation, 0, 1)
         within("simulated.outlier_share", self.outlier_share, 0, 1)
         one_of("simulated.surface", self.surface, SIMULATED_SURFACES)
         self._check_surface()
 
     def _check_maxima(self) -> None:
-        for name in ("a", "b", "noise", "gap", "transition_scale"):
+        for name in ("a", "b", "noise", "gap", "transition_scale", "length_exponent"):
             value = getattr(self, name)
             within(f"simulated.{name}", value, -limits.MAX_SIMULATED_ABS, limits.MAX_SIMULATED_ABS)
         at_most("simulated.seconds_per_step", self.seconds_per_step, limits.MAX_SECONDS_PER_STEP)

@@ -23,13 +23,14 @@ from dwtune.core.units import parse_size
 from dwtune.core.vocabulary import (
     COMPLETED_STATUSES,
     FIT_FILE,
+    LENGTH_CHECK_FILE,
+    OTHER_LENGTH_STAGES,
     PROJECTIONS_FILE,
     SPEC_FILE,
     TB_DIR,
     TB_FIT_DIR,
     TRANSITIONS_FILE,
     TRIALS_FILE,
-    Stage,
 )
 from dwtune.outputs.fit_files import (
     PROJECTION_SCHEMA,
@@ -40,7 +41,12 @@ from dwtune.outputs.fit_files import (
     read_fit_json,
     read_table,
 )
-from dwtune.outputs.schemas import CURVES_SCHEMA, TRANSITION_SCHEMA, TRIALS_SCHEMA
+from dwtune.outputs.schemas import (
+    CURVES_SCHEMA,
+    LENGTH_CHECK_SCHEMA,
+    TRANSITION_SCHEMA,
+    TRIALS_SCHEMA,
+)
 
 LEVEL = 0.95
 TB_FIT = Path(TB_DIR) / TB_FIT_DIR
@@ -65,6 +71,9 @@ TRIAL_COLUMNS = columns(
     TRIALS_SCHEMA, "depth", "budget", "params_non_embedding", "status", "best_val_loss"
 )
 PAIR_COLUMNS = columns(TRANSITION_SCHEMA, "pair", "depth_shallow", "depth_deep", "status")
+LENGTH_COLUMNS = columns(
+    LENGTH_CHECK_SCHEMA, "pair", "factor", "status", "n_star", "n_star_check", "moved"
+)
 PROJECTION_COLUMNS = tuple(PROJECTION_SCHEMA.names)
 PROJECTIONS_HINT = "expected the projections schema of the fit stage; rerun `dwtune report`"
 SIM_BANNER = "SIMULATED DATA: a planted loss surface, not a measurement of any model"
@@ -81,6 +90,7 @@ class Study:
     simulated: bool
     spec: dict | None
     notes: tuple[str, ...]  # what is missing or could not be read
+    length_check: pd.DataFrame | None = None  # None without refine.length_check
 
     @property
     def completed(self) -> pd.DataFrame:
@@ -123,9 +133,16 @@ def _read_trials(exp_dir: Path) -> tuple[pd.DataFrame, str]:
         note = f"{TRIALS_FILE} not found (run `dwtune export {exp_dir}`): no losses to plot"
         return pd.DataFrame({c: pd.Series(dtype=float) for c in TRIAL_COLUMNS}), note
     trials = read_table(path, TRIAL_COLUMNS, "expected the trials schema of dwtune export")
-    if "stage" in trials.columns:  # search trials train a reduced fidelity: not the grid's
-        trials = trials[trials.stage != Stage.LR_SEARCH]
+    if "stage" in trials.columns:  # search and length-check trials train other lengths
+        trials = trials[~trials.stage.isin(OTHER_LENGTH_STAGES)]
     return trials, ""
+
+
+def _read_length_check(exp_dir: Path) -> pd.DataFrame | None:
+    path = exp_dir / LENGTH_CHECK_FILE
+    if not path.is_file():
+        return None
+    return read_table(path, LENGTH_COLUMNS, "expected the length_check schema; rerun the study")
 
 
 def _read_transitions(exp_dir: Path) -> tuple[pd.DataFrame | None, str]:
@@ -156,6 +173,7 @@ def load_study(exp_dir: str | Path) -> Study:
         simulated=_any_true(trials) or _any_true(transitions),
         spec=spec,
         notes=tuple(n for n in (trials_note, transitions_note, spec_note) if n),
+        length_check=_read_length_check(exp_dir),
     )
 
 

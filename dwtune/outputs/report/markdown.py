@@ -119,6 +119,54 @@ def _transitions_section(study: Study) -> list[str]:
     return [*lines, f"{len(frame)} depth pair(s): {summary}.", "", table, ""]
 
 
+def _length_cells(row: pd.Series) -> list[str]:
+    get = row.get
+    check = _span(get("n_star_check"), get("n_star_check_low"), get("n_star_check_high"), ".3g")
+    if row["status"] == TransitionStatus.BRACKETED:
+        verdict = "**⚠ moved beyond its interval**" if row["moved"] else "within its interval"
+    else:
+        moved = " **⚠ moved past the checked points**" if row["moved"] else ""
+        verdict = f"{row['status']}{moved}"
+    return [
+        str(row["pair"]),
+        f"{_num(get('factor'), 'g')}×",
+        _span(get("n_star"), get("n_star_low"), get("n_star_high"), ".3g"),
+        check,
+        _num(get("shift"), "+.3f"),
+        _num(get("shift_sigma"), "+.1f"),
+        _num(get("shift_interval"), "+.2f"),
+        verdict,
+    ]
+
+
+def _length_section(study: Study) -> list[str]:
+    """Training-length robustness (refine.length_check); nothing when it was not run."""
+    frame = study.length_check
+    if frame is None:
+        return []
+    lines = [
+        "## Training-length robustness (refine.length_check)",
+        "",
+        "Each bracketed pair's points near its bracket retrained at factor × the training "
+        "length with the same seeds; N*_f estimated from those points alone. shift = "
+        "ln(N*_f / N*) in e-folds, in units of σ(ln N*) and of N*'s 95% half-interval on "
+        "that side (beyond ±1: outside the interval). ⚠ marks a transition that moves by "
+        "more than its interval.",
+        "",
+    ]
+    if frame.empty:
+        return [*lines, "No bracketed pair to check.", ""]
+    moved = sorted({str(p) for p in frame.loc[frame["moved"].astype(bool), "pair"]})
+    summary = (
+        f"**⚠ {len(moved)} pair(s) move by more than their interval: {', '.join(moved)}.**"
+        if moved
+        else "No transition moves by more than its interval."
+    )
+    headers = ["pair", "length", "N* [95%]", "N*_f [95%]", "shift", "/ σ", "/ interval", ""]
+    table = _md_table(headers, [_length_cells(r) for _, r in frame.iterrows()])
+    return [*lines, summary, "", table, ""]
+
+
 _METHODS = {
     "wls": "weighted least squares",
     "censored_mle": "interval-censored likelihood, errors from its observed information",
@@ -309,6 +357,7 @@ def _markdown(study, outcome, cells, rows, budgets, record, figures, tb) -> str:
         _header(study),
         _measured_section(study, cells),
         _transitions_section(study),
+        _length_section(study),
         _fit_section(record, outcome),
         law_checks.markdown(record.get("law_checks")),
         _projection_section(study, outcome, rows, budgets),
