@@ -123,10 +123,11 @@ def add_point(writer, point: dict) -> None:
 
 
 def open_writer(path: Path, simulated: bool):
-    """A SummaryWriter on ``path``; simulated runs get a text note saying so."""
-    from tensorboardX import SummaryWriter
+    """An :class:`~dwtune.outputs.event_files.EventFile` in ``path`` (written in this thread,
+    so a full disk is an OSError here); simulated runs get a text note saying so."""
+    from dwtune.outputs.event_files import EventFile
 
-    writer = SummaryWriter(logdir=str(path), flush_secs=10)
+    writer = EventFile(path)
     if simulated:
         writer.add_text("backend", SIMULATED_NOTE, global_step=0)
     return writer
@@ -139,7 +140,7 @@ def _add_hparams(writer, record: TrialRecord) -> None:
     hparam_dict = {name: values[name] for name in HPARAMS}
     metric_dict = {f"hparam/{name}": float(values[name]) for name in HPARAM_METRICS}
     for summary in hparams(hparam_dict, metric_dict):
-        writer.file_writer.add_summary(summary)
+        writer.add_summary(summary)
     for tag, value in metric_dict.items():
         if math.isfinite(value):  # a failed trial has none (and tensorboardX warns on NaN)
             writer.add_scalar(tag, value, global_step=record.steps)
@@ -153,11 +154,8 @@ def write_trial_board(store_root: Path, name: str, record: TrialRecord) -> Path:
     """
     path = run_dir(store_root, name, record.simulated)
     shutil.rmtree(path, ignore_errors=True)
-    writer = open_writer(path, record.simulated)
-    try:
+    with open_writer(path, record.simulated) as writer:
         for point in record.curve:
             add_point(writer, point)
         _add_hparams(writer, record)
-    finally:
-        writer.close()
     return path

@@ -83,18 +83,44 @@ def _umask() -> int:
     return mask
 
 
+def write_failure(path: Path | str, error_number: int | None) -> InputError | None:
+    """The one line for a write of ``path`` that failed with ``error_number``, if a user
+    fixes that kind of failure (a full disk, an unwritable folder); else None."""
+    if error_number not in WRITE_ERRNOS:
+        return None
+    return InputError(
+        f"{path}: cannot write it ({os.strerror(error_number)}); {WRITE_ERRNOS[error_number]}, "
+        f"then rerun the same command: finished results are kept and not recomputed"
+    )
+
+
 @contextlib.contextmanager
 def writing(path: Path) -> Iterator[None]:
     """A full disk or an unwritable folder while writing ``path`` is one InputError line."""
     try:
         yield
     except OSError as exc:
-        if exc.errno not in WRITE_ERRNOS:
+        failure = write_failure(path, exc.errno)
+        if failure is None:
             raise
-        raise InputError(
-            f"{path}: cannot write it ({exc.strerror}); {WRITE_ERRNOS[exc.errno]}, then rerun "
-            f"the same command: finished results are kept and not recomputed"
-        ) from None
+        raise failure from None
+
+
+def user_write_error(exc: BaseException, where: Path | str) -> InputError | None:
+    """An InputError or a fixable write failure anywhere in ``exc``'s chain, else None.
+
+    Ray Tune wraps an exception raised in a driver callback in a TuneError whose context is
+    the original, and its own writes (experiment state, checkpoints) fail with a bare OSError;
+    ``where`` names the folder when the OSError names no file."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, InputError):
+            return exc
+        if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
+            return write_failure(exc.filename or where, exc.errno)
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def atomic_write_bytes(path: Path, payload: bytes) -> None:

@@ -159,12 +159,6 @@ def _mount_tmpfs(path: Path) -> bool:
     return done.returncode == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect: when the disk fills during a study, tensorboardX's event-writer thread "
-    "raises OSError(ENOSPC) in the driver and the run ends with exit 1 and tracebacks instead of "
-    "one line (open in issue 14)",
-)
 def test_a_full_disk_is_one_clear_line_and_the_experiment_resumes(tmp_path):
     disk = tmp_path / "tmpfs"
     if not _mount_tmpfs(disk):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import math
+import threading
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -194,3 +196,20 @@ def test_rewriting_a_trial_board_replaces_what_was_there(store):
 
 def test_tensorboard_is_available_in_this_environment():
     assert tables.tensorboard_problem() is None
+
+
+def test_a_full_disk_fails_the_event_write_in_the_callers_thread(store, monkeypatch):
+    """tensorboardX's own writer would fail in a thread of its own (a traceback nobody can
+    catch, then a blocked queue): ours raises where the event is added, and starts no thread."""
+    import tensorboardX.record_writer
+
+    def full_disk(path):
+        return open("/dev/full", "wb")  # the writer closes it
+
+    monkeypatch.setattr(tensorboardX.record_writer, "open_file", full_disk)
+    record = next(r for r in store.records() if r.completed)
+    threads = set(threading.enumerate())
+    with pytest.raises(OSError) as failed:
+        tables.write_trial_board(store.root, "L6_trial", record)
+    assert failed.value.errno == errno.ENOSPC
+    assert set(threading.enumerate()) == threads

@@ -1,5 +1,6 @@
 """Experiment store: spec compatibility, driver lock, atomic records, corrupt files."""
 
+import errno
 import json
 import multiprocessing
 import os
@@ -11,7 +12,7 @@ import yaml
 from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord, grid_requests, record_from_result, trial_identity
 from dwtune.core.spec import spec_from_dict
-from dwtune.storage.store import ExperimentStore, atomic_write_text
+from dwtune.storage.store import ExperimentStore, atomic_write_text, user_write_error
 
 RAW = {
     "name": "s",
@@ -134,3 +135,25 @@ def test_a_record_missing_a_field_is_named_without_advice_to_delete_it(tmp_path)
     with pytest.raises(InputError, match=r"cafe\.json: trial record .* lacks budget") as info:
         store.records()
     assert "delete" not in str(info.value)
+
+
+def test_a_write_failure_is_found_inside_the_exception_that_wrapped_it(tmp_path):
+    """Ray Tune wraps a callback's exception in its own, with the original as context."""
+    full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "x.json"))
+    try:
+        try:
+            raise full
+        except OSError:
+            raise RuntimeError("Traceback (most recent call last): ...")  # noqa: B904 - as Tune
+    except RuntimeError as wrapped:
+        found = user_write_error(wrapped, tmp_path)
+    assert found is not None
+    assert str(found).startswith(f"{tmp_path / 'x.json'}: cannot write it (No space left")
+    assert "free disk space" in str(found)
+    assert (
+        user_write_error(OSError(errno.ENOSPC, "full"), tmp_path)
+        .args[0]
+        .startswith(f"{tmp_path}: cannot write it")
+    )  # no file named: the folder is
+    assert user_write_error(RuntimeError("unrelated"), tmp_path) is None
+    assert user_write_error(OSError(errno.EIO, "I/O error"), tmp_path) is None

@@ -35,14 +35,14 @@ class ReportFiles:
 def write_tensorboard(exp_dir: Path, record: dict, fit_text: str) -> Path | None:
     """The fit as text and scalars under ``<exp_dir>/tb/fit`` (replacing earlier events)."""
     try:
-        from tensorboardX import SummaryWriter
-    except ImportError:
+        from dwtune.outputs.event_files import EventFile
+    except ImportError:  # no tensorboardX
         return None
     folder = exp_dir / TB_FIT
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("events.out.tfevents.*"):
         old.unlink()  # one summary per report, not a history of reruns
-    with SummaryWriter(logdir=str(folder)) as writer:
+    with EventFile(folder) as writer:
         writer.add_text("fit/summary", fit_text, 0)
         if record["status"] == "fitted":
             for key in ("a", "b", "se_a", "se_b", "r2", "chi2_red", "dof", "n_points"):

@@ -31,7 +31,7 @@ from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord, TrialRequest, record_from_result
 from dwtune.core.spec import ExperimentSpec
 from dwtune.outputs import tables
-from dwtune.storage.store import ExperimentStore
+from dwtune.storage.store import ExperimentStore, user_write_error
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.base import reusable_record
 from dwtune.study.runners.cluster_address import probe
@@ -263,7 +263,15 @@ class TuneRunner:
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
             ),
         )
-        tuner.fit()
+        try:
+            tuner.fit()
+        except Exception as exc:
+            failure = user_write_error(exc, self.store.root / "ray")
+            if failure is None:
+                raise
+            raise failure from None  # a full disk: one line, not Tune's traceback of it
+        finally:
+            callback.discard_boards()
         _drop_checkpoints(self.store.root / "ray" / name)
 
     def _trainable(self, by_id: dict[str, TrialRequest]):

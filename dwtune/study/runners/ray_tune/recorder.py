@@ -19,9 +19,13 @@ from dwtune.core import vocabulary
 from dwtune.core.records import TrialRequest, record_from_result, request_spec
 from dwtune.core.spec import ExperimentSpec
 from dwtune.outputs import tables
-from dwtune.storage.store import ExperimentStore
+from dwtune.storage.store import ExperimentStore, write_failure, writing
 from dwtune.study.progress import StudyProgress
-from dwtune.study.runners.ray_tune.trial_errors import error_text, forget_pickled_error
+from dwtune.study.runners.ray_tune.trial_errors import (
+    error_text,
+    forget_pickled_error,
+    out_of_space,
+)
 
 # Keys a trial adds to its reports for the driver (not metrics; never in a curve).
 NODE_KEY = "dwtune/node"
@@ -93,6 +97,7 @@ class _TrialState:
     attempt: int = 1
     announce_resume: bool = False  # say where a retried attempt picks up, at its first report
     writer: object = None
+    writer_path: str = ""  # the live TensorBoard folder, named when a write there fails
 
     @property
     def curve(self) -> list[dict]:
@@ -140,7 +145,9 @@ class RecordingCallback(tune.Callback):
                 simulated = self.spec.trainer == "simulated"
                 path = tables.run_dir(self.store.root, state.request.name, simulated)
                 shutil.rmtree(path, ignore_errors=True)  # left by an interrupted driver
-                state.writer = tables.open_writer(path, simulated)
+                with writing(path):
+                    state.writer = tables.open_writer(path, simulated)
+                state.writer_path = str(path)
         return self.states[trial_id]
 
     def on_trial_start(self, iteration, trials, trial, **info):
@@ -168,7 +175,9 @@ class RecordingCallback(tune.Callback):
         # A retried attempt re-reports steps after its checkpoint: the latest report wins.
         state.points[int(point.get(vocabulary.STEP, len(state.points)))] = point
         if state.writer is not None:
-            tables.add_point(state.writer, point)
+            with writing(state.writer_path):
+                tables.add_point(state.writer, point)
+                state.writer.flush()  # the live view shows each report as it comes
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         state = self._state(trial)
@@ -196,8 +205,12 @@ class RecordingCallback(tune.Callback):
     def on_trial_error(self, iteration, trials, trial, **info):
         state = self._state(trial)
         state.attempt_s = state.failed_attempt_s()
-        self._finish(state, vocabulary.STATUS_FAILED, error_text(trial))
+        error = error_text(trial)
         forget_pickled_error(trial)
+        full = out_of_space(error)
+        if full is not None:  # the disk failed, not the trial: unrecorded, a rerun trains it
+            raise write_failure(self.store.root / "ray", full)
+        self._finish(state, vocabulary.STATUS_FAILED, error)
 
     def on_step_end(self, iteration, trials, **info):
         if self.progress:
@@ -219,7 +232,15 @@ class RecordingCallback(tune.Callback):
         )
         self.store.write_record(record)  # first: the result is safe before anything else
         if state.writer is not None:
-            state.writer.close()
-            tables.write_trial_board(self.store.root, state.request.name, record)
+            with writing(state.writer_path):
+                state.writer.close()
+                tables.write_trial_board(self.store.root, state.request.name, record)
         if self.progress:
             self.progress.trial_finished(state.request, record)
+
+    def discard_boards(self) -> None:
+        """Close every live TensorBoard file, quietly: called as a batch ends, when a write
+        error may have stopped it (what was shown live is rewritten from the records)."""
+        for state in self.states.values():
+            if state.writer is not None:
+                state.writer.discard()

@@ -8,6 +8,8 @@ write there could run code in the driver. The text file's last line is the train
 
 from __future__ import annotations
 
+import errno
+import re
 from pathlib import Path
 
 ERROR_CHARS = 2000  # characters of a failed trial's error kept in its record
@@ -15,6 +17,10 @@ NO_ERROR_TEXT = "unknown error (no error file from Ray Tune)"
 # Bytes read from the end of the error file: the last line is what matters, and a hostile
 # file must not make the driver read gigabytes.
 TAIL_BYTES = 64 * 1024
+# Errors of a trial that are the disk's, not the trial's: such a trial is not recorded as
+# failed (a rerun after freeing space trains it), the run stops with one line instead.
+OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+ERRNO_IN_TEXT = re.compile(r"\[errno (\d+)\]", re.IGNORECASE)  # OSError's and pyarrow's form
 
 
 def _tail(path: Path) -> str:
@@ -47,6 +53,14 @@ def one_line(text: str) -> str:
 def error_text(trial) -> str:
     """One line: the exception type and message that failed the trial's last attempt."""
     return one_line(_error_file_text(trial))
+
+
+def out_of_space(line: str) -> int | None:
+    """The errno of a full disk or quota named in a trial's error line, else None."""
+    for match in ERRNO_IN_TEXT.finditer(line):
+        if int(match.group(1)) in OUT_OF_SPACE:
+            return int(match.group(1))
+    return None
 
 
 def forget_pickled_error(trial) -> None:
