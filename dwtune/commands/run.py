@@ -65,7 +65,17 @@ def _check_scale(spec) -> None:
     check_packing(spec)
 
 
+def _interrupted(store) -> int:
+    print(
+        f"\ndwtune run: interrupted; {_summary(store)}; rerun the same command to "
+        f"resume (finished trials are not trained again)",
+        file=sys.stderr,
+    )
+    return 130
+
+
 def run(args: argparse.Namespace) -> int:
+    from dwtune.study.interruption import catching_ctrl_c, interrupted
     from dwtune.study.pipeline import Study, storage_root
     from dwtune.study.progress import StudyProgress
 
@@ -73,15 +83,13 @@ def run(args: argparse.Namespace) -> int:
     _check_scale(study.spec)
     storage = storage_root(args.storage)  # a URL is refused before anything starts
     progress = StudyProgress()
-    try:
-        results = study.run(storage, args.address, args.grid_only, progress)
-    except KeyboardInterrupt:
-        print(
-            f"\ndwtune run: interrupted; {_summary(study.store)}; rerun the same command to "
-            f"resume (finished trials are not trained again)",
-            file=sys.stderr,
-        )
-        return 130
+    with catching_ctrl_c():
+        try:
+            results = study.run(storage, args.address, args.grid_only, progress)
+        except KeyboardInterrupt:
+            return _interrupted(study.store)
+    if interrupted():  # swallowed below us, or it came as the study ended: still 130
+        return _interrupted(study.store)
     if not args.grid_only:
         for line in answer_lines(results):
             progress.note(line)

@@ -20,6 +20,7 @@ from dwtune.core.records import TrialRequest, record_from_result, request_spec
 from dwtune.core.spec import ExperimentSpec
 from dwtune.outputs import tables
 from dwtune.storage.store import ExperimentStore, write_failure, writing
+from dwtune.study.interruption import raise_if_interrupted
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.ray_tune.trial_errors import (
     error_text,
@@ -213,6 +214,7 @@ class RecordingCallback(tune.Callback):
         self._finish(state, vocabulary.STATUS_FAILED, error)
 
     def on_step_end(self, iteration, trials, **info):
+        raise_if_interrupted()  # a Ctrl-C that Ray or Tune swallowed stops the study here
         if self.progress:
             self.progress.tick()
 
