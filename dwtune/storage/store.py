@@ -31,7 +31,13 @@ from dwtune import __version__
 from dwtune.core.errors import InputError
 from dwtune.core.records import RECORD_SCHEMA_VERSION, TrialRecord
 from dwtune.core.spec import ExperimentSpec, spec_from_dict
-from dwtune.core.vocabulary import SPEC_FILE, TRIAL_RECORDS_DIR
+from dwtune.core.vocabulary import (
+    FIGURES_DIR,
+    REFINE_DIR,
+    SPEC_FILE,
+    TB_DIR,
+    TRIAL_RECORDS_DIR,
+)
 from dwtune.storage import loaders
 from dwtune.storage.loaders import SCHEMA_KEY, WRITER_KEY
 
@@ -46,6 +52,26 @@ WRITE_ERRNOS = {
     errno.EPERM: "make the folder writable or pass another --storage",
     errno.EROFS: "the filesystem is read-only: pass another --storage",
 }
+
+
+# Subfolders a study writes in, checked before it starts (a read-only one would otherwise fail
+# after training, as the first result is written there).
+WRITTEN_FOLDERS = (TRIAL_RECORDS_DIR, TB_DIR, REFINE_DIR, FIGURES_DIR, "ray")
+
+
+def _check_writable(folder: Path) -> None:
+    """Create and remove a file in ``folder`` (if it exists): only a write tells for sure
+    (os.access trusts permission bits, which root passes, and NFS may refuse root anyway)."""
+    if not folder.is_dir():
+        return
+    try:
+        with tempfile.TemporaryFile(dir=folder, prefix=".dwtune-write-check-"):
+            pass
+    except OSError as exc:
+        raise InputError(
+            f"storage {folder}: not writable ({os.strerror(exc.errno or 0)}); make it writable "
+            f"(chmod -R u+w {folder}) or pass a writable --storage, then rerun"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -165,9 +191,8 @@ class ExperimentStore:
     def initialise(self, spec: ExperimentSpec) -> None:
         """Create the directory for ``spec``, or check that it holds a compatible spec."""
         self._make_dirs()
-        for folder in (self.root, self.trials_dir):
-            if not os.access(folder, os.W_OK):
-                raise InputError(f"storage {folder}: not writable; pass a writable --storage")
+        for folder in (self.root, *(self.root / name for name in WRITTEN_FOLDERS)):
+            _check_writable(folder)
         new = spec.to_dict()
         if self.spec_path.exists():
             diffs = spec_differences(self.load_spec_dict(), new)

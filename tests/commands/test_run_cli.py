@@ -187,6 +187,43 @@ def test_unwritable_storage_exits_2(write_spec, simulated_raw, tmp_path, capsys)
     assert "pass a writable --storage" in _one_line_error(capsys)
 
 
+@contextlib.contextmanager
+def _read_only(folder: Path):
+    """``folder`` unwritable: by its mode, or (as root, whom modes do not stop) by a read-only
+    bind mount of it onto itself."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        try:
+            yield
+        finally:
+            folder.chmod(0o755)
+        return
+    mount = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True)
+    if mount.returncode != 0:
+        pytest.skip("running as root and cannot bind-mount a folder read-only here")
+    try:
+        remount = ["mount", "-o", "remount,ro,bind", str(folder)]
+        if subprocess.run(remount, capture_output=True).returncode != 0:
+            pytest.skip("running as root and cannot remount a folder read-only here")
+        yield
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)
+
+
+@pytest.mark.parametrize("folder", ["trials", "tb", "refine"])
+def test_a_read_only_folder_of_the_experiment_exits_2_before_training(
+    folder, write_spec, simulated_raw, tmp_path, capsys
+):
+    spec = write_spec(simulated_raw(name="ro"))
+    (tmp_path / "ro" / folder).mkdir(parents=True)
+    with _read_only(tmp_path / "ro" / folder):
+        assert main(["run", str(spec), "--storage", str(tmp_path)]) == 2
+    line = _one_line_error(capsys)
+    assert f"storage {tmp_path / 'ro' / folder}: not writable" in line
+    assert "make it writable" in line
+    assert not (tmp_path / "ro" / "ray").exists()  # refused before Ray started
+
+
 def test_a_cloud_uri_as_storage_exits_2(write_spec, simulated_raw, capsys):
     assert main(["run", str(write_spec(simulated_raw())), "--storage", "s3://bucket/x"]) == 2
     assert "expected a filesystem path" in _one_line_error(capsys)
