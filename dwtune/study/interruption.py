@@ -26,9 +26,11 @@ def _on_sigint(signum, frame) -> None:
 @contextlib.contextmanager
 def catching_ctrl_c() -> Iterator[None]:
     """Within the block, SIGINT is noted and raised as KeyboardInterrupt (main thread only:
-    Python lets no other thread set a handler)."""
+    Python lets no other thread set a handler). A SIGINT the process was started ignoring (a
+    shell's background job, nohup) stays ignored: Ctrl-C in that terminal is not meant for it."""
     _received.clear()
-    if threading.current_thread() is not threading.main_thread():
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored or threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.signal(signal.SIGINT, _on_sigint)

@@ -166,9 +166,28 @@ def test_a_ctrl_c_swallowed_below_the_command_still_exits_130(
         return None
 
     monkeypatch.setattr(Study, "run", swallowing_run)
-    assert main(["run", str(write_spec(simulated_raw())), "--storage", str(tmp_path)]) == 130
-    assert "interrupted" in capsys.readouterr().err
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    # a background job starts with SIGINT ignored; this test needs the terminal's default
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert main(["run", str(write_spec(simulated_raw())), "--storage", str(tmp_path)]) == 130
+        assert "interrupted" in capsys.readouterr().err
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_a_study_started_with_sigint_ignored_keeps_ignoring_it():
+    """nohup or `&` without job control: a Ctrl-C in that terminal is not for the study."""
+    from dwtune.study.interruption import catching_ctrl_c, interrupted
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with catching_ctrl_c():
+            signal.raise_signal(signal.SIGINT)  # would raise KeyboardInterrupt if handled
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert not interrupted()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # --------------------------------------------------------------------------- bad input (no Ray)
