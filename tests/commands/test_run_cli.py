@@ -36,6 +36,12 @@ def _run(spec: Path, storage: Path, *extra: str) -> subprocess.CompletedProcess:
     )
 
 
+def _terminal_sigint() -> None:
+    """In the child: Ctrl-C handled as in a terminal's foreground job, even when the test run
+    itself is a background job (which starts with SIGINT ignored, and children inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(spec: Path, storage: Path) -> subprocess.Popen:
     return subprocess.Popen(
         _command(spec, storage, "--grid-only"),
@@ -43,6 +49,7 @@ def _start(spec: Path, storage: Path) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         env=_env(),
+        preexec_fn=_terminal_sigint,
     )
 
 
