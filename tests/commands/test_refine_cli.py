@@ -22,7 +22,8 @@ RAW = {
     "model": {"heads": 2, "width_multiple": 2},
     "space": {"depths": [6, 12, 18], "budgets": {"min": 1e6, "max": 1e9, "num": 4}, "seeds": 1},
     "train": {"steps": 200, "batch_size": 8, "eval_every": 100},
-    "refine": {"pairs": [[6, 12]], "tolerance": 0.5, "seeds": 1, "max_seeds": 2},
+    # no scan for a second crossing (tests/study/test_refine.py tests it): 16 trainings, not 48
+    "refine": {"pairs": [[6, 12]], "tolerance": 0.5, "seeds": 1, "max_seeds": 2, "scan_spacing": 0},
     "simulated": {"noise": 0.0},
     "resources": {"cpu": 1, "retries": 0},
 }
