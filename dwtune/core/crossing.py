@@ -341,6 +341,53 @@ def broken_stick_band(x, means, se, window, q: float) -> tuple[float, float]:
     return float(grid[inside[0]]), float(grid[inside[-1]])
 
 
+def _stick_world(x, values, se, window) -> tuple[float, np.ndarray]:
+    """The best broken stick through zero (PROFILE_REACH points, module doc): its zero and its
+    prediction at every point it was fitted to (the other points keep ``values``)."""
+    low, high = x[window[0]], x[window[1]]
+    reach = max(PROFILE_REACH, high - low)
+    near = (x >= low - reach) & (x <= high + reach) & np.isfinite(values)
+    w = se[near] ** -2.0
+    grid = np.linspace(low, high, PROFILE_GRID)
+    zero = float(grid[np.argmin(_stick_chi2(x[near], values[near], w, grid))])
+    d = zero - x[near]
+    centre = np.array(values, dtype=float)
+    centre[near] = 0.0
+    for side in (d >= 0, d < 0):
+        dd = np.where(side, d, 0.0)
+        denom = float((w * dd * dd).sum())
+        slope = max(float((w * dd * values[near]).sum()) / denom, 0.0) if denom > 0 else 0.0
+        centre[near] += slope * dd
+    return zero, centre
+
+
+def robust_means(points: Sequence[DeltaPoint], means: np.ndarray) -> np.ndarray:
+    """Median Δ of each point whose seeds all finished (one spiked seed moves a mean, not a
+    median), its mean otherwise."""
+    return np.array(
+        [
+            float(np.median(p.deltas)) if all(math.isfinite(d) for d in p.deltas) else m
+            for p, m in zip(points, means, strict=True)
+        ]
+    )
+
+
+def _chord_gap(x: np.ndarray, means: np.ndarray, window) -> tuple[float, float]:
+    """The two points the interpolation used (the bracket where the means change sign more
+    than once): the true crossing lies between them, whatever the shape of Δ."""
+    before, after = window[:2]
+    inner = means[before : after + 1]
+    falls = np.flatnonzero((inner[:-1] > 0) & (inner[1:] <= 0))
+    if falls.size != 1:
+        return float(x[before]), float(x[after])
+    return float(x[before + falls[0]]), float(x[before + falls[0] + 1])
+
+
+def _midpoint_filled(found: np.ndarray, x: np.ndarray, window) -> np.ndarray:
+    found[np.isnan(found)] = 0.5 * (x[window[0]] + x[window[1]])
+    return found
+
+
 def _empty(status: str, crossings=(), source: str = vocabulary.NOISE_MEASURED):
     return CrossingEstimate(status, None, None, None, None, None, None, tuple(crossings), source)
 
@@ -374,21 +421,35 @@ def estimate_crossing(
     crossings = tuple(math.exp(r) for r in found)
     if shape.status != vocabulary.TransitionStatus.BRACKETED:
         return _empty(shape.status, crossings, noise.source)
-    rng = np.random.default_rng(seed)
     window = shape.windows[0]
-    replicates = _replicate_roots(x, means, se_of, noise, found[0], z, n_boot, rng, measured)
-    replicates[np.isnan(replicates)] = 0.5 * (x[window[0]] + x[window[1]])
-    q = np.percentile(replicates, [2.5, 16.0, 84.0, 97.5])
+    # A failed seed's Δ reuses another seed's completed loss (pair_points), so it is no
+    # independent draw: the interval's standard errors count the seeds where both nets finished.
+    failed = np.array([p.failures_deep + p.failures_shallow for p in points], dtype=float)
+    finished = np.maximum(counts - failed, 1.0)
+
+    def interval_se(sd: np.ndarray) -> np.ndarray:
+        return np.maximum(np.sqrt(sd**2 / finished + extra**2), MIN_SE)
+
+    se = interval_se(noise.sd)
+    rng = np.random.default_rng(seed)
+    args = (interval_se, noise, found[0], z, n_boot, rng, measured)
+    replicates = _midpoint_filled(_replicate_roots(x, means, *args), x, window)
+    # The chord's bias where Δ is kinked: the same estimate in a world where Δ is the
+    # broken stick fitted to the points (module doc), whose crossing is known.
+    kink, world = _stick_world(x, robust_means(points, means), se, window)
+    bias = float(np.median(_midpoint_filled(_replicate_roots(x, world, *args), x, window)) - kink)
+    star = float(np.clip(found[0] - bias, *_chord_gap(x, means, window)))
+    q = np.percentile(replicates - (found[0] - star), [2.5, 16.0, 84.0, 97.5])
     stick = broken_stick_band(x, means, se, window, PROFILE_Q95)
     low95, high95 = min(q[0], stick[0]), max(q[3], stick[1])
     return CrossingEstimate(
         status=shape.status,
-        n_star=crossings[0],
+        n_star=math.exp(star),
         n_star_low=math.exp(low95),
         n_star_high=math.exp(high95),
         n_star_low_68=math.exp(q[1]),
         n_star_high_68=math.exp(q[2]),
         sigma_ln=max(0.5 * float(q[2] - q[1]), 0.5 * (high95 - low95) / Z95),
-        crossings=crossings,
+        crossings=(math.exp(star), *crossings[1:]),
         noise_source=noise.source,
     )
