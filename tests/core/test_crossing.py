@@ -171,3 +171,25 @@ def test_sigma_is_never_below_what_the_pairs_own_95_interval_implies():
     planted = 17.4513
     error = math.log(estimate.n_star) - planted
     assert abs(error) / estimate.sigma_ln < abs(error) / half68  # σ moved toward the truth
+
+
+def test_the_chords_bias_at_a_kink_is_removed_from_n_star_and_its_68_interval():
+    # steep below the crossing, flat above: the chord between 15.9 and 16.1 crosses zero at
+    # 16.08, past the kink; the broken-stick world measures that bias and N* moves back to 16
+    x_star = 16.0
+    xs = [15.0, 15.5, 15.75, 15.9, 16.1, 16.25, 16.5, 17.0]
+    points = [
+        crossing.DeltaPoint(
+            n=math.exp(x),
+            deltas=tuple(
+                (0.1 if x < x_star else 0.01) * (x_star - x) + 0.0005 * e for e in (-1, 0, 1)
+            ),
+        )
+        for x in xs
+    ]
+    est = crossing.estimate_crossing(points, noise_prior=0.0005)
+    assert est.status == "bracketed"
+    chord = 15.9 + 0.01 / 0.011 * 0.2
+    assert abs(math.log(est.n_star) - x_star) < 0.2 * (chord - x_star)
+    assert est.n_star_low_68 <= math.exp(x_star) <= est.n_star_high_68 < math.exp(chord)
+    assert est.n_star_low < est.n_star_low_68 < est.n_star < est.n_star_high_68 < est.n_star_high
