@@ -56,7 +56,7 @@ flat side, by up to a third of their spacing; a bootstrap around the observed me
 that (its world is the chord itself: 126 of 127 misses lay on one side, 36% at 68%). So the
 same bootstrap is run a second time in a world where Δ is the best broken stick through zero
 fitted to the points within ``PROFILE_REACH`` e-folds of the bracket (at least
-``STICK_MIN_POINTS``, else no correction; per-point medians, so a
+``STICK_MIN_POINTS``, two or more on each side, else no correction; per-point medians, so a
 spiked seed does not bend it: with means the outliers surface fell to 58%), whose crossing is
 known; the median error there is the bias. ``ln N*`` is the interpolation less that bias, kept
 between the two points the interpolation used (the crossing lies between them whatever Δ's
@@ -100,6 +100,10 @@ MIN_SE = 1e-12  # nats: floor of a standard error (noise-free surfaces)
 PROFILE_REACH = 0.3  # e-folds beside the bracket whose points the broken-stick profile uses
 PROFILE_GRID = 400  # candidate crossings of the profile across the bracket
 STICK_MIN_POINTS = 4  # points the kink-bias stick needs: 3 parameters and one χ² dof
+# ... and on each side of the bracket: with one point on a side any crossing fits that side
+# exactly, so the other side's extrapolation alone places it (a saturating Δ puts it at the
+# bracket's edge: the length check's wide brackets moved N* by 0.4 e-folds so)
+STICK_MIN_SIDE = 2
 PROFILE_Q95 = 3.84  # χ²₁ 95% quantile: the profile likelihood-ratio cut of the 95% interval
 Z95 = 1.959964  # normal 97.5% quantile: a 95% interval's half-width in σ
 
@@ -360,11 +364,13 @@ def broken_stick_band(x, means, se, window, q: float) -> tuple[float, float]:
 def _stick_world(x, values, se, window) -> tuple[float, np.ndarray]:
     """The best broken stick through zero (PROFILE_REACH points, module doc): its zero and its
     prediction at every point it was fitted to (the other points keep ``values``); no zero
-    (NaN) where fewer than STICK_MIN_POINTS points fix its three parameters and a χ²."""
+    (NaN) where fewer than STICK_MIN_POINTS points fix its three parameters and a χ², or
+    fewer than STICK_MIN_SIDE lie on either side of the bracket."""
     low, high = x[window[0]], x[window[1]]
     reach = max(PROFILE_REACH, high - low)
     near = (x >= low - reach) & (x <= high + reach) & np.isfinite(values)
-    if near.sum() < STICK_MIN_POINTS:
+    sides = min(int((near & (x <= low)).sum()), int((near & (x >= high)).sum()))
+    if near.sum() < STICK_MIN_POINTS or sides < STICK_MIN_SIDE:
         return math.nan, np.asarray(values, dtype=float)
     w = se[near] ** -2.0
     grid = np.linspace(low, high, PROFILE_GRID)
