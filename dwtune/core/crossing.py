@@ -349,13 +349,19 @@ def _stick_chi2(x: np.ndarray, m: np.ndarray, w: np.ndarray, zeros: np.ndarray) 
     return total
 
 
+def _stick_support(x, values, window) -> tuple[np.ndarray, np.ndarray]:
+    """The points a broken stick is fitted to (finite, within PROFILE_REACH e-folds of the
+    bracket, or its width if wider) and the candidate crossings across the bracket."""
+    low, high = x[window[0]], x[window[1]]
+    reach = max(PROFILE_REACH, high - low)
+    near = (x >= low - reach) & (x <= high + reach) & np.isfinite(values)
+    return near, np.linspace(low, high, PROFILE_GRID)
+
+
 def broken_stick_band(x, means, se, window, q: float) -> tuple[float, float]:
     """The ln N range inside the bracket where a broken stick through zero fits the points
     within PROFILE_REACH e-folds of it within ``q`` of its best χ² (module doc)."""
-    low, high = x[window[0]], x[window[1]]
-    reach = max(PROFILE_REACH, high - low)
-    near = (x >= low - reach) & (x <= high + reach) & np.isfinite(means)
-    grid = np.linspace(low, high, PROFILE_GRID)
+    near, grid = _stick_support(x, means, window)
     chi2 = _stick_chi2(x[near], means[near], se[near] ** -2.0, grid)
     inside = np.flatnonzero(chi2 - chi2.min() <= q)
     return float(grid[inside[0]]), float(grid[inside[-1]])
@@ -366,14 +372,12 @@ def _stick_world(x, values, se, window) -> tuple[float, np.ndarray]:
     prediction at every point it was fitted to (the other points keep ``values``); no zero
     (NaN) where fewer than STICK_MIN_POINTS points fix its three parameters and a χ², or
     fewer than STICK_MIN_SIDE lie on either side of the bracket."""
+    near, grid = _stick_support(x, values, window)
     low, high = x[window[0]], x[window[1]]
-    reach = max(PROFILE_REACH, high - low)
-    near = (x >= low - reach) & (x <= high + reach) & np.isfinite(values)
     sides = min(int((near & (x <= low)).sum()), int((near & (x >= high)).sum()))
     if near.sum() < STICK_MIN_POINTS or sides < STICK_MIN_SIDE:
         return math.nan, np.asarray(values, dtype=float)
     w = se[near] ** -2.0
-    grid = np.linspace(low, high, PROFILE_GRID)
     zero = float(grid[np.argmin(_stick_chi2(x[near], values[near], w, grid))])
     d = zero - x[near]
     centre = np.array(values, dtype=float)
@@ -462,8 +466,10 @@ def estimate_crossing(
     # The chord's bias where Δ is kinked: the same estimate in a world where Δ is the
     # broken stick fitted to the points (module doc), whose crossing is known.
     kink, world = _stick_world(x, robust_means(points, means), se, window)
-    bias = float(np.median(_midpoint_filled(_replicate_roots(x, world, *args), x, window)) - kink)
-    bias = 0.0 if math.isnan(bias) else bias  # too few points to fit the stick: no correction
+    bias = 0.0  # too few points to fit the stick: no correction, and no second bootstrap
+    if not math.isnan(kink):
+        stick_roots = _midpoint_filled(_replicate_roots(x, world, *args), x, window)
+        bias = float(np.median(stick_roots)) - kink
     star = float(np.clip(found[0] - bias, *_chord_gap(x, means, window)))
     q = np.percentile(replicates - (found[0] - star), [2.5, 16.0, 84.0, 97.5])
     stick = broken_stick_band(x, means, se, window, PROFILE_Q95)
