@@ -71,6 +71,13 @@ def test_a_small_study_records_every_trial_with_its_curve_events_and_parquet(
     assert all(r.status == vocabulary.STATUS_FINISHED and r.simulated for r in records)
     assert all([p[vocabulary.STEP] for p in r.curve] == [100, 200, 300, 400] for r in records)
     assert {r.trial_id for r in store.records()} == {q.trial_id for q in requests}
+    # Tune's restore state (about 35 kB a trial) is dropped once the batch is recorded: the
+    # run's folder keeps only its empty trial folders
+    run_dir = store.root / "ray" / "grid-001"
+    assert sorted(p.name for p in run_dir.iterdir() if p.is_dir()) == sorted(
+        q.name for q in requests
+    )
+    assert [p for p in run_dir.rglob("*") if p.is_file() and p.stat().st_size] == []
 
     for request, record in zip(requests, records, strict=True):
         path = tables.run_dir(store.root, request.name, simulated=True)
@@ -125,11 +132,24 @@ def test_repeated_small_batches_each_get_a_fresh_tune_run(ray_up, tmp_path, simu
     assert _tune_runs(store) == ["grid-001", "grid-002"]
 
 
-def _kill_trial_when_checkpointed(store, killed: list) -> None:
-    """SIGKILL the running trial's process once it has saved a checkpoint (as an OOM kill)."""
+def _driver_has_a_report(store, name: str) -> bool:
+    """Whether the driver has taken the trial's first report (its event file has a scalar)."""
+    path = tables.run_dir(store.root, name, simulated=True)
+    if not path.is_dir():
+        return False
+    events = EventAccumulator(str(path), size_guidance={"scalars": 0})
+    events.Reload()
+    return vocabulary.VAL_LOSS in events.Tags().get("scalars", [])
+
+
+def _kill_trial_when_checkpointed(store, name: str, killed: list) -> None:
+    """SIGKILL the running trial's process (as an OOM kill) once the driver has taken a report
+    that carries a checkpoint. A checkpoint folder alone is not enough: under load Tune may not
+    have registered it yet, and the retry then starts from step 0."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if list((store.root / "ray").glob("grid-*/*/checkpoint_*")):
+        checkpointed = list((store.root / "ray").glob("grid-*/*/checkpoint_*"))
+        if checkpointed and _driver_has_a_report(store, name):
             for pid in Processes.children_named(TRIAL_PROCESS):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
@@ -146,7 +166,10 @@ def test_a_trial_whose_process_dies_is_retried_from_its_checkpoint(ray_up, tmp_p
     )
     spec, store = _study(tmp_path, raw)
     killed: list[int] = []
-    killer = threading.Thread(target=_kill_trial_when_checkpointed, args=(store, killed))
+    (request,) = grid_requests(spec)
+    killer = threading.Thread(
+        target=_kill_trial_when_checkpointed, args=(store, request.name, killed)
+    )
     killer.start()
     out = io.StringIO()
     (record,) = _run(spec, store, stream=out)

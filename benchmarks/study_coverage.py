@@ -1,0 +1,193 @@
+"""Calibration of a whole simulated study: its pairs' N* and its law fit, over noise realisations.
+
+SIMULATED DATA. ``benchmarks/coverage.py`` measures one pair's intervals; this runs the whole
+study of a simulated spec (default ``search_spaces/simulated.yaml``) once per noise realisation:
+its grid and refine trainings in process (:class:`~dwtune.study.runners.local.LocalRunner` and
+the refine stage itself; the simulated backend is deterministic, so these are the records a Ray
+run writes), its transitions exported, and the law fitted by the study's own fit
+(:func:`dwtune.study.fit_stage.fit_study`, the interval-censored likelihood). Realisation ``k``
+replaces the spec's grid seeds by ``1000 + 100·k + i`` (the refine stage counts up from them);
+the spec's own seeds are run too, as the shipped realisation.
+
+Printed: per pair, the mean error of ln N* against the planted one (with its Monte Carlo error),
+the rms of its z = error / σ(ln N*), and the coverage of its 68% and 95% intervals; for the fit,
+χ²_red over the realisations against the χ²_ν/ν distribution it should follow if every σ(ln N*)
+is right (mean, median, tail shares, and where the shipped realisation falls), and how often the
+95% intervals of a and b hold the planted values.
+
+    python benchmarks/study_coverage.py --studies 200 --jobs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dwtune.backends.simulated_surface import planted_transition  # noqa: E402
+from dwtune.core.errors import InputError  # noqa: E402
+from dwtune.core.records import grid_requests  # noqa: E402
+from dwtune.core.spec import ExperimentSpec, load_spec  # noqa: E402
+from dwtune.core.vocabulary import TransitionStatus  # noqa: E402
+from dwtune.outputs.report.load import load_study  # noqa: E402
+from dwtune.outputs.tables import export_experiment  # noqa: E402
+from dwtune.storage.store import ExperimentStore  # noqa: E402
+from dwtune.study.fit_stage import fit_record, fit_study  # noqa: E402
+from dwtune.study.refine import RefineStage  # noqa: E402
+from dwtune.study.runners.local import LocalRunner  # noqa: E402
+
+SEED_BASE, SEED_STRIDE = 1000, 100  # realisation k's grid seeds: 1000 + 100·k + i
+
+
+def realisation(spec: ExperimentSpec, k: int | None) -> ExperimentSpec:
+    """The spec with realisation ``k``'s grid seeds (``None``: the spec's own)."""
+    if k is None:
+        return spec
+    seeds = tuple(SEED_BASE + SEED_STRIDE * k + i for i in range(len(spec.space.seeds)))
+    return dataclasses.replace(spec, space=dataclasses.replace(spec.space, seeds=seeds))
+
+
+def run_study(spec: ExperimentSpec) -> dict:
+    """One realisation end to end in a scratch folder: per-pair errors and the fit's figures."""
+    with tempfile.TemporaryDirectory(prefix="dwtune-study-coverage-") as scratch:
+        store = ExperimentStore.for_spec(Path(scratch), spec)
+        store.initialise(spec)
+        runner = LocalRunner(spec, store)
+        runner.run(grid_requests(spec))
+        transitions = RefineStage(spec, store, None).run(runner.run)
+        export_experiment(store)
+        study = load_study(store.root)
+        fit = fit_record(study, fit_study(study), {})
+    return {
+        "pairs": [pair_row(spec, t) for t in transitions],
+        "chi2_red": fit.get("chi2_red"),
+        "dof": fit.get("dof"),
+        "a_covered": covers(fit.get("ci_a"), spec.simulated.a),
+        "b_covered": covers(fit.get("ci_b"), spec.simulated.b),
+        "trainings": runner.trained,
+    }
+
+
+def covers(interval, truth: float) -> bool | None:
+    return None if not interval else bool(interval[0] <= truth <= interval[1])
+
+
+def pair_row(spec: ExperimentSpec, transition) -> dict:
+    label = f"{transition.depth_shallow}-{transition.depth_deep}"
+    if transition.status != TransitionStatus.BRACKETED:
+        return {"pair": label, "status": transition.status}
+    truth = planted_transition(spec.simulated, transition.depth_deep)
+    return {
+        "pair": label,
+        "status": transition.status,
+        "error": math.log(transition.n_star / truth),
+        "sigma": transition.sigma_ln,
+        "in68": transition.n_star_low_68 <= truth <= transition.n_star_high_68,
+        "in95": transition.n_star_low <= truth <= transition.n_star_high,
+    }
+
+
+def _one(spec_path: str, k: int | None) -> dict:
+    return run_study(realisation(load_spec(spec_path), k))
+
+
+def pair_lines(results: Sequence[dict]) -> list[str]:
+    rows = [p for r in results for p in r["pairs"]]
+    labels = list(dict.fromkeys(p["pair"] for p in rows))
+    lines = [
+        f"{'pair':<7}{'bracketed':>10}{'mean ln(N*/true)':>22}{'rms z':>7}{'68%':>7}{'95%':>7}"
+    ]
+    for label in [*labels, "all"]:
+        mine = [p for p in rows if label in ("all", p["pair"])]
+        ok = [p for p in mine if "error" in p]
+        if not ok:
+            lines.append(f"{label:<7}{0:>5}/{len(mine):<4}")
+            continue
+        err = np.array([p["error"] for p in ok])
+        z = err / np.array([p["sigma"] for p in ok])
+        mc = err.std(ddof=1) / math.sqrt(err.size) if err.size > 1 else math.nan
+        lines.append(
+            f"{label:<7}{len(ok):>5}/{len(mine):<4}{err.mean():>+12.4f} ± {mc:.4f}"
+            f"{math.sqrt(np.mean(z**2)):>7.2f}{np.mean([p['in68'] for p in ok]):>7.1%}"
+            f"{np.mean([p['in95'] for p in ok]):>7.1%}"
+        )
+    return lines
+
+
+def fit_lines(results: Sequence[dict], shipped: dict | None) -> list[str]:
+    fitted = [r for r in results if r["chi2_red"] is not None and r["dof"]]
+    if not fitted:
+        return ["fit: no realisation had a fit"]
+    chi = np.array([r["chi2_red"] for r in fitted], dtype=float)
+    dof = int(np.median([r["dof"] for r in fitted]))
+    reference = stats.chi2(dof)
+    lines = [
+        f"fit χ²_red over {chi.size} realisations (χ²_{dof}/{dof} if every σ(ln N*) is right): "
+        f"mean {chi.mean():.2f} (1.00), median {np.median(chi):.2f} "
+        f"({reference.median() / dof:.2f}), max {chi.max():.2f}"
+    ]
+    for tail in (0.05, 0.01):
+        cut = reference.ppf(1.0 - tail) / dof
+        lines.append(f"  share above {cut:.2f}: {np.mean(chi > cut):.3f} ({tail:.3f})")
+    if shipped is not None and shipped["chi2_red"] is not None:
+        value = shipped["chi2_red"]
+        lines.append(
+            f"  the spec's own seeds: χ²_red {value:.2f}; realisations above it "
+            f"{np.mean(chi > value):.3f}, χ²_{dof}/{dof} above it {reference.sf(value * dof):.4f}"
+        )
+    for name in ("a", "b"):
+        held = [r[f"{name}_covered"] for r in fitted if r[f"{name}_covered"] is not None]
+        share = float(np.mean(held))
+        se = math.sqrt(share * (1.0 - share) / len(held))
+        lines.append(f"  95% interval of {name} holds the planted {name}: {share:.1%} ± {se:.1%}")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", default=str(ROOT / "search_spaces" / "simulated.yaml"))
+    parser.add_argument("--studies", type=int, default=100, help="noise realisations (100)")
+    parser.add_argument("--start", type=int, default=0, help="first realisation index (0)")
+    parser.add_argument("--jobs", type=int, default=1, help="processes (1)")
+    args = parser.parse_args(argv)
+    try:
+        spec = load_spec(args.spec)
+    except InputError as exc:
+        parser.exit(2, f"study_coverage: {exc}\n")
+    if spec.trainer != "simulated":
+        parser.exit(
+            2,
+            f"study_coverage: {args.spec} trains with {spec.trainer!r}; pass a spec with "
+            "trainer: simulated (each study here runs hundreds of trainings)\n",
+        )
+    if args.studies < 1 or args.jobs < 1:
+        parser.exit(2, "study_coverage: --studies and --jobs must be at least 1\n")
+    started = time.perf_counter()
+    keys: list[int | None] = [None, *range(args.start, args.start + args.studies)]
+    with ProcessPoolExecutor(args.jobs) as pool:
+        jobs = pool.map(_one, [args.spec] * len(keys), keys)
+        done = list(tqdm(jobs, total=len(keys), desc="studies", unit="study", file=sys.stderr))
+    shipped, results = done[0], done[1:]
+    print(f"SIMULATED: {args.studies} noise realisations of {spec.name} ({args.spec})")
+    print("\n".join(pair_lines(results)))
+    print("\n".join(fit_lines(results, shipped)))
+    print(f"trainings per study: mean {np.mean([r['trainings'] for r in results]):.1f}")
+    print(f"wall time {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

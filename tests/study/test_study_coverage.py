@@ -1,0 +1,63 @@
+"""benchmarks/study_coverage.py: realisations, one whole simulated study, its summaries."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import study_coverage  # noqa: E402
+from dwtune.core.spec import load_spec  # noqa: E402
+
+SIMULATED = ROOT / "search_spaces" / "simulated.yaml"
+
+
+def test_realisations_have_their_own_seeds_and_none_is_the_spec_itself():
+    spec = load_spec(SIMULATED)
+    assert study_coverage.realisation(spec, None) is spec
+    first, second = (study_coverage.realisation(spec, k).space.seeds for k in (0, 1))
+    assert first == (1000,) and second == (1100,)
+    # the refine stage counts up from the grid seeds (max_seeds 4): no realisation reuses another's
+    assert max(first) + spec.refine.max_seeds < min(second)
+
+
+def test_one_study_is_measured_against_its_planted_transitions_and_law():
+    spec = study_coverage.realisation(load_spec(SIMULATED), 0)
+    result = study_coverage.run_study(spec)
+    assert [p["pair"] for p in result["pairs"]] == [
+        "6-12", "12-18", "18-24", "24-30", "30-36", "36-48"
+    ]  # fmt: skip
+    bracketed = [p for p in result["pairs"] if "error" in p]
+    assert bracketed, result
+    # each N* within 0.1 e-folds of the planted one, with a positive σ
+    assert all(abs(p["error"]) < 0.1 and p["sigma"] > 0 for p in bracketed)
+    assert math.isfinite(result["chi2_red"]) and result["dof"] == len(bracketed) - 2
+    assert result["a_covered"] in (True, False) and result["trainings"] > 100
+
+
+def _study(chi2_red: float, a: bool = True, b: bool = True) -> dict:
+    return {"pairs": [], "chi2_red": chi2_red, "dof": 4, "a_covered": a, "b_covered": b}
+
+
+def test_the_fit_summary_counts_tail_shares_and_where_the_shipped_realisation_falls():
+    results = [_study(0.5), _study(1.0), _study(2.5, a=False), _study(4.0, b=False)]
+    lines = study_coverage.fit_lines(results, _study(3.0))
+    assert "mean 2.00" in lines[0] and "max 4.00" in lines[0]
+    assert lines[1].endswith("share above 2.37: 0.500 (0.050)")  # 2.5 and 4.0
+    assert "share above 3.32: 0.250" in lines[2]  # 4.0 only
+    assert "χ²_red 3.00; realisations above it 0.250" in lines[3]
+    assert "of a holds the planted a: 75.0%" in lines[4]
+    assert "of b holds the planted b: 75.0%" in lines[5]
+
+
+def test_a_spec_that_trains_real_models_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as ended:
+        study_coverage.main(["--spec", str(ROOT / "search_spaces" / "quickstart.yaml")])
+    assert ended.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "trainer: simulated" in err
