@@ -2,9 +2,9 @@
 
 SIMULATED DATA. ``benchmarks/coverage.py`` measures one pair's intervals; this runs the whole
 study of a simulated spec (default ``search_spaces/simulated.yaml``) once per noise realisation:
-its grid and refine trainings in process (:class:`~dwtune.study.runners.local.LocalRunner` and
-the refine stage itself; the simulated backend is deterministic, so these are the records a Ray
-run writes), its transitions exported, and the law fitted by the study's own fit
+its grid and refine trainings in process (:func:`~dwtune.study.refine.refine_in_process`: the
+refine stage itself, without Ray; the simulated backend is deterministic, so these are the
+records a Ray run writes), its transitions exported, and the law fitted by the study's own fit
 (:func:`dwtune.study.fit_stage.fit_study`, the interval-censored likelihood). Realisation ``k``
 replaces the spec's grid seeds by ``1000 + 100·k + i`` (the refine stage counts up from them);
 the spec's own seeds are run too, as the shipped realisation.
@@ -39,15 +39,13 @@ sys.path.insert(0, str(ROOT))
 
 from dwtune.backends.simulated_surface import planted_transition  # noqa: E402
 from dwtune.core.errors import InputError  # noqa: E402
-from dwtune.core.records import grid_requests  # noqa: E402
 from dwtune.core.spec import ExperimentSpec, load_spec  # noqa: E402
 from dwtune.core.vocabulary import TransitionStatus  # noqa: E402
 from dwtune.outputs.report.load import load_study  # noqa: E402
 from dwtune.outputs.tables import export_experiment  # noqa: E402
 from dwtune.storage.store import ExperimentStore  # noqa: E402
 from dwtune.study.fit_stage import fit_record, fit_study  # noqa: E402
-from dwtune.study.refine import RefineStage  # noqa: E402
-from dwtune.study.runners.local import LocalRunner  # noqa: E402
+from dwtune.study.refine import refine_in_process  # noqa: E402
 
 SEED_BASE, SEED_STRIDE = 1000, 100  # realisation k's grid seeds: 1000 + 100·k + i
 
@@ -64,10 +62,7 @@ def run_study(spec: ExperimentSpec) -> dict:
     """One realisation end to end in a scratch folder: per-pair errors and the fit's figures."""
     with tempfile.TemporaryDirectory(prefix="dwtune-study-coverage-") as scratch:
         store = ExperimentStore.for_spec(Path(scratch), spec)
-        store.initialise(spec)
-        runner = LocalRunner(spec, store)
-        runner.run(grid_requests(spec))
-        transitions = RefineStage(spec, store, None).run(runner.run)
+        transitions, runner = refine_in_process(spec, store)
         export_experiment(store)
         study = load_study(store.root)
         fit = fit_record(study, fit_study(study), {})

@@ -334,18 +334,26 @@ def _replicate_roots(x, centre, se_of, noise: Noise, target, z, n_boot, rng, mea
     return found
 
 
-def _stick_chi2(x: np.ndarray, m: np.ndarray, w: np.ndarray, zeros: np.ndarray) -> np.ndarray:
-    """χ² of the best broken stick through zero at each of ``zeros``: Δ = s1·(x0 − x) left of
-    x0 and s2·(x0 − x) right of it, each slope fitted (weights w = 1/se²) and kept ≥ 0."""
+def _stick_legs(x: np.ndarray, m: np.ndarray, w: np.ndarray, zeros: np.ndarray):
+    """Each side of the best broken stick through zero at each of ``zeros``: the side's mask,
+    its distances ``x0 − x`` (0 off the side) and its least-squares slope (weights w = 1/se²),
+    kept ≥ 0; arrays (candidate, point) and (candidate,)."""
     d = zeros[:, None] - x[None, :]  # (candidate, point)
-    total = np.zeros(zeros.size)
     for side in (d >= 0, d < 0):
         dd = np.where(side, d, 0.0)
         denom = (w * dd * dd).sum(axis=1)
         fitted = np.divide(
             (w * dd * m).sum(axis=1), denom, out=np.zeros_like(denom), where=denom > 0
         )
-        residual = np.where(side, m - np.maximum(fitted, 0.0)[:, None] * dd, 0.0)
+        yield side, dd, np.maximum(fitted, 0.0)
+
+
+def _stick_chi2(x: np.ndarray, m: np.ndarray, w: np.ndarray, zeros: np.ndarray) -> np.ndarray:
+    """χ² of the best broken stick through zero at each of ``zeros``: Δ = s1·(x0 − x) left of
+    x0 and s2·(x0 − x) right of it, each slope fitted and kept ≥ 0."""
+    total = np.zeros(zeros.size)
+    for side, dd, slope in _stick_legs(x, m, w, zeros):
+        residual = np.where(side, m - slope[:, None] * dd, 0.0)
         total += (w * residual**2).sum(axis=1)
     return total
 
@@ -380,14 +388,10 @@ def _stick_world(x, values, se, window) -> tuple[float, np.ndarray]:
         return math.nan, np.asarray(values, dtype=float)
     w = se[near] ** -2.0
     zero = float(grid[np.argmin(_stick_chi2(x[near], values[near], w, grid))])
-    d = zero - x[near]
     centre = np.array(values, dtype=float)
     centre[near] = 0.0
-    for side in (d >= 0, d < 0):
-        dd = np.where(side, d, 0.0)
-        denom = float((w * dd * dd).sum())
-        slope = max(float((w * dd * values[near]).sum()) / denom, 0.0) if denom > 0 else 0.0
-        centre[near] += slope * dd
+    for _, dd, slope in _stick_legs(x[near], values[near], w, np.array([zero])):
+        centre[near] += slope[0] * dd[0]
     return zero, centre
 
 

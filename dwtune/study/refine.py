@@ -41,7 +41,7 @@ from dwtune.core import pair_points, transitions, vocabulary
 from dwtune.core.budget import GridCell
 from dwtune.core.fit.bootstrap import PairPoints
 from dwtune.core.pair_points import PairGrid, PairPoint
-from dwtune.core.records import TrialRecord, TrialRequest, make_request
+from dwtune.core.records import TrialRecord, TrialRequest, grid_requests, make_request
 from dwtune.core.spec import ExperimentSpec, RefineConfig
 from dwtune.core.transitions import Step, Transition
 from dwtune.core.vocabulary import (
@@ -426,6 +426,18 @@ def run_refine(
     callable taking one line, or None.
     """
     return RefineStage(spec, store, progress, rate_for).run(run_trials)
+
+
+def refine_in_process(
+    spec: ExperimentSpec, store: ExperimentStore
+) -> tuple[list[Transition], LocalRunner]:
+    """``spec``'s grid and refine stages trained in this process, without Ray (a simulated
+    spec: its records are those a Ray run writes): the transitions, and the runner that
+    trained them (its ``trained`` count). Tests and benchmarks drive whole studies so."""
+    store.initialise(spec)
+    runner = LocalRunner(spec, store)
+    runner.run(grid_requests(spec))
+    return run_refine(spec, store, runner.run), runner
 
 
 def _say(progress) -> Progress:

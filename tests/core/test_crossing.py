@@ -117,19 +117,23 @@ def test_failures_alone_never_make_a_pair_non_monotone():
     )
 
 
-def test_the_95_interval_holds_the_broken_stick_profile_of_a_kinked_delta():
-    # steep above the crossing side, flat below: Δ = 0.1·(x* − x) left, 0.01·(x* − x) right
-    x_star = 16.0
-    xs = [15.0, 15.5, 15.8, 15.95, 16.05, 16.2, 16.5, 17.0]
-    points = [
-        crossing.DeltaPoint(
+def _kinked_points(xs, noise: float, x_star: float = 16.0) -> list[DeltaPoint]:
+    """Δ steep below the crossing and flat above it: 0.1·(x* − x) left of x*, 0.01·(x* − x)
+    right of it, three seeds at ±noise around it at each ln N in ``xs``."""
+    return [
+        DeltaPoint(
             n=math.exp(x),
             deltas=tuple(
-                (0.1 if x < x_star else 0.01) * (x_star - x) + 0.001 * e for e in (-1, 0, 1)
+                (0.1 if x < x_star else 0.01) * (x_star - x) + noise * e for e in (-1, 0, 1)
             ),
         )
         for x in xs
     ]
+
+
+def test_the_95_interval_holds_the_broken_stick_profile_of_a_kinked_delta():
+    x_star = 16.0
+    points = _kinked_points([15.0, 15.5, 15.8, 15.95, 16.05, 16.2, 16.5, 17.0], 0.001, x_star)
     est = crossing.estimate_crossing(points, noise_prior=0.001)
     assert est.status == "bracketed"
     x = np.log([p.n for p in points])
@@ -177,16 +181,7 @@ def test_the_chords_bias_at_a_kink_is_removed_from_n_star_and_its_68_interval():
     # steep below the crossing, flat above: the chord between 15.9 and 16.1 crosses zero at
     # 16.08, past the kink; the broken-stick world measures that bias and N* moves back to 16
     x_star = 16.0
-    xs = [15.0, 15.5, 15.75, 15.9, 16.1, 16.25, 16.5, 17.0]
-    points = [
-        crossing.DeltaPoint(
-            n=math.exp(x),
-            deltas=tuple(
-                (0.1 if x < x_star else 0.01) * (x_star - x) + 0.0005 * e for e in (-1, 0, 1)
-            ),
-        )
-        for x in xs
-    ]
+    points = _kinked_points([15.0, 15.5, 15.75, 15.9, 16.1, 16.25, 16.5, 17.0], 0.0005, x_star)
     est = crossing.estimate_crossing(points, noise_prior=0.0005)
     assert est.status == "bracketed"
     chord = 15.9 + 0.01 / 0.011 * 0.2

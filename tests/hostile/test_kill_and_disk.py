@@ -18,10 +18,9 @@ import pytest
 import yaml
 from hostile_experiment import BASE, base_raw
 
-from dwtune.core.records import grid_requests
 from dwtune.core.spec import spec_from_dict
 from dwtune.storage.store import ExperimentStore
-from dwtune.study.refine import InProcessRunner, run_refine
+from dwtune.study.refine import refine_in_process
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "commands"))
 from conftest import Processes
@@ -44,10 +43,7 @@ def _spec(tmp_path: Path, seconds_per_step: float = 0.005) -> Path:
 def _uninterrupted_ids(tmp_path: Path, spec_path: Path) -> set[str]:
     spec = spec_from_dict(yaml.safe_load(spec_path.read_text()))
     store = ExperimentStore.for_spec(tmp_path / "reference", spec)
-    store.initialise(spec)
-    runner = InProcessRunner(spec, store)
-    runner.run(grid_requests(spec))
-    run_refine(spec, store, runner.run)
+    refine_in_process(spec, store)
     return {r.trial_id for r in store.records()}
 
 

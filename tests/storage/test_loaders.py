@@ -15,20 +15,16 @@ from hostile_experiment import base_raw
 
 from dwtune.cli import main
 from dwtune.core.errors import InputError
-from dwtune.core.records import grid_requests
 from dwtune.core.spec import spec_from_dict
 from dwtune.storage import loaders
 from dwtune.storage.store import ExperimentStore, atomic_write_text
-from dwtune.study.refine import InProcessRunner, run_refine, study_path
+from dwtune.study.refine import InProcessRunner, refine_in_process, run_refine, study_path
 
 
 def _refined(tmp_path):
     spec = spec_from_dict(base_raw())
     store = ExperimentStore.for_spec(tmp_path, spec)
-    store.initialise(spec)
-    runner = InProcessRunner(spec, store)
-    runner.run(grid_requests(spec))
-    transitions = run_refine(spec, store, runner.run)
+    transitions, _ = refine_in_process(spec, store)
     return spec, store, transitions
 
 

@@ -10,12 +10,10 @@ import pytest
 
 import dwtune
 from dwtune.core.errors import InputError
-from dwtune.core.records import grid_requests
 from dwtune.core.spec import load_spec
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.pipeline import Study, StudyResults
-from dwtune.study.refine import RefineStage
-from dwtune.study.runners.local import LocalRunner
+from dwtune.study.refine import refine_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANTED_A, PLANTED_B = 5.039, 0.0555  # search_spaces/simulated.yaml
@@ -36,10 +34,7 @@ def train_in_process(storage: Path) -> dict[str, str]:
     here took 7-15 minutes of the suite for no check that those tests do not make."""
     spec = load_spec(ROOT / "search_spaces" / "simulated.yaml")
     store = ExperimentStore.for_spec(storage, spec)
-    store.initialise(spec)
-    runner = LocalRunner(spec, store)
-    runner.run(grid_requests(spec))
-    RefineStage(spec, store, None).run(runner.run)
+    refine_in_process(spec, store)
     return {path.name: path.read_text() for path in store.trials_dir.glob("*.json")}
 
 
