@@ -5,7 +5,8 @@ The process first trains a tiny model for two steps, so that torch's code pages,
 and allocator arenas are resident, then resets the kernel's resident-set high-water mark to the
 current resident set (``5`` into /proc/self/clear_refs), trains the shape for three steps (AdamW
 state exists from the first), and reads the high-water mark again (VmHWM in /proc/self/status).
-The trial's peak is the difference.
+The trial's peak is the difference, and the test takes the median of three such processes
+(``PROBES``: one probe's peak depends on the heap's layout).
 
 Why the reset: getrusage's ru_maxrss is the peak over the process's whole life, so any peak
 before the baseline (importing torch, a CUDA build's libraries, the warm-up) that exceeds the
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -77,13 +79,28 @@ print(json.dumps(high_water_mark() - base))
 """
 
 
+# Fresh probe processes per shape; the test takes their median. Why: the heap's layout decides
+# whether a freed logits-sized buffer (16.4 MB at (2, 128, 16)) is reused or new pages are
+# touched, so one probe's peak is bimodal: 15 probes of (2, 128, 16) read 113-120 MB (9) and
+# 131-135 MB (6), and one CI run read 149 MB (two buffers more) against 116 MB planned.
+PROBES = 3
+
+
 def measured_peak(tmp_path, depth: int, width: int, batch: int, vocab: int) -> int:
+    """Median over PROBES fresh processes of the trial's peak rise in resident set (bytes)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     args = [str(a) for a in (depth, width, batch, vocab, tmp_path)]
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE, *args], env=env, capture_output=True, text=True, check=True
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    peaks = []
+    for _ in range(PROBES):
+        out = subprocess.run(
+            [sys.executable, "-c", PROBE, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        peaks.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return int(statistics.median(peaks))
 
 
 @pytest.mark.slow
