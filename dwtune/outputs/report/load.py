@@ -232,9 +232,14 @@ def delta_table(cells: pd.DataFrame, shallow: int, deep: int) -> pd.DataFrame:
 
 
 def best_depth_table(cells: pd.DataFrame) -> pd.DataFrame:
-    """At each budget, the depth with the lowest mean loss and its margin over the runner-up."""
+    """At each budget where every depth trained, the depth with the lowest mean loss and its
+    margin over the runner-up. A refine point trains only its pair's two depths: its "best
+    depth" would be the better of two, not of the study's depths."""
     rows = []
+    depths = cells["depth"].nunique()
     for budget, group in cells.groupby("budget"):
+        if group["depth"].nunique() < depths:
+            continue
         ranked = group.sort_values("loss")
         best = ranked.iloc[0]
         margin = ranked.iloc[1]["loss"] - best["loss"] if len(ranked) > 1 else math.nan

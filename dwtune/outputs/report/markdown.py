@@ -14,6 +14,7 @@ from dwtune.core.units import format_size
 from dwtune.core.vocabulary import FIT_FILE, PROJECTIONS_FILE, TransitionStatus
 from dwtune.outputs import law_checks
 from dwtune.outputs.fit_files import GIT_KEY, censored_pair
+from dwtune.outputs.report.limits import limits_section
 from dwtune.outputs.report.load import (
     LEVEL,
     SIM_BANNER,
@@ -72,6 +73,8 @@ def _measured_section(study: Study, cells: pd.DataFrame) -> list[str]:
         f"seeds per (depth, budget) cell: {int(cells['n'].min())} to {int(cells['n'].max())}."
     )
     best = best_depth_table(cells)
+    if best.empty:
+        return [*lines, "", "No budget has every depth trained yet.", ""]
     rows = [
         [
             _num(r.budget),
@@ -87,7 +90,9 @@ def _measured_section(study: Study, cells: pd.DataFrame) -> list[str]:
     return [
         *lines,
         "",
-        "Best depth at each budget (mean best validation loss over seeds):",
+        "Best depth at each budget where every depth trained (mean best validation loss over "
+        "seeds; the refine stage's sizes, where only a pair's two depths trained, are in the "
+        "transitions below):",
         "",
         _md_table(headers, rows),
         "",
@@ -361,6 +366,7 @@ def _markdown(study, outcome, cells, rows, budgets, record, figures, tb) -> str:
         _fit_section(record, outcome),
         law_checks.markdown(record.get("law_checks")),
         _projection_section(study, outcome, rows, budgets),
+        limits_section(study),
         _figures_section(figures, study.exp_dir),
         _files_section(record["metadata"], tb),
     ]

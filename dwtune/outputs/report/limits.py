@@ -1,0 +1,200 @@
+"""report.md's "What these results cannot show": the confounds and limits of *this* study.
+
+Each caveat is read from what the trials recorded (every trial row carries its rate's source,
+parametrisation, comparison axis and training length) and from the resolved spec, so a report
+says which of a reviewer's first objections its own design leaves open, not a generic list.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from dwtune.core.vocabulary import (
+    LR_SOURCE_INTERPOLATED,
+    LR_SOURCE_SEARCH,
+    LR_SOURCE_SPEC,
+    STAGE_LR_SEARCH,
+    TransitionStatus,
+)
+from dwtune.outputs.report.load import Study
+
+TRANSFER_PARAMETRISATIONS = {"mup", "completep"}  # one rate is meant to transfer across widths
+MIN_LAW_PAIRS = 3  # bracketed or censored pairs the law fit needs (see the Fit section)
+
+
+def _values(trials: pd.DataFrame, column: str) -> set:
+    """The distinct recorded values of a trial column (empty when the column is absent)."""
+    if column not in trials.columns:
+        return set()
+    used = trials[trials["stage"] != STAGE_LR_SEARCH] if "stage" in trials.columns else trials
+    return {v for v in used[column].dropna().unique()}
+
+
+def _section(spec: dict | None, name: str) -> dict:
+    section = (spec or {}).get(name)
+    return section if isinstance(section, dict) else {}
+
+
+def _simulated(study: Study) -> list[str]:
+    if not study.simulated:
+        return []
+    return [
+        "Anything about a real model: every loss here comes from the simulated trainer's planted "
+        "surface; the study shows what the pipeline recovers from such data, nothing more."
+    ]
+
+
+def _learning_rate(trials: pd.DataFrame) -> list[str]:
+    sources = _values(trials, "lr_source")
+    if sources == {LR_SOURCE_SPEC}:
+        rates = sorted(float(r) for r in _values(trials, "lr"))
+        shared = f"{rates[0]:g}" if len(rates) == 1 else "one rate from the spec"
+        transfer = _values(trials, "parametrization") & TRANSFER_PARAMETRISATIONS
+        if transfer:
+            return [
+                f"That one learning rate suited every shape: every trial trained at {shared} "
+                f"under `{sorted(transfer)[0]}`, whose rules are meant to let one rate serve "
+                "every width; `dwtune coordcheck` and a per-shape search (`train.lr: {search: "
+                "log, ...}`) test whether it does at these shapes."
+            ]
+        return [
+            f"Whether a shape won on its own merit or on its learning rate: every trial trained "
+            f"at {shared}, while the best Adam rate falls roughly as 1/width under standard "
+            "parametrisation, so a pair's narrower (deeper) and wider net are mis-tuned by "
+            "different amounts and that alone can move a crossing. Separate the two with "
+            "`train.lr: {search: log, ...}` (a rate per shape) or `model.parametrization: mup`."
+        ]
+    if sources & {LR_SOURCE_SEARCH, LR_SOURCE_INTERPOLATED}:
+        return [
+            "A learning rate tuned per seed: each cell's rate was searched on its first seed "
+            "only (refine points interpolate the grid's rates in ln width), so seed-to-seed "
+            "differences in the best rate are not in the intervals."
+        ]
+    return []
+
+
+def _parametrisation(trials: pd.DataFrame, spec: dict | None) -> list[str]:
+    used = _values(trials, "parametrization") or {_section(spec, "model").get("parametrization")}
+    used.discard(None)
+    if len(used) != 1:
+        return []
+    return [
+        f"The transitions under another parametrisation: every trial used "
+        f"`{used.pop()}`; SP, μP and CompleteP scale initialisation and per-layer rates "
+        "differently with width and depth and can move the best shape."
+    ]
+
+
+def _training_length(study: Study, trials: pd.DataFrame, spec: dict | None) -> list[str]:
+    train = _section(spec, "train")
+    if _values(trials, "tokens_per_param") or train.get("tokens_per_param"):
+        length = "a fixed number of tokens per parameter"
+    elif train.get("steps"):
+        length = f"{train['steps']:,} steps whatever its size"
+    else:
+        return []
+    if study.length_check is not None and not study.length_check.empty:
+        return [
+            f"N* at training lengths other than those checked: trained for {length}; the "
+            "training-length section above re-estimates N* at the checked lengths only."
+        ]
+    return [
+        f"N* at another training length: every trial trained for {length}; a transition can "
+        "move with training length (the paper trained 1M steps). `refine.length_check: [0.5, "
+        "2.0]` re-estimates each N* at other lengths."
+    ]
+
+
+def _compute(trials: pd.DataFrame, spec: dict | None) -> list[str]:
+    compare = _values(trials, "compare") or {_section(spec, "space").get("compare")}
+    if compare == {"flops"}:
+        return [
+            "The comparison at equal parameters: shapes were compared at equal training FLOPs; "
+            "at equal parameters (the paper's axis) N* differs."
+        ]
+    if compare == {"params"}:
+        return [
+            "The comparison at equal compute: shapes were compared at equal non-embedding "
+            "parameters (the paper's axis); a deeper, narrower net of the same size spends "
+            "other FLOPs and wall-clock per token (`space.compare: flops` compares at equal "
+            "FLOPs)."
+        ]
+    return []
+
+
+def _data(study: Study, spec: dict | None) -> list[str]:
+    data = _section(spec, "data")
+    if not data or study.simulated:  # the simulated trainer reads no corpus
+        return []
+    corpus, tokenizer = data.get("corpus", "the corpus"), data.get("tokenizer", "its tokenizer")
+    vocab, seq_len = data.get("vocab_size", "?"), data.get("seq_len", "?")
+    return [
+        f"Another corpus, tokenizer or context: these numbers hold for `{corpus}` with "
+        f"`{tokenizer}` (vocabulary {vocab}, {seq_len}-token sequences); a transition moves "
+        "with any of them."
+    ]
+
+
+def _transitions(study: Study, spec: dict | None) -> list[str]:
+    lines = []
+    if _section(spec, "refine").get("scan_spacing") == 0:
+        lines.append(
+            "A second sign change between the sizes trained: `refine.scan_spacing: 0` turned "
+            "the scan off, so a dip of Δ between sizes stays unseen."
+        )
+    frame = study.transitions
+    if frame is None or frame.empty:
+        return lines
+    statuses = frame["status"].astype(str)
+    bounding = statuses.isin(
+        [TransitionStatus.BRACKETED, TransitionStatus.CENSORED_HIGH, TransitionStatus.CENSORED_LOW]
+    ).sum()
+    if bounding < MIN_LAW_PAIRS:
+        lines.append(
+            f"A law or a projection from this study alone: {bounding} pair(s) bound a "
+            f"transition, and a fit of ln dx* = a + b·L needs at least {MIN_LAW_PAIRS}."
+        )
+    if (statuses == TransitionStatus.BRACKETED).any():
+        lines.append(
+            "Intervals on a loss surface unlike the simulated ones: the N* intervals' coverage "
+            "was measured on seven simulated surfaces (`benchmarks/coverage.py`); at one fixed "
+            "layout of points a pair's 68% interval can run narrow, so read σ(ln N*) and the "
+            "95% interval."
+        )
+    return lines
+
+
+def _extrapolation(trials: pd.DataFrame) -> list[str]:
+    if "params_non_embedding" not in trials.columns or trials.empty:
+        return []
+    largest = float(trials["params_non_embedding"].astype(float).max())
+    if not math.isfinite(largest):
+        return []
+    return [
+        f"That the law holds beyond the sizes trained (largest {largest:.3g} non-embedding "
+        "parameters): every projection past it is an extrapolation of the fitted form."
+    ]
+
+
+def limits_lines(study: Study) -> list[str]:
+    """The bullets of the section, most fundamental first."""
+    trials, spec = study.trials, study.spec
+    return [
+        *_simulated(study),
+        *_learning_rate(trials),
+        *_parametrisation(trials, spec),
+        *_training_length(study, trials, spec),
+        *_compute(trials, spec),
+        *_data(study, spec),
+        *_transitions(study, spec),
+        *_extrapolation(trials),
+    ]
+
+
+def limits_section(study: Study) -> list[str]:
+    lines = limits_lines(study)
+    if not lines:
+        return []
+    return ["## What these results cannot show", "", *[f"- {line}" for line in lines], ""]
