@@ -80,10 +80,20 @@ def test_cluster_yaml_keeps_ray_private_and_token_authenticated():
 # --------------------------------------------------------------------------- a local cluster
 
 
+_HANDED_OUT: set[int] = set()  # every port _free_port has returned in this process
+
+
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free loopback port never returned before. Why the memory: a port is free only until
+    it is bound, and the kernel may hand the same one out again once the probe socket closes
+    (CI once gave node_manager and dashboard_agent_grpc both 43701; `ray start` refused)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def _node_ports() -> list[str]:
