@@ -73,10 +73,13 @@ def test_training_length_points_to_the_length_check_only_when_it_is_missing(leng
     assert "1,500 steps" in line and says in line
 
 
-def test_too_few_bounded_pairs_say_no_law_and_enough_say_nothing():
+def test_too_few_bracketed_pairs_say_no_law_and_enough_say_nothing():
     few = limits_lines(study(statuses=("bracketed", "undecided", "non_monotone")))
-    assert "1 pair(s) bound a transition" in one(few, "needs at least 3")
-    enough = limits_lines(study(statuses=("bracketed", "censored_high", "censored_low")))
+    assert "1 pair(s) bracketed" in one(few, "needs at least 3")
+    # censored pairs enter the fit's likelihood but do not make up its 3 bracketed transitions
+    censored = limits_lines(study(statuses=("bracketed", "censored_high", "censored_low")))
+    assert "1 pair(s) bracketed" in one(censored, "needs at least 3")
+    enough = limits_lines(study(statuses=("bracketed",) * 3))
     assert not any("needs at least" in line for line in enough)
 
 

@@ -11,6 +11,7 @@ import math
 
 import pandas as pd
 
+from dwtune.core.fit import MIN_POINTS
 from dwtune.core.vocabulary import (
     LR_SOURCE_INTERPOLATED,
     LR_SOURCE_SEARCH,
@@ -21,7 +22,6 @@ from dwtune.core.vocabulary import (
 from dwtune.outputs.report.load import Study
 
 TRANSFER_PARAMETRISATIONS = {"mup", "completep"}  # one rate is meant to transfer across widths
-MIN_LAW_PAIRS = 3  # bracketed or censored pairs the law fit needs (see the Fit section)
 
 
 def _values(trials: pd.DataFrame, column: str) -> set:
@@ -147,16 +147,15 @@ def _transitions(study: Study, spec: dict | None) -> list[str]:
     frame = study.transitions
     if frame is None or frame.empty:
         return lines
-    statuses = frame["status"].astype(str)
-    bounding = statuses.isin(
-        [TransitionStatus.BRACKETED, TransitionStatus.CENSORED_HIGH, TransitionStatus.CENSORED_LOW]
-    ).sum()
-    if bounding < MIN_LAW_PAIRS:
+    # The fit's own rule (dwtune.core.fit): censored pairs enter its likelihood but do not
+    # count towards the bracketed transitions it needs.
+    bracketed = int((frame["status"].astype(str) == TransitionStatus.BRACKETED).sum())
+    if bracketed < MIN_POINTS:
         lines.append(
-            f"A law or a projection from this study alone: {bounding} pair(s) bound a "
-            f"transition, and a fit of ln dx* = a + b·L needs at least {MIN_LAW_PAIRS}."
+            f"A law or a projection from this study alone: {bracketed} pair(s) bracketed a "
+            f"transition, and a fit of ln dx* = a + b·L needs at least {MIN_POINTS}."
         )
-    if (statuses == TransitionStatus.BRACKETED).any():
+    if bracketed:
         lines.append(
             "Intervals on a loss surface unlike the simulated ones: the N* intervals' coverage "
             "was measured on seven simulated surfaces (`benchmarks/coverage.py`); at one fixed "
