@@ -12,7 +12,7 @@ import pytest
 from scipy import optimize
 
 from dwtune.core.errors import InputError
-from dwtune.core.fit import CensoredPair, fit_transitions, z_value
+from dwtune.core.fit import CensoredPair, chi2_tail, fit_transitions, residual_z, z_value
 
 PAPER_DEPTHS = np.array([12.0, 18.0, 24.0, 30.0, 36.0])
 A, B = 5.039, 0.0555
@@ -105,6 +105,29 @@ def test_chi2_red_averages_one_when_uncertainties_are_right():
         values.append(fit_transitions(PAPER_DEPTHS, widths, SIGMA * widths).chi2_red)
     # chi²/3 has sd sqrt(2/3); its mean over 2000 draws has sd 0.018; allow 4 of those.
     assert np.mean(values) == pytest.approx(1.0, abs=0.073)
+
+
+def test_chi2_tail_is_uniform_when_uncertainties_are_right():
+    # With exact σ the tail probability of χ² is uniform: about 5% of fits fall below 0.05.
+    rng = np.random.default_rng(12)
+    tails = []
+    for _ in range(2000):
+        widths = planted_widths() * np.exp(rng.normal(0.0, SIGMA))
+        fit = fit_transitions(PAPER_DEPTHS, widths, SIGMA * widths)
+        tails.append(chi2_tail(fit.chi2_red, fit.dof))
+    # a share of 2000 draws at 0.05 has sd 0.005; allow 4 of those
+    assert np.mean(np.asarray(tails) < 0.05) == pytest.approx(0.05, abs=0.02)
+    # χ²₄'s tail has a closed form, e^(−x/2)·(1 + x/2): at x = 4 × 3.99 it is 0.00307
+    x = 4 * 3.99
+    assert chi2_tail(3.99, 4) == pytest.approx(math.exp(-x / 2) * (1 + x / 2), rel=1e-9)
+    assert math.isnan(chi2_tail(1.0, 0))
+
+
+def test_residual_z_finds_the_transition_the_law_misses():
+    widths = planted_widths()
+    widths[2] *= math.exp(3 * SIGMA[2])  # one transition 3σ above the law
+    z = residual_z(A, B, PAPER_DEPTHS, widths, SIGMA * widths)
+    np.testing.assert_allclose(z, [0, 0, 3, 0, 0], atol=1e-9)
 
 
 def test_z_value():

@@ -16,6 +16,7 @@ import yaml
 from matplotlib import image
 
 from dwtune.core.errors import InputError
+from dwtune.core.fit import chi2_tail, residual_z
 from dwtune.core.projection import LEVINE2020, DepthWidthLaw, project_budget
 from dwtune.outputs.fit_files import PROJECTION_SCHEMA
 from dwtune.outputs.report import ReportFiles, write_report
@@ -198,6 +199,12 @@ def test_report_numbers_match_the_records(tmp_path):
     assert row["depth"] == pytest.approx(project_budget(law, 1e12).depth, rel=1e-12)
     for name in FIGURE_NAMES:
         assert f"(figures/{name})" in text
+    # the fit's goodness: χ²'s tail probability and the transition furthest from the law
+    columns = [[p[k] for p in record["points"]] for k in ("depth", "width", "width_err")]
+    z = residual_z(record["a"], record["b"], *columns)
+    worst = int(np.argmax(np.abs(z)))
+    assert f"{chi2_tail(record['chi2_red'], record['dof']):.3g}" in text
+    assert f"{record['points'][worst]['label']} at {z[worst]:+.1f}σ" in text
 
 
 def test_simulated_data_is_flagged(tmp_path):

@@ -13,8 +13,10 @@ from dwtune.core.fit.wls import (
     MIN_POINTS,
     CensoredPair,
     FitResult,
+    chi2_tail,
     fit_transitions,
     line_with_se,
+    residual_z,
     z_value,
 )
 
@@ -23,8 +25,10 @@ __all__ = [
     "CensoredPair",
     "FitResult",
     "TransitionObservation",
+    "chi2_tail",
     "fit_law",
     "fit_transitions",
     "line_with_se",
+    "residual_z",
     "z_value",
 ]

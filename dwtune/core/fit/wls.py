@@ -136,6 +136,24 @@ def z_value(level: float) -> float:
     return float(stats.norm.ppf(0.5 + level / 2.0))
 
 
+def chi2_tail(chi2_red: float, dof: int) -> float:
+    """P(χ²_dof ≥ chi2_red·dof): how often correct uncertainties give a χ²_red this large.
+
+    Why: with the 3-7 transitions a study has, χ²_red alone is hard to read (for 4 degrees of
+    freedom 5% of studies with exact σ(ln N*) exceed 2.37); its tail probability is not."""
+    if dof <= 0 or not math.isfinite(chi2_red):
+        return math.nan
+    return float(stats.chi2.sf(chi2_red * dof, dof))
+
+
+def residual_z(
+    a: float, b: float, depths: Sequence[float], widths: Sequence[float], errs: Sequence[float]
+) -> np.ndarray:
+    """Each transition's distance from the law in its own σ: ``(ln dx* − a − b·L)/σ(ln dx*)``."""
+    depth, width, err = (np.asarray(v, dtype=float) for v in (depths, widths, errs))
+    return (np.log(width) - (a + b * depth)) / (err / width)
+
+
 def line_with_se(
     a: float, b: float, cov: np.ndarray, depths: Sequence[float] | np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dwtune.core.fit import CensoredPair
+from dwtune.core.fit import CensoredPair, chi2_tail, residual_z
 from dwtune.core.projection import LEVINE2020
 from dwtune.core.units import format_size
 from dwtune.core.vocabulary import FIT_FILE, PROJECTIONS_FILE, TransitionStatus
@@ -220,8 +220,24 @@ def _fit_lines(record: dict) -> list[str]:
         "",
         f"cov(a, b) = {record['cov'][0][1]:.3g}; R² = {record['r2']:.4f}; "
         f"χ²_red = {record['chi2_red']:.3f} with {record['dof']} degrees of freedom "
-        "(near 1: the uncertainties describe the scatter; well above 1: intervals too narrow).",
+        "(near 1: the uncertainties describe the scatter; well above 1: intervals too narrow)"
+        f"{_goodness_note(record)}.",
     ]
+
+
+def _goodness_note(record: dict) -> str:
+    """How often exact uncertainties scatter this much, and the transition furthest off."""
+    tail = chi2_tail(record["chi2_red"], record["dof"])
+    points = record["points"]
+    if math.isnan(tail) or not points:
+        return ""
+    columns = [[p[k] for p in points] for k in ("depth", "width", "width_err")]
+    z = residual_z(record["a"], record["b"], *columns)
+    worst = int(np.argmax(np.abs(z)))
+    return (
+        f"; P(χ² this large | exact σ) = {tail:.3g}; furthest from the law: "
+        f"{points[worst]['label']} at {z[worst]:+.1f}σ"
+    )
 
 
 def _no_fit_lines(record: dict) -> list[str]:
