@@ -125,3 +125,36 @@ def test_refine_alpha_must_be_a_probability_below_one_half():
 
     with pytest.raises(InputError, match=r"refine.alpha: got 0.7; expected a number in \(0, 0.5\)"):
         RefineConfig(alpha=0.7)
+
+
+def test_the_size_trend_knows_how_far_its_slope_may_be_off_between_budgets():
+    x = [10.0, 11.0, 12.0, 13.0]
+    straight = SizeTrend(x, [3.0 - 0.2 * (v - 10) for v in x])
+    assert straight.slope_at(11.5) == pytest.approx(-0.2)
+    assert straight.slope_sd_at(11.5) == pytest.approx(0.0, abs=1e-12)
+    # a bend at 12: secants -0.2, -0.2, -0.4; half their differences 0, 0.1 (ends copy)
+    bent = SizeTrend(x, [3.0, 2.8, 2.6, 2.2])
+    assert [bent.slope_sd_at(v) for v in x] == pytest.approx([0.0, 0.0, 0.1, 0.1])
+    assert bent.slope_sd_at(11.5) == pytest.approx(0.05)
+    assert SizeTrend(x[:2], [3.0, 2.8]).slope_sd_at(10.5) == 0.0  # two sizes show no bend
+
+
+def test_the_size_trend_error_joins_the_points_shared_error():
+    deep_size, shallow_size = 1.00e7, 1.03e7  # rounded widths: 3% apart
+    deep = {
+        0: record(12, 1e7, int(deep_size), 0, 3.00),
+        1: record(12, 1e7, int(deep_size), 1, 3.01),
+    }
+    shallow = {
+        0: record(6, 1e7, int(shallow_size), 0, 3.02),
+        1: record(6, 1e7, int(shallow_size), 1, 3.02),
+    }
+    x = [math.log(v) for v in (1e6, 1e7, 1e8)]
+    gap = abs(math.log(deep_size / shallow_size))
+    for losses, sd in (([3.5, 3.0, 2.5], 0.0), ([3.5, 3.0, 2.0], 0.25 / math.log(10))):
+        trend = SizeTrend(x, losses)
+        paired = pair_points.paired_deltas(deep, shallow, trend)
+        assert paired.extra_sd == pytest.approx(trend.slope_sd_at(math.log(shallow_size)) * gap)
+        assert trend.slope_sd_at(math.log(shallow_size)) == pytest.approx(sd, rel=0.05)
+        moved = trend.slope_at(math.log(shallow_size)) * math.log(deep_size / shallow_size)
+        assert paired.deltas[0] == pytest.approx(3.00 - 3.02 - moved)
