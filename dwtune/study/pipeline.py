@@ -40,6 +40,7 @@ from dwtune.outputs.tables import export_experiment
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.fit_stage import write_fit
 from dwtune.study.progress import StudyProgress
+from dwtune.study.runners.base import reusable_record
 from dwtune.study.runners.cluster_address import check_address
 
 DEFAULT_STORAGE = "experiments"
@@ -131,7 +132,16 @@ class Study:
         with store.driver_lock():
             store.initialise(self.spec)
             store.records()  # a corrupt record stops us here, before Ray starts
-            with TuneRunner(self.spec, store, address=address, progress=progress) as runner:
+            with contextlib.ExitStack() as stack:
+                # Ray starts with the first batch that trains something: rerunning a finished
+                # study (or one whose grid is recorded) needs no Ray instance for what it reuses.
+                runner = StartOnFirstBatch(
+                    lambda: stack.enter_context(
+                        TuneRunner(self.spec, store, address=address, progress=progress)
+                    ),
+                    store,
+                    progress,
+                )
                 rates = searched_rates(self.spec, store, runner)  # train.lr as a search
                 runner.run(grid_requests(self.spec, rates.grid_rates if rates else None))
                 if not grid_only and self.spec.refine.pairs:
@@ -222,17 +232,45 @@ def storage_root(storage: str | Path) -> Path:
 
 
 class StartOnFirstBatch:
-    """Starts Ray for the first batch only: a finished stage resumes in a second, not ten."""
+    """Starts Ray for the first batch only: a finished stage resumes in a second, not ten.
 
-    def __init__(self, start: Callable):
+    With ``store``, a batch whose every request is already recorded (and reusable, see
+    :func:`~dwtune.study.runners.base.reusable_record`) before Ray is up is answered from the
+    records, with the runner's "already recorded" line, and starts nothing.
+    """
+
+    def __init__(
+        self,
+        start: Callable,
+        store: ExperimentStore | None = None,
+        progress: StudyProgress | None = None,
+    ):
         self.start, self.runner = start, None
+        self.store, self.progress = store, progress
 
     def run(self, requests: list) -> list:
+        if self.runner is None and (recorded := self._all_recorded(requests)) is not None:
+            return recorded
         if self.runner is None:
             self.runner = self.start()
         return self.runner.run(requests)
 
     def run_lr_search(self, requests: list) -> list:
+        if self.runner is None and (recorded := self._all_recorded(requests)) is not None:
+            return recorded
         if self.runner is None:
             self.runner = self.start()
         return self.runner.run_lr_search(requests)
+
+    def _all_recorded(self, requests: list) -> list | None:
+        """The records of ``requests`` when none needs training, else None. Nothing has
+        failed under this driver yet (Ray is not up), so a recorded failure is retried."""
+        if self.store is None:
+            return None
+        records = [reusable_record(self.store, r, set()) for r in requests]
+        if any(record is None for record in records):
+            return None
+        if self.progress and requests:
+            unique = {record.trial_id: record for record in records}
+            self.progress.begin(requests[0].stage, [], list(unique.values()))
+        return records

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +19,7 @@ import pytest
 import yaml
 from hostile_experiment import BASE, base_raw
 
+from dwtune.backends import simulated
 from dwtune.core.spec import spec_from_dict
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.refine import refine_in_process
@@ -43,8 +45,16 @@ def _spec(tmp_path: Path, seconds_per_step: float = 0.005) -> Path:
 def _uninterrupted_ids(tmp_path: Path, spec_path: Path) -> set[str]:
     spec = spec_from_dict(yaml.safe_load(spec_path.read_text()))
     store = ExperimentStore.for_spec(tmp_path / "reference", spec)
-    refine_in_process(spec, store)
+    # seconds_per_step paces the killed driver's trials (time to kill mid-run); an identity
+    # and every decision depend on the losses alone, so the reference skips the sleeps (with
+    # them, its 24 trainings slept ~24 s of each kill test).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(simulated, "time", _NO_SLEEP)
+        refine_in_process(spec, store)
     return {r.trial_id for r in store.records()}
+
+
+_NO_SLEEP = types.SimpleNamespace(sleep=lambda _seconds: None, perf_counter=time.perf_counter)
 
 
 def _kill_when(driver: subprocess.Popen, ready, what: str) -> list[str]:

@@ -1,87 +1,33 @@
-"""Inside a trial and on the driver: the trial function Ray Tune runs, and the callback that
-writes each trial's record the moment it ends (so a killed driver loses nothing finished)."""
+"""On the driver: the Tune callback that writes each trial's record the moment it ends (so a
+killed driver loses nothing finished). The function each trial runs is :mod:`.trial`'s."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import shutil
-import socket
-import tempfile
 import time
-from collections.abc import Iterator
 
-import ray
 from ray import tune
 
-from dwtune.backends.trial import run_training
 from dwtune.core import vocabulary
-from dwtune.core.records import TrialRequest, record_from_result, request_spec
+from dwtune.core.records import TrialRequest, record_from_result
 from dwtune.core.spec import ExperimentSpec
 from dwtune.outputs import tables
 from dwtune.storage.store import ExperimentStore, write_failure, writing
 from dwtune.study.interruption import raise_if_interrupted
 from dwtune.study.progress import StudyProgress
+from dwtune.study.runners.ray_tune.trial import (
+    ATTEMPT_S_KEY,
+    CURVE_KEYS,
+    FINAL_KEY,
+    NODE_KEY,
+    STARTED_KEY,
+)
 from dwtune.study.runners.ray_tune.trial_errors import (
     error_text,
     forget_pickled_error,
     out_of_space,
 )
-
-# Keys a trial adds to its reports for the driver (not metrics; never in a curve).
-NODE_KEY = "dwtune/node"
-ATTEMPT_S_KEY = "dwtune/attempt_s"  # seconds since this attempt of the trial started
-FINAL_KEY = "dwtune/final"  # set on the trial's last report, which carries the final status
-STARTED_KEY = "dwtune/started"  # set on a report sent as an attempt starts (says where it runs)
-# Keys of a report that belong in a trial's curve.
-CURVE_KEYS = frozenset(
-    {vocabulary.STEP, vocabulary.TOKENS, vocabulary.ELAPSED_S, *vocabulary.CURVE_SCALARS}
-)
-
-
-# --------------------------------------------------------------------------- inside a trial
-
-
-def _node_label() -> str:
-    """Hostname and Ray node id: several Ray nodes may share one host."""
-    node_id = ray.get_runtime_context().get_node_id()
-    return f"{socket.gethostname()}/{node_id[:12]}"
-
-
-@contextlib.contextmanager
-def _resume_dir() -> Iterator[str | None]:
-    """Directory of the checkpoint this attempt resumes from, if Tune restored one."""
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is None:
-        yield None
-        return
-    with checkpoint.as_directory() as path:
-        yield path
-
-
-def trial_main(config: dict, *, spec: ExperimentSpec, requests: dict[str, TrialRequest]) -> None:
-    """The Tune function trainable: train one request, reporting through ``tune.report``."""
-    request = requests[config["trial_id"]]
-    spec = request_spec(spec, request)  # the trial's own rate and steps
-    start = time.perf_counter()
-    node = _node_label()
-
-    def extra() -> dict:
-        return {NODE_KEY: node, ATTEMPT_S_KEY: time.perf_counter() - start}
-
-    def report(values: dict, checkpoint_dir: str | None) -> None:
-        # Tune copies the checkpoint to storage before report returns, so the trainer may
-        # overwrite checkpoint_dir afterwards.
-        checkpoint = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
-        tune.report({**values, **extra()}, checkpoint=checkpoint)
-
-    tune.report({**extra(), STARTED_KEY: True})
-    with tempfile.TemporaryDirectory(prefix="dwtune-ckpt-") as scratch, _resume_dir() as resume:
-        final = run_training(
-            spec, request.shape, request.seed, report, checkpoint_dir=scratch, resume_from=resume
-        )
-    tune.report({**final, **extra(), FINAL_KEY: True})
-
 
 # --------------------------------------------------------------------------- driver callback
 

@@ -1,0 +1,287 @@
+"""The Ray Tune runner: Ray for the lifetime of a ``with`` block, one Tune run per batch.
+
+See the package docstring (:mod:`dwtune.study.runners.ray_tune`) for what it keeps where.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import ray
+from ray import tune
+from ray._private import ray_constants
+
+from dwtune.core import vocabulary
+from dwtune.core.budget import flops_per_token
+from dwtune.core.errors import InputError
+from dwtune.core.records import TrialRecord, TrialRequest, record_from_result
+from dwtune.core.spec import ExperimentSpec
+from dwtune.outputs import tables
+from dwtune.storage.store import ExperimentStore, user_write_error
+from dwtune.study.progress import StudyProgress
+from dwtune.study.runners.base import reusable_record
+from dwtune.study.runners.cluster_address import probe
+from dwtune.study.runners.ray_tune import embedded_ray
+from dwtune.study.runners.ray_tune.asha import CellASHA
+from dwtune.study.runners.ray_tune.recorder import RecordingCallback
+from dwtune.study.runners.ray_tune.resources import check_resources
+from dwtune.study.runners.ray_tune.trial import trial_main
+
+# Environment for Tune in the driver: no Tune console tables, no Tune-side CSV/JSON/TensorBoard
+# loggers (dwtune writes its own event files; Tune's would show twice under `tb --logdir`),
+# Ctrl-C raises KeyboardInterrupt at once instead of Tune's "resume with Tuner.restore" path.
+QUIET_TUNE_ENV = {
+    "RAY_AIR_NEW_OUTPUT": "0",
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
+    "TUNE_DISABLE_SIGINT_HANDLER": "1",
+    "TUNE_PRINT_ALL_TRIAL_ERRORS": "0",
+}
+# The embedded instance passes only specs and small dicts through the object store.
+EMBEDDED_OBJECT_STORE_BYTES = 512 * 2**20
+
+
+# --------------------------------------------------------------------------- connecting
+
+
+def _is_local(address: str | None) -> bool:
+    return address in (None, "", "local")
+
+
+_CLUSTER_MODE_AT_IMPORT = ray_constants.ENABLE_RAY_CLUSTER
+
+
+def _single_machine(on: bool) -> None:
+    """Ray's single-machine mode keeps a loopback node address as it is. Ray read this
+    constant at import; its child processes read the environment (see embedded_ray)."""
+    ray_constants.ENABLE_RAY_CLUSTER = False if on else _CLUSTER_MODE_AT_IMPORT
+
+
+def _init_ray(address: str | None) -> None:
+    common = {"log_to_driver": False, "logging_level": logging.ERROR}
+    if _is_local(address):
+        _single_machine(True)
+        logging.getLogger("ray._private.authentication").setLevel(logging.ERROR)
+        ray.init(
+            address="local",
+            object_store_memory=EMBEDDED_OBJECT_STORE_BYTES,
+            **embedded_ray.init_options(),
+            **common,
+        )
+        return
+    if address != "auto":
+        probe(address)
+    try:
+        ray.init(address=address, **common)
+    except ray.exceptions.AuthenticationError as exc:
+        raise InputError(
+            f"--address {address}: the cluster requires a token ({str(exc).splitlines()[0]}); "
+            f"set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or ~/.ray/auth_token)"
+        ) from None
+    except ConnectionError as exc:
+        raise InputError(
+            f"--address {address}: {str(exc).splitlines()[0]}; if the cluster uses token "
+            f"authentication, set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or ~/.ray/auth_token)"
+        ) from None
+
+
+def trial_spec(spec: ExperimentSpec) -> ExperimentSpec:
+    """The spec trials receive: data paths made absolute (Tune changes trials' cwd)."""
+    from dwtune.backends.pytorch.data import resolve_data_config
+
+    return dataclasses.replace(spec, data=resolve_data_config(spec.data))
+
+
+# --------------------------------------------------------------------------- the runner
+
+
+class TuneRunner:
+    """Ray for the lifetime of a ``with`` block; :meth:`run` trains batches of requests."""
+
+    def __init__(
+        self,
+        spec: ExperimentSpec,
+        store: ExperimentStore,
+        *,
+        address: str | None = None,
+        progress: StudyProgress | None = None,
+    ):
+        self.spec, self.store, self.progress = spec, store, progress
+        self.address = address or os.environ.get("RAY_ADDRESS") or None
+        self.trial_spec = trial_spec(spec)
+        self.tensorboard = tables.tensorboard_problem() is None
+        self._failed_here: set[str] = set()  # failed in this driver: not retried again here
+        self._corpus_ready = False
+
+    # ------------------------------------------------------------------ lifetime
+
+    def __enter__(self) -> TuneRunner:
+        self._prepare_corpus()  # a bad corpus fails here, in seconds, before Ray starts
+        # An enclosing runner (or a notebook) may have Ray up already: use it, leave it up.
+        self._owns_ray = not ray.is_initialized()
+        env: dict[str, str | None] = dict(QUIET_TUNE_ENV)
+        if self._owns_ray and _is_local(self.address):
+            env.update(embedded_ray.environment())  # loopback only, random token
+        self._saved_env = {key: os.environ.get(key) for key in env}
+        embedded_ray.set_env(env)
+        logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
+        if self._owns_ray:
+            _init_ray(self.address)
+        try:
+            check_resources(self.spec)
+            self._say_where()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._owns_ray:
+            ray.shutdown()
+            _single_machine(False)
+        embedded_ray.set_env(self._saved_env)
+
+    def _say_where(self) -> None:
+        if not self.progress:
+            return
+        resources = ray.cluster_resources()
+        self.progress.note(
+            f"Ray: {len([n for n in ray.nodes() if n.get('Alive')])} node(s), "
+            f"{resources.get('CPU', 0):g} CPU, {resources.get('GPU', 0):g} GPU; each trial "
+            f"uses {self.spec.resources.cpu:g} CPU, {self.spec.resources.gpu:g} GPU"
+        )
+        problem = tables.tensorboard_problem()
+        self.progress.note(problem or f"TensorBoard: tensorboard --logdir {self.store.root}")
+
+    # ------------------------------------------------------------------ batches
+
+    def run(self, requests: list[TrialRequest], *, scheduler: object = None) -> list[TrialRecord]:
+        """Records for ``requests`` (same order); only those not yet recorded are trained.
+        ``scheduler``: a Tune trial scheduler that may stop trials early (the lr search's)."""
+        reused = {
+            r.trial_id: rec
+            for r in requests
+            if (rec := reusable_record(self.store, r, self._failed_here)) is not None
+        }
+        todo = list({r.trial_id: r for r in requests if r.trial_id not in reused}.values())
+        stage = requests[0].stage if requests else vocabulary.Stage.GRID
+        if self.progress:
+            costs = {r.trial_id: self._cost(r) for r in todo}
+            self.progress.begin(stage, todo, list(reused.values()), costs)
+        if todo:
+            self._fit(stage, todo, scheduler)
+            if self.progress:
+                self.progress.end()
+        return [reused.get(r.trial_id) or self._recorded(r) for r in requests]
+
+    def _cost(self, request: TrialRequest) -> float:
+        """Expected training time, up to a factor: FLOPs per token (every trial of a spec
+        trains the same tokens); the simulated backend spends the same time on every shape."""
+        return 1.0 if self.spec.trainer == "simulated" else flops_per_token(request.shape)
+
+    def _recorded(self, request: TrialRequest) -> TrialRecord:
+        record = self.store.read_record(request.trial_id)
+        if record is None:  # Tune ended without telling the callback: say so, never hide it
+            record = record_from_result(
+                request,
+                self.spec,
+                [],
+                vocabulary.STATUS_FAILED,
+                0.0,
+                error="Ray Tune returned no result for this trial",
+            )
+            self.store.write_record(record)
+        if record.status == vocabulary.STATUS_FAILED:
+            self._failed_here.add(request.trial_id)
+        return record
+
+    def _prepare_corpus(self) -> None:
+        """Tokenize once on the driver, so concurrent trials find the cache ready."""
+        if self._corpus_ready or self.spec.trainer != "torch":
+            return
+        from dwtune.backends.pytorch.data import prepare_corpus
+
+        prepare_corpus(self.trial_spec.data, progress=None)  # bars on a terminal only
+        self._corpus_ready = True
+
+    def _experiment_name(self, stage: str) -> str:
+        """``<stage>-<n>``: a new Tune experiment per call, never a stale one restored."""
+        ray_dir = self.store.root / "ray"
+        taken = [p.name for p in ray_dir.glob(f"{stage}-*")] if ray_dir.exists() else []
+        numbers = [int(n.rsplit("-", 1)[1]) for n in taken if n.rsplit("-", 1)[1].isdigit()]
+        return f"{stage}-{max(numbers, default=0) + 1:03d}"
+
+    def run_lr_search(self, requests: list[TrialRequest]) -> list[TrialRecord]:
+        """Records of ``lr_search`` requests, trained under one ASHA scheduler per cell (see
+        :class:`~.asha.CellASHA`): the rates of one cell compete, cells never do."""
+        return self.run(requests, scheduler=CellASHA(requests, self.spec))
+
+    def _fit(self, stage: str, todo: list[TrialRequest], scheduler: object = None) -> None:
+        self._prepare_corpus()
+        # Costliest first: the long trials do not end up alone at the end while slots idle.
+        todo = sorted(todo, key=self._cost, reverse=True)
+        by_id = {r.trial_id: r for r in todo}
+        callback = RecordingCallback(
+            self.spec,
+            self.store,
+            by_id,
+            self.progress,
+            self.tensorboard,
+            stopped_early=scheduler is not None,
+        )
+        name = self._experiment_name(stage)
+        tuner = tune.Tuner(
+            self._trainable(by_id),
+            param_space={"trial_id": tune.grid_search(list(by_id))},
+            tune_config=tune.TuneConfig(
+                max_concurrent_trials=self.spec.resources.max_concurrent,
+                trial_name_creator=lambda trial: by_id[trial.config["trial_id"]].name,
+                trial_dirname_creator=lambda trial: by_id[trial.config["trial_id"]].name,
+                # Reusing a CPU trial's worker saves its start-up (~1 s); GPU trials get a
+                # fresh process so CUDA memory is returned between trials.
+                reuse_actors=self.spec.resources.gpu == 0,
+                scheduler=scheduler,
+            ),
+            run_config=tune.RunConfig(
+                name=name,
+                storage_path=str(self.store.root / "ray"),
+                verbose=0,
+                callbacks=[callback],
+                failure_config=tune.FailureConfig(max_failures=self.spec.resources.retries),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            ),
+        )
+        try:
+            tuner.fit()
+        except Exception as exc:
+            failure = user_write_error(exc, self.store.root / "ray")
+            if failure is None:
+                raise
+            raise failure from None  # a full disk: one line, not Tune's traceback of it
+        finally:
+            callback.discard_boards()
+        _drop_restore_state(self.store.root / "ray" / name)
+
+    def _trainable(self, by_id: dict[str, TrialRequest]):
+        trainable = tune.with_parameters(trial_main, spec=self.trial_spec, requests=by_id)
+        resources = {"cpu": self.spec.resources.cpu, "gpu": self.spec.resources.gpu}
+        return tune.with_resources(trainable, resources)
+
+
+# What Tune keeps for Tuner.restore, which dwtune never calls (module doc): once a batch is
+# recorded it is dead weight. The trials' checkpoints run to GBs; the experiment state is about
+# 35 kB per trial (it was 9.5 of a 13 MB simulated study). Each run's folder and its empty trial
+# folders stay: they name the run and what it trained.
+TUNE_RESTORE_STATE = ("experiment_state-*.json", "basic-variant-state-*.json", "tuner.pkl")
+
+
+def _drop_restore_state(run_dir: Path) -> None:
+    """Remove a recorded batch's checkpoints and Tune's restore state from its run folder."""
+    for path in run_dir.glob("*/checkpoint_*"):
+        shutil.rmtree(path, ignore_errors=True)
+    for pattern in TUNE_RESTORE_STATE:
+        for path in run_dir.glob(pattern):
+            path.unlink(missing_ok=True)
