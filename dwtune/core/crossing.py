@@ -64,7 +64,7 @@ shape), and the replicates are shifted by the same amount: 68% and 95% intervals
 percentiles. The 95% interval is then widened to
 hold the profile-likelihood interval of the broken stick (every crossing whose χ² is within
 3.84 of the best). Measured (benchmarks/coverage.py, 200 pairs per surface, 68%/95%): default
-69.0/97.5, depth_noise 67.0/94.0, outliers 69.5/98.5, divergences 66.5/96.5, lr_mistuned
+69.0/97.5, depth_noise 67.0/94.0, outliers 69.5/98.5, divergences 66.5/97.0, lr_mistuned
 67.5/98.5, asymmetric 71.5/97.5 (before: asymmetric 36.5/92.0, divergences 60.0/95.5); the
 median |ln N*/N*_true| on asymmetric fell from 0.026 to 0.011.
 
