@@ -96,38 +96,9 @@ def _driver(spec: Path, storage: Path) -> subprocess.Popen:
     )
 
 
-def test_sigkill_in_the_grid_then_rerun(tmp_path):
-    spec = _spec(tmp_path)
-    expected = _uninterrupted_ids(tmp_path, spec)
-    store = ExperimentStore(tmp_path / "exp" / BASE["name"])
-    driver = _driver(spec, tmp_path / "exp")
-    left = _kill_when(driver, lambda: 2 <= len(_stages(store)) < GRID, "two grid records")
-    assert left == []
-    assert set(_stages(store)) == {"grid"}
-    _rerun_and_compare(spec, tmp_path / "exp", store, expected, _snapshot(store))
-
-
-def test_sigkill_in_the_refine_stage_then_rerun(tmp_path):
-    spec = _spec(tmp_path)
-    expected = _uninterrupted_ids(tmp_path, spec)
-    store = ExperimentStore(tmp_path / "exp" / BASE["name"])
-    driver = _driver(spec, tmp_path / "exp")
-    left = _kill_when(driver, lambda: "refine" in _stages(store), "a refine record")
-    assert left == []
-    assert len(_stages(store)) < len(expected)  # killed before the stage was done
-    _rerun_and_compare(spec, tmp_path / "exp", store, expected, _snapshot(store))
-
-
-def test_sigkill_during_report_then_rerun(tmp_path):
-    spec = _spec(tmp_path, seconds_per_step=0.0)
-    expected = _uninterrupted_ids(tmp_path, spec)
-    store = ExperimentStore(tmp_path / "exp" / BASE["name"])
-    first = subprocess.run(
-        _command(spec, tmp_path / "exp"), capture_output=True, text=True, env=_env(), timeout=600
-    )
-    assert first.returncode == 0, first.stderr
-    before = _snapshot(store)
-    for command in ("export", "report"):  # kill each as it starts writing its files
+def _kill_export_and_report(store: ExperimentStore) -> None:
+    """Kill `dwtune export` and `dwtune report` each as it starts writing its files."""
+    for command in ("export", "report"):
         marker = store.root / ("trials.parquet" if command == "export" else "report.md")
         stamp = marker.stat().st_mtime_ns
         driver = subprocess.Popen(
@@ -141,7 +112,34 @@ def test_sigkill_during_report_then_rerun(tmp_path):
             return bool(list(root.glob(".*.tmp"))) or marker.stat().st_mtime_ns != stamp
 
         _kill_when(driver, writing, f"{command} writing")
-    _rerun_and_compare(spec, tmp_path / "exp", store, expected, before)
+
+
+def test_sigkill_in_the_grid_then_in_the_refine_stage_then_during_report(tmp_path):
+    """One experiment killed at each stage in turn (each kill a fresh driver resuming the
+    last one's work): every rerun keeps what finished, and the last one ends with the trial
+    set of an uninterrupted run. One chain, not three experiments: each `dwtune run` from
+    scratch costs a Ray start and the whole study (about 30 s here)."""
+    spec = _spec(tmp_path)
+    expected = _uninterrupted_ids(tmp_path, spec)
+    store = ExperimentStore(tmp_path / "exp" / BASE["name"])
+
+    grid = _driver(spec, tmp_path / "exp")
+    left = _kill_when(grid, lambda: 2 <= len(_stages(store)) < GRID, "two grid records")
+    assert left == []
+    assert set(_stages(store)) == {"grid"}
+
+    before = _snapshot(store)
+    refine = _driver(spec, tmp_path / "exp")
+    left = _kill_when(refine, lambda: "refine" in _stages(store), "a refine record")
+    assert left == []
+    assert len(_stages(store)) < len(expected)  # killed before the stage was done
+    after = _snapshot(store)
+    assert {k: after[k] for k in before} == before  # the grid's records were not redone
+
+    _rerun_and_compare(spec, tmp_path / "exp", store, expected, after)
+    finished = _snapshot(store)
+    _kill_export_and_report(store)
+    _rerun_and_compare(spec, tmp_path / "exp", store, expected, finished)
     for command in ("export", "report"):
         done = subprocess.run(
             [sys.executable, "-m", "dwtune", command, str(store.root)],
