@@ -40,7 +40,7 @@ from dwtune.outputs.tables import export_experiment
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.fit_stage import write_fit
 from dwtune.study.progress import StudyProgress
-from dwtune.study.runners.base import reusable_record
+from dwtune.study.runners.base import reusable_records
 from dwtune.study.runners.cluster_address import check_address
 
 DEFAULT_STORAGE = "experiments"
@@ -249,28 +249,26 @@ class StartOnFirstBatch:
         self.store, self.progress = store, progress
 
     def run(self, requests: list) -> list:
-        if self.runner is None and (recorded := self._all_recorded(requests)) is not None:
-            return recorded
-        if self.runner is None:
-            self.runner = self.start()
-        return self.runner.run(requests)
+        recorded = self._all_recorded(requests)
+        return recorded if recorded is not None else self._started().run(requests)
 
     def run_lr_search(self, requests: list) -> list:
-        if self.runner is None and (recorded := self._all_recorded(requests)) is not None:
-            return recorded
+        recorded = self._all_recorded(requests)
+        return recorded if recorded is not None else self._started().run_lr_search(requests)
+
+    def _started(self):
         if self.runner is None:
             self.runner = self.start()
-        return self.runner.run_lr_search(requests)
+        return self.runner
 
     def _all_recorded(self, requests: list) -> list | None:
-        """The records of ``requests`` when none needs training, else None. Nothing has
-        failed under this driver yet (Ray is not up), so a recorded failure is retried."""
-        if self.store is None:
+        """Before Ray is up, the records of ``requests`` when none needs training, else None.
+        Nothing has failed under this driver yet, so a recorded failure is retried."""
+        if self.runner is not None or self.store is None:
             return None
-        records = [reusable_record(self.store, r, set()) for r in requests]
-        if any(record is None for record in records):
+        reused = reusable_records(self.store, requests, set())
+        if any(r.trial_id not in reused for r in requests):
             return None
         if self.progress and requests:
-            unique = {record.trial_id: record for record in records}
-            self.progress.begin(requests[0].stage, [], list(unique.values()))
-        return records
+            self.progress.begin(requests[0].stage, [], list(reused.values()))
+        return [reused[r.trial_id] for r in requests]

@@ -228,7 +228,7 @@ def fit_transitions(
     design = np.column_stack([np.ones_like(depth), depth]) / sigma[:, None]
     coef, _, _, _ = np.linalg.lstsq(design, y / sigma, rcond=None)
     cov = np.linalg.inv(design.T @ design)
-    resid = (y - (coef[0] + coef[1] * depth)) / sigma
+    resid = residual_z(coef[0], coef[1], depth, width, err)
     dof = depth.size - 2
     return FitResult(
         a=float(coef[0]),

@@ -32,3 +32,14 @@ def reusable_record(
     if record.status == TrialStatus.FAILED and request.trial_id not in failed_here:
         return None
     return record
+
+
+def reusable_records(
+    store: ExperimentStore, requests: list[TrialRequest], failed_here: set[str]
+) -> dict[str, TrialRecord]:
+    """The reused record of every request that has one (:func:`reusable_record`), by trial id."""
+    return {
+        r.trial_id: rec
+        for r in requests
+        if (rec := reusable_record(store, r, failed_here)) is not None
+    }

@@ -23,7 +23,7 @@ from dwtune.core.spec import ExperimentSpec
 from dwtune.outputs import tables
 from dwtune.storage.store import ExperimentStore, user_write_error
 from dwtune.study.progress import StudyProgress
-from dwtune.study.runners.base import reusable_record
+from dwtune.study.runners.base import reusable_records
 from dwtune.study.runners.cluster_address import probe
 from dwtune.study.runners.ray_tune import embedded_ray
 from dwtune.study.runners.ray_tune.asha import CellASHA
@@ -161,11 +161,7 @@ class TuneRunner:
     def run(self, requests: list[TrialRequest], *, scheduler: object = None) -> list[TrialRecord]:
         """Records for ``requests`` (same order); only those not yet recorded are trained.
         ``scheduler``: a Tune trial scheduler that may stop trials early (the lr search's)."""
-        reused = {
-            r.trial_id: rec
-            for r in requests
-            if (rec := reusable_record(self.store, r, self._failed_here)) is not None
-        }
+        reused = reusable_records(self.store, requests, self._failed_here)
         todo = list({r.trial_id: r for r in requests if r.trial_id not in reused}.values())
         stage = requests[0].stage if requests else vocabulary.Stage.GRID
         if self.progress:
