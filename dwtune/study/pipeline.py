@@ -174,7 +174,9 @@ class Study:
                 runner = StartOnFirstBatch(
                     lambda: stack.enter_context(
                         TuneRunner(self.spec, store, address=address, progress=progress)
-                    )
+                    ),
+                    store,
+                    progress,
                 )
                 rates = searched_rates(self.spec, store, runner)  # recorded: trains nothing
                 stage.set_rate_for(rates.rate_for if rates else None)

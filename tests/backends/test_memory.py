@@ -6,7 +6,7 @@ and allocator arenas are resident, then resets the kernel's resident-set high-wa
 current resident set (``5`` into /proc/self/clear_refs), trains the shape for three steps (AdamW
 state exists from the first), and reads the high-water mark again (VmHWM in /proc/self/status).
 The trial's peak is the difference, and the test takes the median of three such processes
-(``PROBES``: one probe's peak depends on the heap's layout).
+(``PROBES``: one probe's peak depends on the heap's layout), run side by side.
 
 Why the reset: getrusage's ru_maxrss is the peak over the process's whole life, so any peak
 before the baseline (importing torch, a CUDA build's libraries, the warm-up) that exceeds the
@@ -90,16 +90,23 @@ def measured_peak(tmp_path, depth: int, width: int, batch: int, vocab: int) -> i
     """Median over PROBES fresh processes of the trial's peak rise in resident set (bytes)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     args = [str(a) for a in (depth, width, batch, vocab, tmp_path)]
-    peaks = []
-    for _ in range(PROBES):
-        out = subprocess.run(
+    # The probes run side by side: each reads its own process's high-water mark, so sharing
+    # the cores changes how long they take, not what they read (three in a row took ~30 s).
+    probes = [
+        subprocess.Popen(
             [sys.executable, "-c", PROBE, *args],
             env=env,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            check=True,
         )
-        peaks.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        for _ in range(PROBES)
+    ]
+    peaks = []
+    for probe in probes:
+        stdout, stderr = probe.communicate()
+        assert probe.returncode == 0, stderr
+        peaks.append(json.loads(stdout.strip().splitlines()[-1]))
     return int(statistics.median(peaks))
 
 

@@ -13,7 +13,7 @@ from dwtune.core.records import grid_requests
 from dwtune.core.spec import spec_from_dict
 from dwtune.core.vocabulary import TRANSITIONS_FILE
 from dwtune.storage.store import ExperimentStore
-from dwtune.study.refine import InProcessRunner, study_path
+from dwtune.study.refine import InProcessRunner, refine_in_process, study_path
 
 RAW = {
     "name": "refine_cli",
@@ -134,3 +134,27 @@ def test_refine_runs_on_ray_tune_and_a_second_run_trains_nothing(tmp_path):
     assert "Ray:" not in again.stderr  # nothing left to train: Ray is not even started
     assert {p.stem for p in store.trials_dir.iterdir()} == refined
     assert pq.read_table(store.root / TRANSITIONS_FILE).to_pylist() == first
+
+
+def test_a_resume_whose_batches_are_all_recorded_answers_them_without_ray(tmp_path, capsys):
+    """A driver killed after its trainings were recorded, before the stage wrote its rounds:
+    `dwtune refine` answers every batch from the records. Nothing listens at the address, so
+    starting Ray would fail; the stage finishes and finds the first run's N*."""
+    spec = spec_from_dict(RAW)
+    first = experiment(tmp_path / "first")
+    expected, _ = refine_in_process(spec, first)
+    resumed = ExperimentStore.for_spec(tmp_path / "resumed", spec)
+    resumed.initialise(spec)
+    for record in first.trials_dir.glob("*.json"):
+        (resumed.trials_dir / record.name).write_text(record.read_text())
+    assert not (resumed.root / TRANSITIONS_FILE).exists()
+
+    code = main(["refine", str(resumed.root), "--address", "127.0.0.1:9"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "Ray:" not in err and "already recorded" in err and "6-12: bracketed" in out
+    found = pq.read_table(resumed.root / TRANSITIONS_FILE).to_pylist()
+    assert [row["n_star"] for row in found] == [t.n_star for t in expected]
+    assert {p.name for p in resumed.trials_dir.glob("*.json")} == {
+        p.name for p in first.trials_dir.glob("*.json")
+    }
