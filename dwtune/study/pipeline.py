@@ -124,8 +124,6 @@ class Study:
         progress: StudyProgress | None = None,
     ) -> StudyResults:
         """Grid, refine, export, fit and report (grid and export only with ``grid_only``)."""
-        from dwtune.study.runners.ray_tune import TuneRunner
-
         check_address(address)  # malformed: refused before anything starts
         store, progress = self._store(storage), progress or StudyProgress()
         # Lock first: a refused second driver must not touch the running experiment's spec.
@@ -135,13 +133,7 @@ class Study:
             with contextlib.ExitStack() as stack:
                 # Ray starts with the first batch that trains something: rerunning a finished
                 # study (or one whose grid is recorded) needs no Ray instance for what it reuses.
-                runner = StartOnFirstBatch(
-                    lambda: stack.enter_context(
-                        TuneRunner(self.spec, store, address=address, progress=progress)
-                    ),
-                    store,
-                    progress,
-                )
+                runner = ray_on_first_batch(stack, self.spec, store, address, progress)
                 rates = searched_rates(self.spec, store, runner)  # train.lr as a search
                 runner.run(grid_requests(self.spec, rates.grid_rates if rates else None))
                 if not grid_only and self.spec.refine.pairs:
@@ -159,8 +151,6 @@ class Study:
         self, address: str | None = None, progress: StudyProgress | None = None
     ) -> tuple[list[Transition], StudyResults]:
         """The refine stage alone (or its resumption), then export, fit and report."""
-        from dwtune.study.runners.ray_tune import TuneRunner
-
         store = self._store()
         if not self.spec.refine.pairs:
             raise InputError(
@@ -171,13 +161,7 @@ class Study:
         with store.driver_lock():
             stage = refine_stage(self.spec, store, progress)  # bad pairs fail before Ray
             with contextlib.ExitStack() as stack:
-                runner = StartOnFirstBatch(
-                    lambda: stack.enter_context(
-                        TuneRunner(self.spec, store, address=address, progress=progress)
-                    ),
-                    store,
-                    progress,
-                )
+                runner = ray_on_first_batch(stack, self.spec, store, address, progress)
                 rates = searched_rates(self.spec, store, runner)  # recorded: trains nothing
                 stage.set_rate_for(rates.rate_for if rates else None)
                 transitions = stage.run(runner.run)
@@ -185,6 +169,16 @@ class Study:
             export_experiment(store)
             finish(store)
         return transitions, StudyResults(store.root)
+
+
+def ray_on_first_batch(stack, spec, store, address, progress) -> StartOnFirstBatch:
+    """The stages' runner: a TuneRunner (entered on ``stack``) once a batch needs training."""
+    from dwtune.study.runners.ray_tune import TuneRunner
+
+    def start() -> TuneRunner:
+        return stack.enter_context(TuneRunner(spec, store, address=address, progress=progress))
+
+    return StartOnFirstBatch(start, store, progress)
 
 
 def refine_stage(spec: ExperimentSpec, store: ExperimentStore, progress, rate_for=None):

@@ -102,9 +102,9 @@ def measured_peak(tmp_path, depth: int, width: int, batch: int, vocab: int) -> i
         )
         for _ in range(PROBES)
     ]
+    outputs = [probe.communicate() for probe in probes]  # every probe ends before a check
     peaks = []
-    for probe in probes:
-        stdout, stderr = probe.communicate()
+    for probe, (stdout, stderr) in zip(probes, outputs, strict=True):
         assert probe.returncode == 0, stderr
         peaks.append(json.loads(stdout.strip().splitlines()[-1]))
     return int(statistics.median(peaks))
