@@ -13,7 +13,8 @@ Printed: per pair, the mean error of ln N* against the planted one (with its Mon
 the rms of its z = error / σ(ln N*), and the coverage of its 68% and 95% intervals; for the fit,
 χ²_red over the realisations against the χ²_ν/ν distribution it should follow if every σ(ln N*)
 is right (mean, median, tail shares, and where the shipped realisation falls), and how often the
-95% intervals of a and b hold the planted values.
+95% intervals of a and b, and of the optimal depth at each of the spec's ``fit.budgets``
+(the report's projection), hold the planted values.
 
     python benchmarks/study_coverage.py --studies 200 --jobs 2
 """
@@ -39,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from dwtune.backends.simulated_surface import planted_transition  # noqa: E402
 from dwtune.core.errors import InputError  # noqa: E402
+from dwtune.core.projection import DepthWidthLaw, optimal_depth, project_budget  # noqa: E402
 from dwtune.core.spec import ExperimentSpec, load_spec  # noqa: E402
 from dwtune.core.vocabulary import TransitionStatus  # noqa: E402
 from dwtune.outputs.report.load import load_study  # noqa: E402
@@ -65,15 +67,31 @@ def run_study(spec: ExperimentSpec) -> dict:
         transitions, runner = refine_in_process(spec, store)
         export_experiment(store)
         study = load_study(store.root)
-        fit = fit_record(study, fit_study(study), {})
+        outcome = fit_study(study)
+        fit = fit_record(study, outcome, {})
     return {
         "pairs": [pair_row(spec, t) for t in transitions],
         "chi2_red": fit.get("chi2_red"),
         "dof": fit.get("dof"),
         "a_covered": covers(fit.get("ci_a"), spec.simulated.a),
         "b_covered": covers(fit.get("ci_b"), spec.simulated.b),
+        "depth_covered": depth_coverage(spec, outcome.fit),
         "trainings": runner.trained,
     }
+
+
+def depth_coverage(spec: ExperimentSpec, fit) -> dict[float, bool]:
+    """Per projected budget (the spec's fit.budgets): does the study's 95% interval of the
+    optimal depth (the report's own projection) hold the planted law's optimal depth?"""
+    if fit is None or fit.b <= 0:
+        return {}
+    planted = DepthWidthLaw("planted", spec.simulated.a, spec.simulated.b)
+    law = DepthWidthLaw.from_fit(fit)
+    held = {}
+    for budget in spec.fit.budgets:
+        projection = project_budget(law, budget)
+        held[budget] = projection.depth_lo <= optimal_depth(planted, budget) <= projection.depth_hi
+    return held
 
 
 def covers(interval, truth: float) -> bool | None:
@@ -148,6 +166,14 @@ def fit_lines(results: Sequence[dict], shipped: dict | None) -> list[str]:
         share = float(np.mean(held))
         se = math.sqrt(share * (1.0 - share) / len(held))
         lines.append(f"  95% interval of {name} holds the planted {name}: {share:.1%} ± {se:.1%}")
+    for budget in dict.fromkeys(b for r in fitted for b in r["depth_covered"]):
+        held = [r["depth_covered"][budget] for r in fitted if budget in r["depth_covered"]]
+        share = float(np.mean(held))
+        se = math.sqrt(share * (1.0 - share) / len(held))
+        lines.append(
+            f"  95% interval of the optimal depth at {budget:.3g} holds the planted one: "
+            f"{share:.1%} ± {se:.1%}"
+        )
     return lines
 
 

@@ -43,7 +43,8 @@ def format_fit(fit, level: float, simulated: bool, source: str) -> str:
         f"  b = {fit.b:.5f} ± {fit.se_b:.5f}   ({level:.0%} interval {b_lo:.5f} to {b_hi:.5f})",
         f"  cov(a, b) = {fit.cov[0][1]:.3g}   (correlation {corr:+.3f})",
         f"  R² = {fit.r2:.4f}   χ²_red = {fit.chi2_red:.3f} with {fit.dof} dof"
-        "   (errors from the given uncertainties, not scaled by χ²_red)",
+        "   (± errors from the given uncertainties, not scaled by χ²_red; intervals"
+        f" ± {fit.quantile(level):.2f} errors = max(z, t_{fit.dof}·√χ²_red))",
     ]
     in_fit = {label.removeprefix("pair ") for label in fit.censored_fitted}
     for c in fit.censored:

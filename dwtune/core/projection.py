@@ -7,7 +7,10 @@ so ``L = W₀(N·b·e^(-2a)/6) / (2b)`` with ``W₀`` the principal Lambert W br
 The width there is ``exp(a + b·L)``, equivalently ``sqrt(N / (12·L))``.
 
 Intervals (at ``level``, default 95%) come from the fit's covariance of (a, b), without Monte
-Carlo and without linearising the projection:
+Carlo and without linearising the projection. Their half-width is ``q·se`` with the fit's own
+quantile ``q = max(z, t_dof·sqrt(χ²_red))`` (:func:`dwtune.core.fit.interval_quantile`: the
+normal quantile where the transitions scatter as their σ say, a scatter-scaled t where they
+scatter more); below, ``z`` stands for that ``q``.
 
 - depth -> transition size: ``ln N*(L) = ln(12L) + 2(a + bL)`` is linear in (a, b), so its
   standard error is exactly ``2·sqrt([1, L] cov [1, L]ᵀ)`` and the interval is exact for Gaussian
@@ -36,7 +39,7 @@ import numpy as np
 from scipy import optimize, special
 
 from dwtune.core.errors import InputError
-from dwtune.core.fit import FitResult, line_with_se, z_value
+from dwtune.core.fit import FitResult, interval_quantile, line_with_se
 from dwtune.core.units import parse_size
 
 DEFAULT_LEVEL = 0.95
@@ -53,14 +56,21 @@ class DepthWidthLaw:
     b: float
     cov: tuple[tuple[float, float], tuple[float, float]] | None = None
     source: str = ""
+    # The fit's scatter about the law (what widens its intervals); NaN / 0: none known.
+    chi2_red: float = math.nan
+    dof: int = 0
 
     @classmethod
     def from_fit(cls, fit: FitResult, name: str = "study", source: str = "") -> DepthWidthLaw:
-        return cls(name=name, a=fit.a, b=fit.b, cov=fit.cov, source=source)
+        return cls(name, fit.a, fit.b, fit.cov, source, fit.chi2_red, fit.dof)
 
     @property
     def has_intervals(self) -> bool:
         return self.cov is not None
+
+    def quantile(self, level: float) -> float:
+        """Half-width of a ``level`` interval in standard errors (the fit's rule)."""
+        return interval_quantile(level, self.chi2_red, self.dof)
 
 
 # Levine et al. 2020 (arXiv 2006.12467), published constants, natural log; no covariance given.
@@ -158,7 +168,7 @@ def project_depth(
     if not (math.isfinite(depth) and depth > 0):
         raise InputError(f"--depth: got {depth!r}; expected a positive number of layers")
     log_n, se = (float(v) for v in _log_n_and_se(law, depth))
-    half = z_value(level) * se if law.has_intervals else math.nan
+    half = law.quantile(level) * se if law.has_intervals else math.nan
     root = math.sqrt(12.0 * depth)  # width = sqrt(N / 12L)
     return DepthProjection(
         law=law.name,
@@ -230,7 +240,7 @@ def project_budget(
     depth = optimal_depth(law, budget)
     lo, hi = (math.nan, math.nan)
     if law.has_intervals:
-        lo, hi = _depth_interval(law, budget, depth, z_value(level))
+        lo, hi = _depth_interval(law, budget, depth, law.quantile(level))
 
     def width(d: float) -> float:
         # sqrt(N / 12L): d = inf -> 0, d = 0 -> inf, NaN (no covariance) stays NaN.

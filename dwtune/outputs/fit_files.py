@@ -280,12 +280,14 @@ def law_from_json(path: Path) -> tuple[DepthWidthLaw, bool]:
     try:
         (c00, c01), (c10, c11) = data["cov"]
         cov = ((float(c00), float(c01)), (float(c10), float(c11)))
-        law = DepthWidthLaw("study", float(data["a"]), float(data["b"]), cov, str(path))
+        # chi2_red and dof widen the intervals; a fit.json without them gets normal ones.
+        scatter = float(data.get("chi2_red") or math.nan), int(data.get("dof") or 0)
+        law = DepthWidthLaw("study", float(data["a"]), float(data["b"]), cov, str(path), *scatter)
         _check_law_numbers(law)
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise InputError(
-            f"{path}: a, b or cov (2x2) missing or not numbers ({_first_line(exc)}); "
-            "rewrite it with `dwtune fit --json` or `dwtune report`"
+            f"{path}: a, b, cov (2x2), chi2_red or dof missing or not numbers "
+            f"({_first_line(exc)}); rewrite it with `dwtune fit --json` or `dwtune report`"
         ) from exc
     return law, bool(data.get("simulated", False))
 
@@ -385,6 +387,9 @@ def fit_to_dict(
             "dof": fit.dof,
             "n_points": fit.n_points,
             "errors_scaled_by_chi2_red": False,
+            # ci_a, ci_b and the projections' intervals: estimate ± interval_quantile·se.
+            "interval_quantile": fit.quantile(level),
+            "interval_rule": "max(z, t_dof * sqrt(chi2_red))",
             "points": points_dicts(fit.depths, fit.widths, fit.width_errs, fit.labels, seeds),
             "censored": [asdict(c) for c in fit.censored],
             # Since the interval-censored fit: how it was fitted and what it left out.

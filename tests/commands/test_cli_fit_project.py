@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from dwtune.cli import main
 from dwtune.core.fit import fit_transitions
@@ -127,6 +128,36 @@ def test_project_from_fit_json_and_csv_agree(capsys, tmp_path):
     assert json.loads(from_json)["budgets"] == json.loads(from_csv)["budgets"]
 
 
+def test_projections_from_fit_json_widen_with_the_fits_scatter(capsys, tmp_path):
+    # Transitions scattered 3σ about the law: χ²_red far above 1, so the fit's intervals (and
+    # every projection read back from fit.json) are t₃·√χ²_red wide, not normal.
+    rows = [(d, w * math.exp(0.09 * (-1) ** i), e) for i, (d, w, e) in enumerate(paper_rows())]
+    csv = write_csv(tmp_path / "scattered.csv", rows)
+    _, out, _ = run_cli(capsys, "fit", str(csv), "--json")
+    record = json.loads(out)
+    assert record["chi2_red"] > 5
+    assert record["interval_quantile"] == pytest.approx(
+        stats.t.ppf(0.975, record["dof"]) * math.sqrt(record["chi2_red"]), rel=1e-9
+    )
+    (tmp_path / "fit.json").write_text(out)
+    _, widened, _ = run_cli(
+        capsys, "project", "--fit", str(tmp_path / "fit.json"), "--budget", "1T", "--json"
+    )
+    _, from_csv, _ = run_cli(capsys, "project", "--fit", str(csv), "--budget", "1T", "--json")
+    row = json.loads(widened)["budgets"][0]
+    assert row == json.loads(from_csv)["budgets"][0]
+    # The same fit.json as written before the rule (no chi2_red, no dof): normal intervals.
+    for key in ("chi2_red", "dof", "interval_quantile", "interval_rule"):
+        record.pop(key)
+    (tmp_path / "old.json").write_text(json.dumps(record))
+    _, normal, _ = run_cli(
+        capsys, "project", "--fit", str(tmp_path / "old.json"), "--budget", "1T", "--json"
+    )
+    old = json.loads(normal)["budgets"][0]
+    assert old["depth"] == row["depth"]
+    assert row["depth_lo"] < old["depth_lo"] < old["depth"] < old["depth_hi"] < row["depth_hi"]
+
+
 def test_project_from_fit_json_keeps_the_simulated_flag(capsys, tmp_path):
     exp = write_transitions(tmp_path / "exp", simulated=True)
     _, fit_out, _ = run_cli(capsys, "fit", str(exp), "--json")
@@ -222,7 +253,7 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
         ),
         "fit.json with a broken cov": (
             ["project", "--budget", "1T", "--fit", str(tmp / "badcov.json")],
-            "a, b or cov (2x2) missing or not numbers",
+            "a, b, cov (2x2), chi2_red or dof missing or not numbers",
         ),
         "bad level": (["fit", str(tmp / "nope.csv"), "--level", "2"], "level: got 2.0"),
         "report of empty dir": (["report", str(tmp / "empty_exp")], "no trials.parquet"),

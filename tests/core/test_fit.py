@@ -9,10 +9,18 @@ import sys
 
 import numpy as np
 import pytest
-from scipy import optimize
+from scipy import optimize, stats
 
 from dwtune.core.errors import InputError
-from dwtune.core.fit import CensoredPair, chi2_tail, fit_transitions, residual_z, z_value
+from dwtune.core.fit import (
+    CensoredPair,
+    chi2_tail,
+    fit_transitions,
+    interval_quantile,
+    residual_z,
+    z_value,
+)
+from tests.core.fit_sim import rule_coverage
 
 PAPER_DEPTHS = np.array([12.0, 18.0, 24.0, 30.0, 36.0])
 A, B = 5.039, 0.0555
@@ -74,12 +82,13 @@ def test_a_point_with_a_huge_error_hardly_moves_the_fit():
     assert fit.b == pytest.approx(B, abs=1e-7)
 
 
-def _coverage(level: float, draws: int = 2000) -> dict[str, float]:
-    """Share of noisy draws whose interval at ``level`` holds the planted a and b."""
+def _coverage(level: float, draws: int = 2000, understated: float = 1.0) -> dict[str, float]:
+    """Share of noisy draws whose interval at ``level`` holds the planted a and b; the true
+    scatter of ln dx* is ``understated`` times the σ the fit is given."""
     rng = np.random.default_rng(20200622)
     hits = {"a": 0, "b": 0}
     for _ in range(draws):
-        widths = planted_widths() * np.exp(rng.normal(0.0, SIGMA))
+        widths = planted_widths() * np.exp(rng.normal(0.0, understated * SIGMA))
         fit = fit_transitions(PAPER_DEPTHS, widths, SIGMA * widths)
         for name, truth in (("a", A), ("b", B)):
             lo, hi = fit.interval(name, level)
@@ -87,14 +96,34 @@ def _coverage(level: float, draws: int = 2000) -> dict[str, float]:
     return {k: v / draws for k, v in hits.items()}
 
 
+@pytest.mark.parametrize("understated", [1.0, 2.0])
 @pytest.mark.parametrize("level", [0.6827, 0.95])
-def test_intervals_cover_the_planted_values_at_the_nominal_rate(level):
-    # 2000 draws: the binomial sd of a coverage estimate is sqrt(p(1-p)/2000) (1.0 % at 68 %,
-    # 0.5 % at 95 %); allow 4 of those.
-    tolerance = 4.0 * math.sqrt(level * (1.0 - level) / 2000)
-    coverage = _coverage(level)
-    assert coverage["a"] == pytest.approx(level, abs=tolerance)
-    assert coverage["b"] == pytest.approx(level, abs=tolerance)
+def test_intervals_cover_the_planted_values_at_the_rules_exact_rate(level, understated):
+    # The rule max(z, t₃·√χ²_red) holds the truth at least at the nominal rate whether the σ are
+    # right (it then over-covers: 98.3% at 95% on 3 dof) or understated twofold (a normal
+    # interval would hold 68% there: 2Φ(1.96/2) − 1). 2000 draws; 4 binomial sd of tolerance.
+    expected = rule_coverage(level, dof=PAPER_DEPTHS.size - 2, understated=understated)
+    assert expected >= level
+    tolerance = 4.0 * math.sqrt(expected * (1.0 - expected) / 2000)
+    coverage = _coverage(level, understated=understated)
+    assert coverage["a"] == pytest.approx(expected, abs=tolerance)
+    assert coverage["b"] == pytest.approx(expected, abs=tolerance)
+
+
+def test_the_interval_is_normal_until_the_scatter_exceeds_the_stated_sigma():
+    widths = planted_widths() * np.exp(np.array([1.0, -1.0, 0.5, -0.5, 1.0]) * 0.01 * SIGMA)
+    tight = fit_transitions(PAPER_DEPTHS, widths, SIGMA * widths)
+    assert tight.chi2_red < 0.01 and tight.quantile(0.95) == pytest.approx(z_value(0.95))
+    assert tight.interval("a") == pytest.approx(
+        (tight.a - 1.96 * tight.se_a, tight.a + 1.96 * tight.se_a), rel=1e-3
+    )
+    scattered = planted_widths() * np.exp(np.array([3.0, -3.0, 3.0, -3.0, 3.0]) * SIGMA)
+    loose = fit_transitions(PAPER_DEPTHS, scattered, SIGMA * scattered)
+    t3 = stats.t.ppf(0.975, 3)
+    assert loose.quantile(0.95) == pytest.approx(t3 * math.sqrt(loose.chi2_red), rel=1e-9)
+    lo, hi = loose.interval("b")
+    assert hi - lo == pytest.approx(2 * t3 * math.sqrt(loose.chi2_red) * loose.se_b, rel=1e-9)
+    assert interval_quantile(0.95, math.nan, 0) == pytest.approx(z_value(0.95))
 
 
 def test_chi2_red_averages_one_when_uncertainties_are_right():

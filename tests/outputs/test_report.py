@@ -195,8 +195,16 @@ def test_report_numbers_match_the_records(tmp_path):
     study = frame[(frame["law"] == "study") & (frame["query"] == "budget")]
     row = study[np.isclose(study["n_params"], 1e12)].iloc[0]
     assert f"{row['depth']:.1f} [{row['depth_lo']:.1f}, {row['depth_hi']:.1f}]" in text
-    law = DepthWidthLaw("study", record["a"], record["b"], tuple(map(tuple, record["cov"])))
-    assert row["depth"] == pytest.approx(project_budget(law, 1e12).depth, rel=1e-12)
+    cov = tuple(map(tuple, record["cov"]))
+    law = DepthWidthLaw(
+        "study", record["a"], record["b"], cov, "", record["chi2_red"], record["dof"]
+    )
+    projected = project_budget(law, 1e12)
+    assert row["depth"] == pytest.approx(projected.depth, rel=1e-12)
+    assert row["depth_lo"] == pytest.approx(projected.depth_lo, rel=1e-9)  # the fit's own rule
+    q = record["interval_quantile"]
+    assert record["ci_a"][1] - record["a"] == pytest.approx(q * record["se_a"], rel=1e-9)
+    assert f"intervals ± {q:.2f} std. errors" in text
     for name in FIGURE_NAMES:
         assert f"(figures/{name})" in text
     # the fit's goodness: χ²'s tail probability and the transition furthest from the law

@@ -38,14 +38,17 @@ def test_one_study_is_measured_against_its_planted_transitions_and_law():
     assert all(abs(p["error"]) < 0.1 and p["sigma"] > 0 for p in bracketed)
     assert math.isfinite(result["chi2_red"]) and result["dof"] == len(bracketed) - 2
     assert result["a_covered"] in (True, False) and result["trainings"] > 100
+    assert set(result["depth_covered"]) == set(spec.fit.budgets)  # 175B, 1T, 10T
+    assert all(held in (True, False) for held in result["depth_covered"].values())
 
 
-def _study(chi2_red: float, a: bool = True, b: bool = True) -> dict:
-    return {"pairs": [], "chi2_red": chi2_red, "dof": 4, "a_covered": a, "b_covered": b}
+def _study(chi2_red: float, a: bool = True, b: bool = True, depth: bool = True) -> dict:
+    held = {"pairs": [], "chi2_red": chi2_red, "dof": 4, "a_covered": a, "b_covered": b}
+    return held | {"depth_covered": {1.75e11: depth, 1e12: True}}
 
 
 def test_the_fit_summary_counts_tail_shares_and_where_the_shipped_realisation_falls():
-    results = [_study(0.5), _study(1.0), _study(2.5, a=False), _study(4.0, b=False)]
+    results = [_study(0.5), _study(1.0, depth=False), _study(2.5, a=False), _study(4.0, b=False)]
     lines = study_coverage.fit_lines(results, _study(3.0))
     assert "mean 2.00" in lines[0] and "max 4.00" in lines[0]
     assert lines[1].endswith("share above 2.37: 0.500 (0.050)")  # 2.5 and 4.0
@@ -53,6 +56,8 @@ def test_the_fit_summary_counts_tail_shares_and_where_the_shipped_realisation_fa
     assert "χ²_red 3.00; realisations above it 0.250" in lines[3]
     assert "of a holds the planted a: 75.0%" in lines[4]
     assert "of b holds the planted b: 75.0%" in lines[5]
+    assert "optimal depth at 1.75e+11 holds the planted one: 75.0%" in lines[6]
+    assert "optimal depth at 1e+12 holds the planted one: 100.0%" in lines[7]
 
 
 def test_a_spec_that_trains_real_models_is_refused_in_one_line(capsys):

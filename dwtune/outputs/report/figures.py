@@ -221,10 +221,8 @@ def _censored_bounds(outcome: FitOutcome) -> list[tuple[int, float, str]]:
 
 
 def _draw_fit_line(ax, fit: FitResult, depths: np.ndarray) -> None:
-    from dwtune.core.fit import z_value
-
     line, se = fit.line(depths)
-    half = z_value(LEVEL) * se
+    half = fit.quantile(LEVEL) * se
     ax.fill_between(
         depths,
         line - half,

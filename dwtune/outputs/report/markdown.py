@@ -213,16 +213,28 @@ def _fit_lines(record: dict) -> list[str]:
     headers = ["", "value", "std. error", f"{level} interval", "published", "published − fit (σ)"]
     return [
         f"ln dx* = a + b·L over {record['n_points']} bracketed transitions{_censored_note(record)} "
-        f"({_METHODS.get(record.get('method'), 'weighted least squares')}; the transitions' "
-        "uncertainties taken as given, not rescaled).",
+        f"({_METHODS.get(record.get('method'), 'weighted least squares')}; std. errors from the "
+        f"transitions' uncertainties as given; intervals{_quantile_note(record)}).",
         "",
         _md_table(headers, rows),
         "",
         f"cov(a, b) = {record['cov'][0][1]:.3g}; R² = {record['r2']:.4f}; "
         f"χ²_red = {record['chi2_red']:.3f} with {record['dof']} degrees of freedom "
-        "(near 1: the uncertainties describe the scatter; well above 1: intervals too narrow)"
+        "(near 1: the uncertainties describe the scatter; well above 1: they understate it, "
+        "and the intervals widen by √χ²_red)"
         f"{_goodness_note(record)}.",
     ]
+
+
+def _quantile_note(record: dict) -> str:
+    """How wide the intervals are in std. errors and why (fit.json without it: normal)."""
+    q = record.get("interval_quantile")
+    if q is None:
+        return " normal"
+    return (
+        f" ± {q:.2f} std. errors, the larger of the normal quantile and t_{record['dof']}·"
+        "√χ²_red (a scatter beyond the transitions' σ widens them)"
+    )
 
 
 def _goodness_note(record: dict) -> str:
