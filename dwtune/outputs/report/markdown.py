@@ -213,8 +213,8 @@ def _fit_lines(record: dict) -> list[str]:
     headers = ["", "value", "std. error", f"{level} interval", "published", "published − fit (σ)"]
     return [
         f"ln dx* = a + b·L over {record['n_points']} bracketed transitions{_censored_note(record)} "
-        f"({_METHODS.get(record.get('method'), 'weighted least squares')}; std. errors from the "
-        f"transitions' uncertainties as given; intervals{_quantile_note(record)}).",
+        f"({_METHODS.get(record.get('method'), 'weighted least squares')}; the transitions' "
+        f"uncertainties taken as given, not rescaled; intervals{_quantile_note(record)}).",
         "",
         _md_table(headers, rows),
         "",
@@ -232,8 +232,8 @@ def _quantile_note(record: dict) -> str:
     if q is None:
         return " normal"
     return (
-        f" ± {q:.2f} std. errors, the larger of the normal quantile and t_{record['dof']}·"
-        "√χ²_red (a scatter beyond the transitions' σ widens them)"
+        f" ± {q:.2f} std. errors: the larger of the normal quantile and t_{record['dof']}·"
+        "√χ²_red, so a scatter beyond the transitions' σ widens them"
     )
 
 
