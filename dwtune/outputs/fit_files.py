@@ -269,6 +269,8 @@ def _check_law_numbers(law) -> None:
         raise ValueError(f"a, b and cov must be finite and within ±{MAX_LAW_ABS:g}")
     if law.cov[0][0] < 0 or law.cov[1][1] < 0:
         raise ValueError("cov has a negative variance")
+    if law.chi2_red < 0 or law.dof < 0:  # NaN (not recorded) passes: normal intervals
+        raise ValueError("chi2_red must be a non-negative number and dof a count")
 
 
 def law_from_json(path: Path) -> tuple[DepthWidthLaw, bool]:

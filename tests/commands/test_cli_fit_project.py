@@ -224,6 +224,8 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
     (tmp / "badcov.json").write_text(
         json.dumps({"status": "fitted", "a": 5, "b": 0.05, "cov": [1]})
     )
+    good_cov = {"status": "fitted", "a": 5, "b": 0.05, "cov": [[1e-4, 0], [0, 1e-6]]}
+    (tmp / "badchi2.json").write_text(json.dumps(good_cov | {"chi2_red": -1, "dof": 4}))
     return {
         "missing file": (["fit", str(tmp / "nope.csv")], "no such file"),
         "missing columns": (["fit", str(missing_cols)], "missing column(s) width_err"),
@@ -255,6 +257,10 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
             ["project", "--budget", "1T", "--fit", str(tmp / "badcov.json")],
             "a, b, cov (2x2), chi2_red or dof missing or not numbers",
         ),
+        "fit.json with a negative chi2_red": (
+            ["project", "--budget", "1T", "--fit", str(tmp / "badchi2.json")],
+            "chi2_red must be a non-negative number",
+        ),
         "bad level": (["fit", str(tmp / "nope.csv"), "--level", "2"], "level: got 2.0"),
         "report of empty dir": (["report", str(tmp / "empty_exp")], "no trials.parquet"),
     }
@@ -279,6 +285,7 @@ BAD_INPUT_NAMES = (
     "unknown reference",
     "fit.json without fit",
     "fit.json with a broken cov",
+    "fit.json with a negative chi2_red",
     "bad level",
     "report of empty dir",
 )

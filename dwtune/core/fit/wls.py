@@ -160,9 +160,9 @@ def z_value(level: float) -> float:
 
 def interval_quantile(level: float, chi2_red: float, dof: int) -> float:
     """``max(z, t_dof·sqrt(χ²_red))`` at ``level``: the normal quantile where the fit has no
-    degrees of freedom or no χ² (a law read without them), else the wider of the two."""
+    degrees of freedom or no valid χ² (a law read without them), else the wider of the two."""
     z = z_value(level)
-    if dof <= 0 or not math.isfinite(chi2_red):
+    if dof <= 0 or not math.isfinite(chi2_red) or chi2_red < 0:
         return z
     return max(z, float(stats.t.ppf(0.5 + level / 2.0, dof)) * math.sqrt(chi2_red))
 
