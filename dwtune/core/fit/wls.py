@@ -35,7 +35,7 @@ realisations of ``search_spaces/simulated.yaml``, whose per-pair z = error/σ(ln
     max of the two (used)      96.3%    96.7%    94.7%         96.3%     95.7%
     ========================  =======  =======  ============  ========  ========
 
-(± 1.1-1.6 points of Monte Carlo error each). The price: where every σ is right the rule
+(± 1.0-1.7 points of Monte Carlo error each). The price: where every σ is right the rule
 over-covers, 97.9% at 95% on 4 dof (75.2% at 68%), since it never goes below the normal
 interval; its median width there is 1.30 times the normal one. ``chi2_red`` is reported beside
 the errors as the check: near 1 (the paper's 0.854) means the transitions scatter as their σ say.
