@@ -17,8 +17,8 @@ from matplotlib import image
 
 from dwtune.core.errors import InputError
 from dwtune.core.fit import chi2_tail, residual_z
-from dwtune.core.projection import LEVINE2020, DepthWidthLaw, project_budget
-from dwtune.outputs.fit_files import PROJECTION_SCHEMA
+from dwtune.core.projection import LEVINE2020, project_budget
+from dwtune.outputs.fit_files import PROJECTION_SCHEMA, law_from_json
 from dwtune.outputs.report import ReportFiles, write_report
 from dwtune.study.fit_stage import write_fit
 
@@ -195,10 +195,7 @@ def test_report_numbers_match_the_records(tmp_path):
     study = frame[(frame["law"] == "study") & (frame["query"] == "budget")]
     row = study[np.isclose(study["n_params"], 1e12)].iloc[0]
     assert f"{row['depth']:.1f} [{row['depth_lo']:.1f}, {row['depth_hi']:.1f}]" in text
-    cov = tuple(map(tuple, record["cov"]))
-    law = DepthWidthLaw(
-        "study", record["a"], record["b"], cov, "", record["chi2_red"], record["dof"]
-    )
+    law, _ = law_from_json(exp / "fit.json")  # as `dwtune project --fit` reads it
     projected = project_budget(law, 1e12)
     assert row["depth"] == pytest.approx(projected.depth, rel=1e-12)
     assert row["depth_lo"] == pytest.approx(projected.depth_lo, rel=1e-9)  # the fit's own rule

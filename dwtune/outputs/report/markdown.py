@@ -221,7 +221,7 @@ def _fit_lines(record: dict) -> list[str]:
         f"cov(a, b) = {record['cov'][0][1]:.3g}; R² = {record['r2']:.4f}; "
         f"χ²_red = {record['chi2_red']:.3f} with {record['dof']} degrees of freedom "
         "(near 1: the uncertainties describe the scatter; well above 1: they understate it, "
-        "and the intervals widen by √χ²_red)"
+        "and the intervals widen with √χ²_red)"
         f"{_goodness_note(record)}.",
     ]
 
