@@ -61,7 +61,7 @@ PAIR = (12, 18)
 BUDGETS = tuple(float(b) for b in np.geomspace(1e6, 1e10, 9))
 GRID_SEEDS = (0,)
 REFINE = RefineConfig(
-    pairs=(PAIR,), tolerance=0.05, seeds=1, max_seeds=4, max_rounds=8, noise_z=2.0, alpha=0.05
+    pairs=(PAIR,), tolerance=0.05, seeds=1, max_seeds=4, max_rounds=8, alpha=0.05
 )
 LR = 1e-3  # the shared learning rate of the lr_mistuned surface
 SURFACES = {

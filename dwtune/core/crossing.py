@@ -3,34 +3,33 @@
 Input: points ``(N_i, Δ_i1..Δ_ik)``, one paired Δ = loss(deeper) − loss(shallower) per seed,
 in nats, at sizes ``N_i`` on the pair's size axis. Output: a :class:`CrossingEstimate`.
 
-Noise (the sd of one paired Δ, nats). Each point with two or more finite Δ gives a sum of
-squares ``ss_i`` on ``ν_i = k_i − 1`` degrees of freedom. With ``ν = Σ ν_i ≥ MIN_DOF`` the noise
-is *measured* and may change with size: at each point the variance is pooled locally, weighting
-every point's ``ss_j`` and ``ν_j`` by a Gaussian kernel of ``NOISE_BANDWIDTH`` e-folds in ln N,
-and shrunk towards the pair-wide pool by ``SHRINK_DOF`` degrees of freedom::
+Noise (the sd of one paired Δ, nats): :mod:`dwtune.core.noise`, learned from the seeds with
+the spec's guess worth a stated number of pseudo-observations, pooled locally along ln N. A
+point's standard error is ``sqrt(σ(N_i)² / k_i + extra_sd_i²)``; ``extra_sd`` carries errors
+shared by every seed at the point (the evaluation's paired sampling error on the shared
+held-out windows, a size-trend correction).
 
-    σ²(N_i) = (Σ_j w_ij ss_j + SHRINK_DOF · σ²_pool) / (Σ_j w_ij ν_j + SHRINK_DOF)
+Failures. A Δ of ``+inf`` (the deeper net diverged, failed or went unstable, the shallower one
+did not) or ``−inf`` (the reverse) counts for the sign: it is replaced by the largest
+(smallest) finite Δ of the pair, so a failure is the worst outcome the data show for that net,
+never absent. A point whose every Δ is infinite (its net failed at every seed) has a sign but
+is never *beyond noise* (below): failures alone do not make a pair non_monotone.
 
-(the pair is one depth pair, so the noise is per depth as well as per size). With fewer degrees
-of freedom the pooled sd is used when it is at least the prior; otherwise the prior, labelled
-``prior (fallback)``: the fallback is never smaller than what the data show. A point's standard
-error is ``sqrt(σ(N_i)² / k_i + extra_sd_i²)``; ``extra_sd`` carries errors shared by every seed
-at the point (the evaluation's own sampling error, a size-trend correction).
-
-Failures. A Δ of ``+inf`` (the deeper net diverged or failed, the shallower one did not) or
-``−inf`` (the reverse) counts for the sign: it is replaced by the largest (smallest) finite Δ
-of the pair, so a failure is the worst outcome the data show for that net, never absent. A point
-whose every Δ is infinite (its net failed at every seed) has a sign but is never *beyond noise*
-(below): failures alone do not make a pair non_monotone.
-
-Signs. A point is positive (deeper loses) when ``m_i > z·se_i``, negative when
-``m_i < −z·se_i``, else within noise. Consecutive points of one sign form a run. The expected
-pattern is one positive run followed by one negative run. Any other pattern is first cleaned:
-a run whose strongest point has ``|m|/se < Z_CONFIRM`` is not beyond noise and is dropped. What
+Signs: one rule everywhere (:class:`dwtune.core.decision.SignRule`). A point is positive
+(deeper loses) when ``m_i > c_i·se_i``, negative when ``m_i < −c_i·se_i``, else within noise,
+where ``c_i`` is the α-spending boundary of its look (its seed count) as a Student-t quantile
+on the noise's degrees of freedom there; a point with fewer seeds than the rule needs has no
+sign (a single training is never decided where the rule asks for two). Consecutive points of
+one sign form a run. The expected pattern is one positive run followed by one negative run.
+Any other pattern is first cleaned: a run whose strongest point has ``|m|/se`` below
+``Z_CONFIRM`` (as a t quantile on the same dof) is not beyond noise and is dropped. What
 remains decides the status: only positive runs → ``censored_high`` (``undecided`` if points
 within noise lie above them), only negative → ``censored_low`` (``undecided`` if within-noise
 points lie below), one change from + to − → ``bracketed``, anything else (two or more changes,
 or a single change from − to +) → ``non_monotone`` with every crossing listed and no N*.
+Every status but ``non_monotone`` carries the bounds its decided signs give: an ``undecided``
+pair whose decided points are all positive still says N* lies above the last of them (and the
+law fit uses that bound), so measuring closer to N* never removes a pair from the fit.
 
 Estimate. Each sign change lies between the last point of the run before it and the first
 point of the run after it (the innermost bracket, whose signs are decided). Where the mean Δ of
@@ -107,15 +106,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dwtune.core import vocabulary
+from dwtune.core import sequential, vocabulary
+from dwtune.core.decision import SignRule
+from dwtune.core.noise import Noise, NoisePrior, estimate_noise
 
-DEFAULT_NOISE_PRIOR = 0.003  # nats: sd of a paired difference when nothing measures it
-MIN_DOF = 6  # degrees of freedom of the noise below which the prior is a floor
-DECIDE_Z = 2.0  # |m|/se beyond which a point's sign counts
 Z_CONFIRM = 3.0  # strongest |m|/se a run needs to count when the pattern is not + then −
 EXTEND = 0  # points added on each side of a crossing's window
-NOISE_BANDWIDTH = 1.0  # e-folds of N: the sd of the Gaussian kernel that pools variances locally
-SHRINK_DOF = 4.0  # degrees of freedom the pair-wide pool weighs in each local variance
 MIN_SE = 1e-12  # nats: floor of a standard error (noise-free surfaces)
 PROFILE_REACH = 0.3  # e-folds beside the bracket whose points the broken-stick profile uses
 PROFILE_GRID = 400  # candidate crossings of the profile across the bracket
@@ -136,8 +132,11 @@ class DeltaPoint:
     deltas: tuple[float, ...]  # Δ = loss(deeper) − loss(shallower) per paired seed, nats
     extra_sd: float = 0.0  # sd of an error shared by every Δ at this point, nats
     seeds: tuple[int, ...] = ()  # seed ids aligned with deltas (joint resampling across pairs)
-    failures_deep: int = 0  # trainings of the deeper net that diverged/failed here
+    failures_deep: int = 0  # trainings of the deeper net that diverged/failed/went unstable
     failures_shallow: int = 0
+    # per seed (aligned with seeds): "deep", "shallow", "deepshallow" or "" for the trainings
+    # flagged unstable (dwtune.core.pair_points); () when none was
+    unstable: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -153,41 +152,64 @@ class CrossingEstimate:
     sigma_ln: float | None  # σ(ln N*)
     crossings: tuple[float, ...]  # every sign change found (non_monotone lists them all)
     noise_source: str  # vocabulary.NOISE_MEASURED or vocabulary.NOISE_PRIOR
+    # What the decided signs alone say of N* (sizes; None where unbounded): a bracketed pair's
+    # bracket, a censored or undecided pair's one-sided bound (module doc)
+    bound_low: float | None = None
+    bound_high: float | None = None
+    noise_dof: float = 0.0  # degrees of freedom the seeds gave the noise (prior excluded)
 
 
-# --------------------------------------------------------------------------- noise
+# --------------------------------------------------------------------------- noise and signs
 
 
-@dataclass(frozen=True)
-class Noise:
-    """sd of one paired Δ at each point (nats), its degrees of freedom and its source."""
-
-    sd: np.ndarray
-    dof: float  # math.inf when the prior alone sets it
-    source: str
-
-
-def _finite_groups(points: Sequence[DeltaPoint]) -> list[np.ndarray]:
+def usable_groups(points: Sequence[DeltaPoint]) -> list[np.ndarray]:
+    """Each point's finite Δ: those of seeds where both nets finished stably."""
     return [np.asarray([d for d in p.deltas if math.isfinite(d)], dtype=float) for p in points]
 
 
-def estimate_noise(points: Sequence[DeltaPoint], prior: float | None) -> Noise:
-    """The noise model of the module doc: local pooling in ln N, shrunk to the pair's pool."""
-    x = np.log([p.n for p in points])
-    groups = _finite_groups(points)
-    dof = np.array([max(g.size - 1, 0) for g in groups], dtype=float)
-    ss = np.array([float(np.sum((g - g.mean()) ** 2)) if g.size > 1 else 0.0 for g in groups])
-    total = float(dof.sum())
-    pooled = math.sqrt(ss.sum() / total) if total > 0 else 0.0
-    floor = DEFAULT_NOISE_PRIOR if prior is None else prior
-    if total < MIN_DOF and not (total > 0 and pooled >= floor):
-        return Noise(np.full(len(points), floor), math.inf, vocabulary.NOISE_PRIOR)
-    if total < MIN_DOF:
-        return Noise(np.full(len(points), pooled), total, vocabulary.NOISE_MEASURED)
-    near = np.exp(-0.5 * ((x[:, None] - x[None, :]) / NOISE_BANDWIDTH) ** 2)
-    local_ss, local_dof = near @ ss, near @ dof
-    variance = (local_ss + SHRINK_DOF * pooled**2) / (local_dof + SHRINK_DOF)
-    return Noise(np.sqrt(variance), total, vocabulary.NOISE_MEASURED)
+def pair_noise(points: Sequence[DeltaPoint], prior: NoisePrior) -> Noise:
+    """The pair's noise model (:func:`dwtune.core.noise.estimate_noise`)."""
+    return estimate_noise(np.log([p.n for p in points]), usable_groups(points), prior)
+
+
+@dataclass(frozen=True)
+class PointSigns:
+    """Every point's mean Δ, standard error, rule boundary and sign under one noise model."""
+
+    means: np.ndarray
+    se: np.ndarray
+    bounds: np.ndarray  # |m|/se a sign needs (inf: too few seeds, or failures alone too early)
+    confirm: np.ndarray  # |m|/se a run's strongest point needs outside the + then − pattern
+    signs: np.ndarray  # +1, −1, 0
+    strong: np.ndarray  # beyond `confirm`, and measured (not failures alone)
+
+
+def rule_bounds(points: Sequence[DeltaPoint], noise: Noise, rule: SignRule) -> np.ndarray:
+    """The boundary of each point's look; inf where the rule needs more seeds, and where a
+    point's Δ are all failures before its last look (failures decide only at max_seeds)."""
+    bounds = []
+    for p, dof in zip(points, noise.dof, strict=True):
+        looks = len(p.deltas)
+        failures_only = not any(math.isfinite(d) for d in p.deltas)
+        early = failures_only and looks < rule.max_looks
+        bounds.append(math.inf if early or not rule.enough(looks) else rule.boundary(looks, dof))
+    return np.asarray(bounds, dtype=float)
+
+
+def point_signs(
+    points: Sequence[DeltaPoint], noise: Noise, rule: SignRule, counts: np.ndarray | None = None
+) -> PointSigns:
+    """Signs of ``points`` under ``noise`` by ``rule`` (module doc). ``counts``: seeds each
+    point's standard error counts (default: all of them)."""
+    counts = np.array([len(p.deltas) for p in points], dtype=float) if counts is None else counts
+    extra = np.array([p.extra_sd for p in points], dtype=float)
+    means = point_means(points)
+    se = np.maximum(np.sqrt(noise.sd**2 / counts + extra**2), MIN_SE)
+    bounds = rule_bounds(points, noise, rule)
+    confirm = np.array([sequential.t_boundary(Z_CONFIRM, d) for d in noise.dof])
+    signs, strong = _signs(means, se, bounds, confirm)
+    measured = np.array([any(math.isfinite(d) for d in p.deltas) for p in points])
+    return PointSigns(means, se, bounds, confirm, signs, strong & measured)
 
 
 # --------------------------------------------------------------------------- one estimate
@@ -205,11 +227,12 @@ def point_means(points: Sequence[DeltaPoint]) -> np.ndarray:
     return np.asarray(means)
 
 
-def _signs(means: np.ndarray, se: np.ndarray, z: float) -> tuple[np.ndarray, np.ndarray]:
-    """Sign of each point (+1, −1, 0 within noise) and whether it is beyond Z_CONFIRM."""
+def _signs(means, se, bounds, confirm) -> tuple[np.ndarray, np.ndarray]:
+    """Sign of each point (+1, −1, 0 within noise) and whether it is beyond its ``confirm``
+    (arrays broadcast: a bootstrap passes one row per replicate)."""
     ratio = means / se
-    signs = np.where(ratio > z, 1, np.where(ratio < -z, -1, 0))
-    return signs, np.abs(ratio) >= Z_CONFIRM
+    signs = np.where(ratio > bounds, 1, np.where(ratio < -bounds, -1, 0))
+    return signs, np.abs(ratio) >= confirm
 
 
 def _runs(signs: Sequence[int], strong: Sequence[bool]) -> list[list]:
@@ -327,17 +350,15 @@ def roots(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, i
 # --------------------------------------------------------------------------- the interval
 
 
-def _replicate_roots(x, centre, se_of, noise: Noise, target, z, n_boot, rng, measured):
+def _replicate_roots(x, centre, se_of, noise: Noise, target, signs_of, n_boot, rng):
     """ln N* of each parametric bootstrap replicate (module doc): replicates that share a
-    sign pattern share their windows, so each pattern is classified once."""
-    if math.isfinite(noise.dof):
-        scale = np.sqrt(noise.dof / rng.chisquare(noise.dof, size=n_boot))
-    else:
-        scale = np.ones(n_boot)
+    sign pattern share their windows, so each pattern is classified once. The noise sd of a
+    replicate is drawn once for all points from its sampling distribution on ``noise_dof``."""
+    dof = target[1]
+    scale = np.sqrt(dof / rng.chisquare(dof, size=n_boot))
     se = se_of(noise.sd[None, :] * scale[:, None])
     drawn = centre + rng.standard_normal(se.shape) * se
-    signs, strong = _signs(drawn, se, z)
-    strong &= measured  # a run of failures alone is never beyond noise (module doc)
+    signs, strong = signs_of(drawn, se)
     keys = np.concatenate([signs + 1, strong.astype(int)], axis=1)
     patterns, inverse = np.unique(keys, axis=0, return_inverse=True)
     found = np.full(n_boot, np.nan)
@@ -348,7 +369,7 @@ def _replicate_roots(x, centre, se_of, noise: Noise, target, z, n_boot, rng, mea
         if not windows:
             continue
         candidates = np.stack([roots(x, drawn[rows], se[rows], w) for w in windows])
-        nearest = np.argmin(np.abs(candidates - target), axis=0)
+        nearest = np.argmin(np.abs(candidates - target[0]), axis=0)
         found[rows] = candidates[nearest, np.arange(rows.size)]
     return found
 
@@ -441,51 +462,80 @@ def _midpoint_filled(found: np.ndarray, x: np.ndarray, window) -> np.ndarray:
     return found
 
 
-def _empty(status: str, crossings=(), source: str = vocabulary.NOISE_MEASURED):
-    return CrossingEstimate(status, None, None, None, None, None, None, tuple(crossings), source)
+def _empty(status: str, noise: Noise | None, crossings=(), bounds=(None, None)):
+    source = noise.source if noise is not None else vocabulary.NOISE_PRIOR
+    dof = noise.measured_dof if noise is not None else 0.0
+    return CrossingEstimate(
+        status, None, None, None, None, None, None, tuple(crossings), source, *bounds, dof
+    )
+
+
+def decided_bounds(x: np.ndarray, signs: np.ndarray, shape: _Shape) -> tuple:
+    """(low, high) sizes the decided signs bound N* by (module doc); None where open."""
+    positive, negative = np.flatnonzero(signs > 0), np.flatnonzero(signs < 0)
+    status = shape.status
+    if status == vocabulary.TransitionStatus.BRACKETED:
+        before, after = shape.windows[0][:2]
+        return math.exp(x[before]), math.exp(x[after])
+    if status == vocabulary.TransitionStatus.NON_MONOTONE:
+        return None, None
+    if positive.size and not negative.size:  # censored_high, or undecided above its edge
+        return math.exp(x[positive[-1]]), None
+    if negative.size and not positive.size:
+        return None, math.exp(x[negative[0]])
+    return None, None
+
+
+DEFAULT_RULE = SignRule(alpha=0.05, max_looks=4, min_looks=2)  # refine's defaults
 
 
 def estimate_crossing(
     points: Sequence[DeltaPoint],
     *,
-    noise_prior: float | None = None,
+    prior: NoisePrior | None = None,
+    rule: SignRule = DEFAULT_RULE,
+    noise: Noise | None = None,
     n_boot: int = 2000,
     seed: int = 0,
-    z: float = DECIDE_Z,
 ) -> CrossingEstimate:
-    """N* of a pair from all its points, with bootstrap intervals (module doc)."""
+    """N* of a pair from all its points, with bootstrap intervals (module doc). ``noise``:
+    the points' noise when it is estimated elsewhere (a table of single runs); else learned
+    from the points' seeds with ``prior``."""
     points = sorted((p for p in points if p.deltas), key=lambda p: p.n)
     if not points:
-        return _empty(vocabulary.TransitionStatus.UNDECIDED, source=vocabulary.NOISE_PRIOR)
+        return _empty(vocabulary.TransitionStatus.UNDECIDED, None)
+    if noise is None:
+        noise = pair_noise(points, prior or NoisePrior())
     x = np.log([p.n for p in points])
-    counts = np.array([len(p.deltas) for p in points], dtype=float)
-    extra = np.array([p.extra_sd for p in points], dtype=float)
-    noise = estimate_noise(points, noise_prior)
-
-    def se_of(sd: np.ndarray) -> np.ndarray:
-        return np.maximum(np.sqrt(sd**2 / counts + extra**2), MIN_SE)
-
-    means = point_means(points)
-    se = se_of(noise.sd)
-    measured = np.array([any(math.isfinite(d) for d in p.deltas) for p in points])
-    signs, strong = _signs(means, se, z)
-    shape = classify(signs, strong & measured)
-    found = tuple(float(roots(x, means, se, w)[0]) for w in shape.windows)
+    first = point_signs(points, noise, rule)
+    shape = classify(list(first.signs), list(first.strong))
+    means = first.means
+    found = tuple(float(roots(x, means, first.se, w)[0]) for w in shape.windows)
     crossings = tuple(math.exp(r) for r in found)
+    bounds = decided_bounds(x, first.signs, shape)
     if shape.status != vocabulary.TransitionStatus.BRACKETED:
-        return _empty(shape.status, crossings, noise.source)
+        return _empty(shape.status, noise, crossings, bounds)
     window = shape.windows[0]
     # A failed seed's Δ reuses another seed's completed loss (pair_points), so it is no
     # independent draw: the interval's standard errors count the seeds where both nets finished.
+    counts = np.array([len(p.deltas) for p in points], dtype=float)
     failed = np.array([p.failures_deep + p.failures_shallow for p in points], dtype=float)
     finished = np.maximum(counts - failed, 1.0)
+    extra = np.array([p.extra_sd for p in points], dtype=float)
 
     def interval_se(sd: np.ndarray) -> np.ndarray:
         return np.maximum(np.sqrt(sd**2 / finished + extra**2), MIN_SE)
 
+    measured = np.array([any(math.isfinite(d) for d in p.deltas) for p in points])
+
+    def signs_of(drawn: np.ndarray, se: np.ndarray):
+        signs, strong = _signs(drawn, se, first.bounds, first.confirm)
+        return signs, strong & measured  # a run of failures alone is never beyond noise
+
     se = interval_se(noise.sd)
     rng = np.random.default_rng(seed)
-    args = (interval_se, noise, found[0], z, n_boot, rng, measured)
+    target = (found[0], noise.dof_at(window[:2]))
+    args = (interval_se, noise, target, signs_of, n_boot, rng)
     replicates = _midpoint_filled(_replicate_roots(x, means, *args), x, window)
     # The chord's bias where Δ is kinked: the same estimate in a world where Δ is the
     # broken stick fitted to the points (module doc), whose crossing is known.
@@ -508,4 +558,7 @@ def estimate_crossing(
         sigma_ln=max(0.5 * float(q[2] - q[1]), 0.5 * (high95 - low95) / Z95),
         crossings=(math.exp(star), *crossings[1:]),
         noise_source=noise.source,
+        bound_low=bounds[0],
+        bound_high=bounds[1],
+        noise_dof=noise.measured_dof,
     )

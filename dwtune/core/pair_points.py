@@ -12,11 +12,26 @@ bend between grid budgets, :class:`SizeTrend`) times the size gap is an error sh
 seed of the point: it joins the point's ``extra_sd``.
 
 Paired seeds. Each seed trains both depths (same data order and initialisation seed), so Δ is
-taken seed by seed and its noise is that of a paired difference. The noise model (measured from
-the seeds at every point, allowed to change with size; a prior only as a labelled fallback) is
-:func:`dwtune.core.crossing.estimate_noise`.
+taken seed by seed and its noise is that of a paired difference. The noise model (learned from
+the seeds, allowed to change with size; the spec's guess worth a stated number of
+pseudo-observations) is :mod:`dwtune.core.noise`.
 
-Failures are outcomes. A training that diverged or failed at a seed where the other depth
+Paired evaluation. Both nets of a point are scored on the same held-out windows (the trainer
+records each window's loss at the evaluation that gave ``best_val_loss``). The evaluation's
+sampling error of Δ is therefore the standard error of the per-window difference, averaged
+over the point's seeds, ``sd_w(mean_s(l_deep − l_shallow)) / sqrt(W)``: the windows that are
+hard for one net are hard for the other, so this is several times smaller than the two nets'
+errors in quadrature (0.007-0.013 against 0.045-0.055 nats on the quickstart's layout). It is
+shared by every seed (the windows are the same), so it joins ``extra_sd``. Records without
+window losses (trained before they were kept) fall back to the quadrature, which overstates it.
+
+Unstable trainings. A training whose loss ends far above its twins' (the same shape, other
+seeds, at the same point) is *unstable* (:func:`dwtune.core.noise.unstable_trainings`, with the
+pair's robust twin sd as the scale). It counts as a failure of its net at that seed (below), so
+it costs its shape the sign there, and says nothing of the seed noise.
+
+Failures are outcomes. A training that diverged, failed or went unstable at a seed where the
+other depth
 completed takes the worst (largest) loss its depth completed at that point, so it counts against
 its shape without outweighing the seeds that trained; where its depth completed nothing at that
 point, Δ is +inf (the deeper net failed: it loses there) or −inf (the shallower one failed). A
@@ -35,12 +50,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
 from dwtune.core.crossing import DeltaPoint
 from dwtune.core.errors import InputError
+from dwtune.core.noise import robust_twin_sd, unstable_trainings
 from dwtune.core.records import TrialRecord
 from dwtune.core.vocabulary import OTHER_LENGTH_STAGES, PointKind
 
@@ -54,6 +70,7 @@ class Decision:
     sd: float  # paired-difference sd the test used
     decided: bool
     boundary: float = math.nan  # |mean|/se the test required (the look's α-spending boundary)
+    confirm: float = 3.0  # |mean|/se that makes a run count outside the + then − pattern
 
     @property
     def sign(self) -> int:
@@ -61,13 +78,7 @@ class Decision:
         return int(np.sign(self.mean)) if self.decided else 0
 
 
-def decide(deltas: Sequence[float], sd: float, z: float, extra_sd: float = 0.0) -> Decision:
-    """Decided when |mean Δ| exceeds z standard errors; no data is never decided."""
-    if not deltas:
-        return Decision(math.nan, math.nan, sd, False, z)
-    mean = float(np.mean(deltas))
-    se = math.sqrt(sd**2 / len(deltas) + extra_sd**2)
-    return Decision(mean, se, sd, abs(mean) > z * se, z)
+UNTESTED = Decision(math.nan, math.nan, math.nan, False)  # a point before its sign test
 
 
 # --------------------------------------------------------------------------- points
@@ -87,9 +98,15 @@ class PairPoint:
     kind: str = PointKind.GRID
     requested: int = 0  # seeds asked for (some trainings may have failed)
     extra_sd: float = 0.0  # nats: evaluation and size-trend error shared by every seed
-    failures_deep: int = 0
+    failures_deep: int = 0  # trainings that failed, diverged or went unstable here
     failures_shallow: int = 0
     verified: bool = False  # re-tested with more seeds before the pair closed
+    # (seed, deep loss, shallow loss) of every seed trained, NaN where a training failed: the
+    # input Δ is rebuilt from when the instability rule flags a training
+    losses: tuple[tuple[int, float, float], ...] = ()
+    size_correction: float = 0.0  # nats: the equal-N move subtracted from every Δ
+    unstable_deep: tuple[int, ...] = ()  # seeds whose deeper training is flagged unstable
+    unstable_shallow: tuple[int, ...] = ()  # (each also counts as a failure)
 
     @property
     def n(self) -> int:
@@ -100,6 +117,11 @@ class PairPoint:
         return not self.decision.decided and max(self.requested, self.n) >= max_seeds
 
     def delta_point(self) -> DeltaPoint:
+        unstable = tuple(
+            ("deep" if s in self.unstable_deep else "")
+            + ("shallow" if s in self.unstable_shallow else "")
+            for s in self.seeds
+        )
         return DeltaPoint(
             n=math.exp(self.log_n),
             deltas=self.deltas,
@@ -107,6 +129,7 @@ class PairPoint:
             seeds=self.seeds,
             failures_deep=self.failures_deep,
             failures_shallow=self.failures_shallow,
+            unstable=unstable if any(unstable) else (),
         )
 
     def to_dict(self) -> dict:
@@ -119,6 +142,10 @@ class PairPoint:
         raw["decision"] = Decision(**raw["decision"])
         raw["seeds"] = tuple(raw["seeds"])
         raw["deltas"] = tuple(float(d) for d in raw["deltas"])
+        rows = raw.get("losses", ())
+        raw["losses"] = tuple((int(seed), float(d), float(s)) for seed, d, s in rows)
+        for side in ("unstable_deep", "unstable_shallow"):
+            raw[side] = tuple(int(seed) for seed in raw.get(side, ()))
         return cls(**raw)
 
 
@@ -169,29 +196,77 @@ def _usable(record: TrialRecord) -> bool:
     return record.completed and math.isfinite(record.best_val_loss)
 
 
+def _loss(record: TrialRecord) -> float:
+    """The record's loss; NaN for a training that failed or diverged."""
+    return record.best_val_loss if _usable(record) else math.nan
+
+
 @dataclass(frozen=True)
 class PairedDeltas:
     seeds: tuple[int, ...]
     deltas: tuple[float, ...]
     failures_deep: int
     failures_shallow: int
-    extra_sd: float  # nats: the evaluation's error (mean val/loss_se² of both nets) and the
-    # size trend's (its slope's sd times the size gap), in quadrature
+    extra_sd: float  # nats: the evaluation's paired error and the size trend's, in quadrature
+    losses: tuple[tuple[int, float, float], ...] = ()  # (seed, deep, shallow), NaN: failed
+    size_correction: float = 0.0  # nats: the equal-N move subtracted from every Δ
+    unstable_deep: int = 0
+    unstable_shallow: int = 0
 
 
-def _eval_error(records: Iterable[TrialRecord]) -> float:
-    """Mean squared val/loss_se of the completed records (nats²; 0 where none was reported)."""
+def _quadrature_eval_error(records: Iterable[TrialRecord]) -> float:
+    """Mean squared val/loss_se of the completed records (nats²; 0 where none was reported):
+    the fallback for records without window losses (module doc)."""
     errors = [r.val_loss_se**2 for r in records if _usable(r) and math.isfinite(r.val_loss_se)]
     return float(np.mean(errors)) if errors else 0.0
 
 
-def _loss_or_worst(records: dict[int, TrialRecord], seed: int) -> float:
-    """The seed's loss; for a failed training the worst completed loss of that depth at this
-    point, +inf when none completed (module doc)."""
-    if _usable(records[seed]):
-        return records[seed].best_val_loss
-    completed = [r.best_val_loss for r in records.values() if _usable(r)]
-    return max(completed, default=math.inf)
+def paired_eval_error(deep: Sequence[TrialRecord], shallow: Sequence[TrialRecord]) -> float:
+    """Squared evaluation error of the point's mean Δ (nats²), from the per-window differences
+    on the shared held-out windows (module doc); the quadrature of both nets' errors where a
+    record has no window losses or the windows differ."""
+    rows = [
+        np.asarray(d.val_windows, dtype=float) - np.asarray(s.val_windows, dtype=float)
+        for d, s in zip(deep, shallow, strict=True)
+        if _usable(d) and _usable(s) and d.val_windows and len(d.val_windows) == len(s.val_windows)
+    ]
+    complete = sum(_usable(d) and _usable(s) for d, s in zip(deep, shallow, strict=True))
+    if not rows or len(rows) < complete or rows[0].size < 2:
+        return _quadrature_eval_error(deep) + _quadrature_eval_error(shallow)
+    per_window = np.mean(rows, axis=0)  # the mean Δ's share of each window
+    return float(np.var(per_window, ddof=1)) / per_window.size
+
+
+def deltas_from_losses(
+    losses: Sequence[tuple[float, float]],
+    correction: float,
+    unstable: Sequence[tuple[bool, bool]] = (),
+) -> tuple[list[int], list[float], int, int]:
+    """(kept indices, Δ, failed deep, failed shallow) from each seed's (deep, shallow) loss.
+
+    A failed (NaN) or unstable loss takes the worst stable loss of its depth at the point,
+    ±inf where there is none; a seed where both failed is dropped (module doc)."""
+    flags = list(unstable) or [(False, False)] * len(losses)
+    ok = [
+        (math.isfinite(d) and not fd, math.isfinite(s) and not fs)
+        for (d, s), (fd, fs) in zip(losses, flags, strict=True)
+    ]
+    worst_deep = max((d for (d, _), (a, _b) in zip(losses, ok, strict=True) if a), default=None)
+    worst_shallow = max((s for (_, s), (_a, b) in zip(losses, ok, strict=True) if b), default=None)
+    kept, deltas = [], []
+    for i, ((d, s), (ok_d, ok_s)) in enumerate(zip(losses, ok, strict=True)):
+        if not (ok_d or ok_s):
+            continue  # both failed: no sign
+        loss_d = d if ok_d else worst_deep
+        loss_s = s if ok_s else worst_shallow
+        if loss_d is None or loss_s is None:
+            deltas.append(math.inf if loss_d is None else -math.inf)
+        else:
+            deltas.append(loss_d - loss_s - correction)
+        kept.append(i)
+    failed_deep = sum(not a for a, _ in ok)
+    failed_shallow = sum(not b for _, b in ok)
+    return kept, deltas, failed_deep, failed_shallow
 
 
 def paired_deltas(
@@ -201,27 +276,24 @@ def paired_deltas(
     convention: str = "non_embedding",
 ) -> PairedDeltas:
     """Δ at the deeper net's size of every seed both depths ran; failures count (module doc)."""
-    seeds, deltas, failed_deep, failed_shallow = [], [], 0, 0
-    moved_sd = 0.0  # nats: the size trend's error, shared by every seed (SizeTrend)
-    for seed in sorted(s for s in deep if s in shallow):
-        ok_deep, ok_shallow = _usable(deep[seed]), _usable(shallow[seed])
-        failed_deep += not ok_deep
-        failed_shallow += not ok_shallow
-        if not (ok_deep or ok_shallow):
-            continue  # both failed: no sign
-        loss_deep, loss_shallow = _loss_or_worst(deep, seed), _loss_or_worst(shallow, seed)
-        if math.isinf(loss_deep) or math.isinf(loss_shallow):
-            deltas.append(math.inf if math.isinf(loss_deep) else -math.inf)
-        else:
-            x_deep = math.log(size_of(deep[seed], convention))
-            x_shallow = math.log(size_of(shallow[seed], convention))
-            moved = trend.slope_at(x_shallow) * (x_deep - x_shallow)
-            deltas.append(loss_deep - loss_shallow - moved)
-            moved_sd = max(moved_sd, trend.slope_sd_at(x_shallow) * abs(x_deep - x_shallow))
-        seeds.append(seed)
-    evaluation = _eval_error(deep.values()) + _eval_error(shallow.values())
+    common = sorted(s for s in deep if s in shallow)
+    losses = tuple((_loss(deep[s]), _loss(shallow[s])) for s in common)
+    moved, moved_sd = 0.0, 0.0  # nats: the size trend's correction and its shared error
+    if common:
+        any_deep, any_shallow = deep[common[0]], shallow[common[0]]
+        x_deep = math.log(size_of(any_deep, convention))
+        x_shallow = math.log(size_of(any_shallow, convention))
+        moved = trend.slope_at(x_shallow) * (x_deep - x_shallow)
+        moved_sd = trend.slope_sd_at(x_shallow) * abs(x_deep - x_shallow)
+    kept, deltas, failed_deep, failed_shallow = deltas_from_losses(losses, moved)
+    evaluation = paired_eval_error([deep[s] for s in common], [shallow[s] for s in common])
     extra = math.sqrt(evaluation + moved_sd**2)
-    return PairedDeltas(tuple(seeds), tuple(deltas), failed_deep, failed_shallow, extra)
+    seeds = tuple(common[i] for i in kept)
+    rows = tuple((seed, d, s) for seed, (d, s) in zip(common, losses, strict=True))
+    return PairedDeltas(
+        seeds, tuple(deltas), failed_deep, failed_shallow, extra,
+        losses=rows, size_correction=moved,
+    )  # fmt: skip
 
 
 def make_point(
@@ -241,13 +313,15 @@ def make_point(
     paired = paired_deltas(deep, shallow, trend, convention)
     log_n, width_deep, width_shallow = sizes
     return PairPoint(
+        losses=paired.losses,
+        size_correction=paired.size_correction,
         budget=float(budget),
         log_n=float(log_n),
         width_deep=int(width_deep),
         width_shallow=int(width_shallow),
         seeds=paired.seeds,
         deltas=paired.deltas,
-        decision=decide([], math.nan, math.nan),
+        decision=UNTESTED,
         kind=kind,
         requested=requested,
         extra_sd=paired.extra_sd,
@@ -330,6 +404,46 @@ def grid_pair(
             make_point(b, sizes, deep, shallow, trend, PointKind.GRID, len(seeds), convention)
         )
     return PairGrid(shallow_depth, deep_depth, tuple(points), trend, convention)
+
+
+def _twin_groups(points: Sequence[PairPoint]) -> list[list[float]]:
+    """Each point's deep losses and its shallow losses: groups of twins (same shape)."""
+    groups = []
+    for point in points:
+        groups.append([d for _, d, _ in point.losses])
+        groups.append([s for _, _, s in point.losses])
+    return groups
+
+
+def mark_unstable(points: Sequence[PairPoint]) -> list[PairPoint]:
+    """The points with every unstable training (module doc) counted as a failure of its net.
+
+    The scale is the robust sd of twin differences over all of the pair's points, so one wild
+    training cannot hide itself by inflating it. Idempotent: Δ is rebuilt from the losses."""
+    groups = _twin_groups(points)
+    flags = unstable_trainings(groups, robust_twin_sd(groups))
+    marked = []
+    for i, point in enumerate(points):
+        if not point.losses:  # a journal point from before losses were kept
+            marked.append(point)
+            continue
+        pairs = list(zip(flags[2 * i], flags[2 * i + 1], strict=True))
+        seeds = [seed for seed, _, _ in point.losses]
+        kept, deltas, failed_deep, failed_shallow = deltas_from_losses(
+            [(d, s) for _, d, s in point.losses], point.size_correction, pairs
+        )
+        marked.append(
+            replace(
+                point,
+                seeds=tuple(seeds[k] for k in kept),
+                deltas=tuple(deltas),
+                failures_deep=failed_deep,
+                failures_shallow=failed_shallow,
+                unstable_deep=tuple(s for s, (d, _) in zip(seeds, pairs, strict=True) if d),
+                unstable_shallow=tuple(s for s, (_, h) in zip(seeds, pairs, strict=True) if h),
+            )
+        )
+    return marked
 
 
 def merge_points(grid: Sequence[PairPoint], later: Sequence[PairPoint]) -> list[PairPoint]:

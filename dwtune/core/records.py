@@ -222,6 +222,9 @@ class TrialRecord:
     tokens_per_param: float = float("nan")
     # One dict per report: metric name -> value (metrics vocabulary); not a trials.parquet column.
     curve: list[dict] = field(default_factory=list, repr=False)
+    # Loss of each held-out window at the best evaluation (vocabulary.VAL_WINDOWS): the paired
+    # evaluation error of Δ (dwtune.core.pair_points); not a trials.parquet column.
+    val_windows: list[float] = field(default_factory=list, repr=False)
 
     @property
     def completed(self) -> bool:
@@ -257,6 +260,8 @@ def record_from_result(
 ) -> TrialRecord:
     """Summarise a trial's reported curve into its record."""
     last = curve[-1] if curve else {}
+    windows = [float(v) for v in last.get(vocabulary.VAL_WINDOWS, ())]
+    curve = [{k: v for k, v in r.items() if k != vocabulary.VAL_WINDOWS} for r in curve]
     val = [r[vocabulary.VAL_LOSS] for r in curve if vocabulary.VAL_LOSS in r]
     cell = request.cell
     return TrialRecord(
@@ -289,6 +294,7 @@ def record_from_result(
         compare=spec.space.compare,
         tokens_per_param=float(_trained_tokens_per_param(spec.train, request) or float("nan")),
         curve=list(curve),
+        val_windows=windows,
     )
 
 

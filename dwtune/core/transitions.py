@@ -4,13 +4,16 @@ For a pair of depths ``Ls < Ld`` the refine stage locates ``N*``, where
 ``Δ(N) = loss_Ld(N) − loss_Ls(N)`` turns from positive (the deeper net loses) to negative. This
 module holds the decisions; :mod:`dwtune.study.refine` trains and records (Optuna).
 
-Sequential test. A point's sign is decided once ``|mean Δ| > c_k · se`` where ``c_k`` is the
-α-spending boundary of look ``k`` (``k`` seeds, ``K = refine.max_seeds`` looks at two-sided
-level ``refine.alpha``: :mod:`dwtune.core.sequential`), so the chance of declaring a sign at a
-true Δ of 0 over all looks is at most α. Decisions are recomputed from the stored Δ whenever the
-points change (the noise estimate improves as points are added). Else seeds are added (at once as
-many as the current mean suggests, at least one) up to ``max_seeds``; a point still undecided
-there is *within noise*.
+Sequential test: the one sign rule (:class:`dwtune.core.decision.SignRule`, applied by
+:func:`dwtune.core.crossing.point_signs`). A point's sign is decided once ``|mean Δ| > c_k ·
+se`` where ``c_k`` is the α-spending boundary of look ``k`` (``k`` seeds, ``K =
+refine.max_seeds`` looks at two-sided level ``refine.alpha``: :mod:`dwtune.core.sequential`) as
+a Student-t quantile on the noise's degrees of freedom, so the chance of declaring a sign at a
+true Δ of 0 over all looks is at most α whatever the spec's noise guess. Decisions are
+recomputed from the stored Δ whenever the points change (the noise estimate improves as points
+are added; unstable trainings are flagged across the pair's points first). Else seeds are added
+(at once as many as the current mean suggests, at least one) up to ``max_seeds``; a point still
+undecided there is *within noise*. The reported status and N* use the very same signs.
 
 Outcome of a pair from all its points sorted by ``N`` (:func:`dwtune.core.crossing.classify`):
 runs of decided signs; one positive run then one negative → ``bracketed`` between the last
@@ -42,16 +45,31 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dwtune.core import crossing, sequential, vocabulary
-from dwtune.core.pair_points import Decision, PairPoint, decide
+from dwtune.core import crossing, vocabulary
+from dwtune.core.decision import SignRule
+from dwtune.core.noise import NoisePrior
+from dwtune.core.pair_points import Decision, PairPoint, mark_unstable
 from dwtune.core.spec import RefineConfig
 from dwtune.core.vocabulary import StepKind
 
-PAIRED_NOISE_PRIOR = crossing.DEFAULT_NOISE_PRIOR  # nats (the paper: "stable to the third digit")
-# Finite paired seeds a point needs before its sign counts (capped at refine.max_seeds): one
+# Paired seeds a point needs before its sign counts (capped at refine.max_seeds): one
 # training cannot tell a loss spike from a sign, and one spike decided at one seed was the main
 # false-sign source on the outliers surface (benchmarks/coverage.py).
 MIN_DECIDE_SEEDS = 2
+
+
+# |mean|/se a point with no boundary yet (one seed) is planned for when seeds are added
+PLANNING_Z = 2.0
+
+
+def sign_rule(refine: RefineConfig) -> SignRule:
+    """The study's one sign rule: refine.alpha over refine.max_seeds looks, two seeds first."""
+    return SignRule(refine.alpha, refine.max_seeds, MIN_DECIDE_SEEDS)
+
+
+def noise_prior(refine: RefineConfig) -> NoisePrior:
+    """The spec's noise guess and the pseudo-observations it is worth."""
+    return NoisePrior(refine.noise_prior, refine.noise_prior_dof)
 
 
 # --------------------------------------------------------------------------- decisions
@@ -59,7 +77,7 @@ MIN_DECIDE_SEEDS = 2
 
 def seeds_wanted(decision: Decision, n: int, refine: RefineConfig) -> int:
     """Seeds to have next at an undecided point: enough for its current |mean| (capped)."""
-    z = decision.boundary if math.isfinite(decision.boundary) else refine.noise_z
+    z = decision.boundary if math.isfinite(decision.boundary) else PLANNING_Z
     if math.isfinite(decision.mean) and decision.mean != 0 and decision.sd > 0:
         needed = math.ceil((z * decision.sd / abs(decision.mean)) ** 2)
     else:
@@ -80,27 +98,28 @@ def seed_sequence(grid_seeds: Sequence[int], count: int) -> tuple[int, ...]:
     return (*grid_seeds, *itertools.islice(fresh, extra))
 
 
-def decide_points(
-    points: Sequence[PairPoint], refine: RefineConfig, prior: float
-) -> list[PairPoint]:
-    """Every point's sequential sign test under the pair's current noise model (module doc)."""
+def decide_points(points: Sequence[PairPoint], refine: RefineConfig) -> list[PairPoint]:
+    """Every point's sign by the one rule under the pair's current noise (module doc), after
+    the pair's unstable trainings are marked."""
     if not points:
         return []
+    points = mark_unstable(points)
     measured = [p.delta_point() for p in points]
-    noise = crossing.estimate_noise(measured, prior)
-    means = crossing.point_means(measured)
+    noise = crossing.pair_noise(measured, noise_prior(refine))
+    signs = crossing.point_signs(measured, noise, sign_rule(refine))
     decided = []
-    for point, sd, mean in zip(points, noise.sd, means, strict=True):
-        z = sequential.boundary(point.n, refine.max_seeds, refine.alpha, noise.dof)
+    for i, point in enumerate(points):
         if not point.n:
-            decision = decide([], float(sd), z)
+            decision = Decision(math.nan, math.nan, float(noise.sd[i]), False, signs.bounds[i])
         else:
-            se = math.sqrt(sd**2 / point.n + point.extra_sd**2)
-            enough = point.n >= min(MIN_DECIDE_SEEDS, refine.max_seeds)
-            beyond = bool(abs(mean) > z * se) and enough
-            if not any(math.isfinite(d) for d in point.deltas):  # failures alone (module doc)
-                beyond = beyond and point.n >= refine.max_seeds
-            decision = Decision(float(mean), se, float(sd), beyond, z)
+            decision = Decision(
+                float(signs.means[i]),
+                float(signs.se[i]),
+                float(noise.sd[i]),
+                bool(signs.signs[i] != 0),
+                float(signs.bounds[i]),
+                float(signs.confirm[i]),
+            )
         decided.append(replace(point, decision=decision))
     return decided
 
@@ -134,7 +153,7 @@ def _strong(point: PairPoint, max_seeds: int) -> bool:
         return bool(point.n) and not point.within_noise(max_seeds)
     ratio = abs(point.decision.mean) / point.decision.se if point.decision.se > 0 else math.inf
     finite = any(math.isfinite(d) for d in point.deltas)  # failures alone: not beyond noise
-    return finite and ratio >= crossing.Z_CONFIRM
+    return finite and ratio >= point.decision.confirm
 
 
 def outcome_of(points: Sequence[PairPoint], max_seeds: int) -> Outcome:
@@ -299,9 +318,12 @@ class Transition:
     sigma_ln: float = math.nan  # σ(ln N*)
     crossings: tuple[float, ...] = ()  # every sign change (non_monotone lists them all)
     noise_source: str = vocabulary.NOISE_MEASURED
-    failures_deep: int = 0  # trainings of the deeper net that diverged or failed
+    failures_deep: int = 0  # trainings of the deeper net that diverged, failed or went unstable
     failures_shallow: int = 0
     reason: str = ""  # why the pair stopped (console and report; not a column)
+    noise_dof: float = 0.0  # degrees of freedom the seeds gave the noise (the prior's excluded)
+    unstable_deep: int = 0  # of the failures, trainings flagged unstable (pair_points)
+    unstable_shallow: int = 0
 
     @property
     def pair(self) -> str:
@@ -322,23 +344,28 @@ def width_at(points: Sequence[PairPoint], log_n: float, depth: int, convention: 
     return math.exp(float(np.interp(log_n, x, [math.log(p.width_deep) for p in points])))
 
 
+def _bound(size: float | None) -> float:
+    return math.nan if size is None else float(size)
+
+
 def make_transition(
     pair: tuple[int, int],
-    outcome: Outcome,
     points: Sequence[PairPoint],
+    refine: RefineConfig,
     *,
     trials: int,
     rounds: int,
     simulated: bool,
     reason: str = "",
-    prior: float | None = None,
-    z: float = crossing.DECIDE_Z,
     convention: str = "non_embedding",
 ) -> Transition:
-    """The pair's transition: N* and its intervals from every point (module doc)."""
+    """The pair's transition: status, N* and its intervals from every point by the one rule
+    (module doc); a pair that is not bracketed keeps the bounds its decided signs give."""
     shallow, deep = pair
-    estimate = crossing.estimate_crossing([p.delta_point() for p in points], noise_prior=prior, z=z)
-    bounded = estimate.status == outcome.status
+    points = mark_unstable(points)
+    estimate = crossing.estimate_crossing(
+        [p.delta_point() for p in points], prior=noise_prior(refine), rule=sign_rule(refine)
+    )
     common = dict(
         depth_shallow=shallow,
         depth_deep=deep,
@@ -350,14 +377,17 @@ def make_transition(
         reason=reason,
         crossings=estimate.crossings,
         noise_source=estimate.noise_source,
+        noise_dof=estimate.noise_dof,
         failures_deep=sum(p.failures_deep for p in points),
         failures_shallow=sum(p.failures_shallow for p in points),
+        unstable_deep=sum(len(p.unstable_deep) for p in points),
+        unstable_shallow=sum(len(p.unstable_shallow) for p in points),
     )
     if estimate.status != vocabulary.TransitionStatus.BRACKETED:
         return Transition(
             n_star=math.nan,
-            n_star_low=math.exp(outcome.low) if bounded else math.nan,
-            n_star_high=math.exp(outcome.high) if bounded else math.nan,
+            n_star_low=_bound(estimate.bound_low),
+            n_star_high=_bound(estimate.bound_high),
             width_deep=math.nan,
             width_deep_err=math.nan,
             width_shallow=math.nan,

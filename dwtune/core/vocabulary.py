@@ -88,6 +88,9 @@ COMPLETED_STATUSES = (TrialStatus.FINISHED, TrialStatus.EARLY_STOPPED)
 # Standard error of val/loss over its evaluation batches (nats): the evaluation's own sampling
 # error, reported beside val/loss by the trainers.
 VAL_LOSS_SE = "val/loss_se"
+# Each held-out window's loss (nats, blocked beyond 256) at the evaluation that gave the best
+# val/loss: sent once, with the final status; a record's `val_windows`, never a curve scalar.
+VAL_WINDOWS = "val/window_losses"
 
 # Scalars written to TensorBoard and curves.parquet, in this order.
 CURVE_SCALARS = (
@@ -135,8 +138,8 @@ JOURNAL_SUFFIX = ".journal"
 SPEC_FILE = "spec.yaml"
 
 # Where a pair's paired-Δ noise came from (transitions.parquet `noise_source`).
-NOISE_MEASURED = "measured"
-NOISE_PRIOR = "prior (fallback)"
+NOISE_MEASURED = "measured"  # the seeds gave degrees of freedom (the prior's pseudo-obs. too)
+NOISE_PRIOR = "prior"  # no two seeds at any point yet: the spec's guess on its pseudo-obs. alone
 
 # `dwtune analyze`: a pair's verdict (its JSON `status`), from the estimator's transition status.
 ANALYSIS_CROSSES = "crosses"

@@ -159,8 +159,9 @@ def observation(row: pd.Series, label: str) -> TransitionObservation:
         bound = listed.bound
         log_n = math.log(bound) if math.isfinite(bound) else math.nan
         return TransitionObservation(
-            label, listed.depth_shallow, listed.depth_deep, status, log_n, math.nan, seeds
-        )
+            label, listed.depth_shallow, listed.depth_deep, status, log_n, math.nan, seeds,
+            direction=listed.direction if status == TransitionStatus.UNDECIDED else None,
+        )  # fmt: skip
     n_star = _row_number(row, "n_star")
     if not (math.isfinite(n_star) and n_star > 0):  # older tables: N* from the width
         n_star = 12.0 * listed.depth_deep * _row_number(row, "width_deep") ** 2

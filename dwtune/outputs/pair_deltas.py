@@ -8,7 +8,9 @@ bootstrap, and the report says so.
 
 Columns: pair, depth_shallow, depth_deep, n (the pair's size axis, parameters), seed, delta
 (nats; ±inf for a failed training of one side), extra_sd (nats, shared by the point's Δs),
-simulated.
+simulated, failures_deep / failures_shallow (the point's failed, diverged or unstable trainings
+of each net), unstable ("deep", "shallow", "deepshallow" or "": which of this seed's two
+trainings the instability rule flagged, :mod:`dwtune.core.pair_points`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ PAIR_DELTAS_SCHEMA = pa.schema(
         pa.field("delta", pa.float64()),
         pa.field("extra_sd", pa.float64()),
         pa.field("simulated", pa.bool_(), nullable=False),
+        pa.field("failures_deep", pa.int64()),
+        pa.field("failures_shallow", pa.int64()),
+        pa.field("unstable", pa.string()),
     ]
 )
 __all__ = ["PAIR_DELTAS_FILE", "read_pair_deltas", "write_pair_deltas"]
@@ -44,7 +49,8 @@ def _rows(pair: PairPoints, simulated: bool) -> list[dict]:
     for point in pair.points:
         count = len(point.deltas)
         seeds = point.seeds if len(point.seeds) == count else (None,) * count
-        for seed, delta in zip(seeds, point.deltas, strict=True):
+        flags = point.unstable or ("",) * count
+        for seed, delta, flag in zip(seeds, point.deltas, flags, strict=True):
             rows.append(
                 {
                     "pair": pair.label,
@@ -55,6 +61,9 @@ def _rows(pair: PairPoints, simulated: bool) -> list[dict]:
                     "delta": float(delta),
                     "extra_sd": float(point.extra_sd),
                     "simulated": simulated,
+                    "failures_deep": point.failures_deep,
+                    "failures_shallow": point.failures_shallow,
+                    "unstable": flag,
                 }
             )
     return rows
@@ -66,6 +75,17 @@ def write_pair_deltas(
     rows = [row for pair in pairs for row in _rows(pair, simulated)]
     table = pa.Table.from_pylist(rows, schema=PAIR_DELTAS_SCHEMA)
     return write_parquet_atomic(table, path, spec)
+
+
+def _failures(at) -> dict:
+    """A point's failure counts and unstable flags (absent in tables written before them)."""
+    found: dict = {}
+    for column in ("failures_deep", "failures_shallow"):
+        if column in at and at[column].notna().all():
+            found[column] = int(at[column].iloc[0])
+    if "unstable" in at and at["unstable"].notna().all() and (at["unstable"] != "").any():
+        found["unstable"] = tuple(str(v) for v in at["unstable"])
+    return found
 
 
 def read_pair_deltas(path: Path) -> list[PairPoints]:
@@ -83,6 +103,7 @@ def read_pair_deltas(path: Path) -> list[PairPoints]:
                     tuple(float(d) for d in at["delta"]),
                     extra_sd=extra if math.isfinite(extra) else 0.0,
                     seeds=seeds,
+                    **_failures(at),
                 )
             )
         first = rows.iloc[0]

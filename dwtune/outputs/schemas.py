@@ -38,8 +38,8 @@ def fields_schema(record_type: type, exclude: tuple[str, ...] = ()) -> list[pa.F
     ]
 
 
-# Not a column: the curve goes to curves.parquet.
-TRIAL_RECORD_ONLY = ("curve",)
+# Not columns: the curve goes to curves.parquet; the window losses stay in the record.
+TRIAL_RECORD_ONLY = ("curve", "val_windows")
 TRIALS_SCHEMA = pa.schema(fields_schema(TrialRecord, exclude=TRIAL_RECORD_ONLY))
 
 # The pair label first; the stop reason is for the console and the report, not a column.

@@ -153,10 +153,18 @@ def _type_problem(raw: dict) -> str | None:
     """What is wrong with a present field's type, or None (unknown keys are allowed)."""
     kinds = {"str": str, "int": int, "float": float, "bool": bool}
     for spec in dataclasses.fields(TrialRecord):
-        if spec.name != "curve" and spec.name in raw:
-            problem = _field_problem(spec.name, kinds[str(spec.type)], raw[spec.name])
-            if problem:
-                return problem
+        if spec.name in ("curve", "val_windows") or spec.name not in raw:
+            continue
+        problem = _field_problem(spec.name, kinds[str(spec.type)], raw[spec.name])
+        if problem:
+            return problem
+    return check_windows(raw.get("val_windows", []))
+
+
+def check_windows(windows: object) -> str | None:
+    """What is wrong with a record's window losses (a list of numbers), or None."""
+    if not isinstance(windows, list) or not all(_is_number(v) for v in windows):
+        return "val_windows is not a list of numbers"
     return None
 
 

@@ -21,7 +21,7 @@ from dwtune.core.length_check import LengthShift, check_points, describe, length
 from dwtune.core.pair_points import PairPoint
 from dwtune.core.records import TrialRecord, TrialRequest, make_request
 from dwtune.core.spec import ExperimentSpec
-from dwtune.core.transitions import Transition
+from dwtune.core.transitions import Transition, noise_prior, sign_rule
 from dwtune.core.vocabulary import LENGTH_CHECK_FILE, LR_SOURCE_SPEC, Stage, TransitionStatus
 from dwtune.outputs.schemas import LENGTH_CHECK_SCHEMA
 from dwtune.storage.provenance import write_parquet_atomic
@@ -58,7 +58,7 @@ def _request(spec: ExperimentSpec, refiner: PairRefiner, cell, seed: int, factor
 
 def plan_check(spec: ExperimentSpec, refiner: PairRefiner, t: Transition, factor: float):
     """The pair's check at ``factor``: its points near the bracket, both depths × their seeds."""
-    points = decided_points(refiner.grid.points, refiner.study, spec.refine, refiner.prior)
+    points = decided_points(refiner.grid.points, refiner.study, spec.refine)
     chosen = check_points(points, spec.space.budgets, spec.refine.max_seeds)
     shallow, deep = refiner.pair
     requests = []
@@ -110,12 +110,13 @@ def checked_points(spec: ExperimentSpec, check: PairCheck, records: dict) -> lis
 
 
 def evaluate(spec: ExperimentSpec, check: PairCheck, records: dict) -> LengthShift:
-    """N* from the check's points alone (the refine stage's noise prior and z), and its row."""
-    points = checked_points(spec, check, records)
+    """N* from the check's points alone (the refine stage's noise prior and sign rule), and
+    its row."""
+    points = pair_points.mark_unstable(checked_points(spec, check, records))
     estimate = crossing.estimate_crossing(
         [p.delta_point() for p in points if p.n],
-        noise_prior=check.refiner.prior,
-        z=spec.refine.noise_z,
+        prior=noise_prior(spec.refine),
+        rule=sign_rule(spec.refine),
     )
     trials = sum(records[r.trial_id].stage == Stage.LENGTH_CHECK for r in check.all_requests())
     return length_shift(check.transition, check.factor, estimate, points, trials)

@@ -84,22 +84,21 @@ def bisection_rounds(study: optuna.Study) -> int:
 
 
 def decided_points(
-    grid: Sequence[PairPoint], study: optuna.Study, refine: RefineConfig, prior: float
+    grid: Sequence[PairPoint], study: optuna.Study, refine: RefineConfig
 ) -> list[PairPoint]:
     """Grid and study points, sorted, each sign tested under the pair's current noise."""
     points = pair_points.merge_points(grid, trial_points(study))
-    return transitions.decide_points(points, refine, prior)
+    return transitions.decide_points(points, refine)
 
 
 def plan_step(
     grid: Sequence[PairPoint],
     study: optuna.Study,
     refine: RefineConfig,
-    prior: float,
     width_of: Callable[[float], int] | None = None,
 ) -> Step:
     """The next step of a pair, from its grid points and its study's history alone."""
-    points = decided_points(grid, study, refine, prior)
+    points = decided_points(grid, study, refine)
     return transitions.next_step(points, refine, bisection_rounds(study), width_of)
 
 
@@ -110,10 +109,9 @@ class BisectionSampler(optuna.samplers.BaseSampler):
         self,
         grid: Sequence[PairPoint],
         refine: RefineConfig,
-        prior: float,
         width_of: Callable[[float], int] | None = None,
     ):
-        self.grid, self.refine, self.prior, self.width_of = tuple(grid), refine, prior, width_of
+        self.grid, self.refine, self.width_of = tuple(grid), refine, width_of
 
     def infer_relative_search_space(self, study, trial) -> dict:
         return {}
@@ -122,20 +120,10 @@ class BisectionSampler(optuna.samplers.BaseSampler):
         return {}
 
     def sample_independent(self, study, trial, param_name, param_distribution) -> float:
-        step = plan_step(self.grid, study, self.refine, self.prior, self.width_of)
+        step = plan_step(self.grid, study, self.refine, self.width_of)
         if param_name != LOG_N or step.kind not in PROPOSED:
             raise RuntimeError(f"no bisection proposal for {param_name} ({step.kind})")
         return step.log_n
-
-
-def noise_prior(spec: ExperimentSpec, pair: tuple[int, int] = (1, 1)) -> float:
-    """Paired-difference sd assumed until the seeds measure it (dwtune.core.crossing): the
-    simulated surface's own for the pair's depths, else the paper's third-digit stability."""
-    if spec.trainer == "simulated":
-        from dwtune.backends.simulated import paired_noise_sd
-
-        return paired_noise_sd(spec.simulated, *pair)
-    return transitions.PAIRED_NOISE_PRIOR
 
 
 class PairRefiner:
@@ -149,9 +137,8 @@ class PairRefiner:
         self.pair = (grid.depth_shallow, grid.depth_deep)
         count = max(self.refine.max_seeds, len(spec.space.seeds))
         self.seed_order = transitions.seed_sequence(spec.space.seeds, count)
-        self.prior = noise_prior(spec, self.pair)
         self.path = study_path(store, self.pair)
-        sampler = BisectionSampler(grid.points, self.refine, self.prior, self._deep_width)
+        sampler = BisectionSampler(grid.points, self.refine, self._deep_width)
         self.study = open_study(self.path, sampler, say)
 
     # ------------------------------------------------------------------ the loop
@@ -167,9 +154,7 @@ class PairRefiner:
             self.say(f"[refine {self.grid.label}] {len(missing)} training(s) without a record")
             yield missing
         while True:
-            step = plan_step(
-                self.grid.points, self.study, self.refine, self.prior, self._deep_width
-            )
+            step = plan_step(self.grid.points, self.study, self.refine, self._deep_width)
             if step.kind == StepKind.DONE:
                 return self._transition(step)
             yield from self._round(step)
@@ -247,7 +232,7 @@ class PairRefiner:
         )
         point = dataclasses.replace(point, verified=verified)
         points = pair_points.merge_points(self.grid.points, [*trial_points(self.study), point])
-        decided = transitions.decide_points(points, self.refine, self.prior)
+        decided = transitions.decide_points(points, self.refine)
         return next(p for p in decided if p.budget == budget)
 
     # ------------------------------------------------------------------ reporting
@@ -285,21 +270,20 @@ class PairRefiner:
     def pair_points(self) -> PairPoints:
         """Every point of the pair as DeltaPoints: the study bootstrap's input."""
         points = pair_points.merge_points(self.grid.points, trial_points(self.study))
+        points = pair_points.mark_unstable(points)
         deltas = tuple(p.delta_point() for p in points if p.n)
         return PairPoints(self.grid.label, self.pair[0], self.pair[1], deltas)
 
     def _transition(self, step: Step) -> Transition:
-        points = decided_points(self.grid.points, self.study, self.refine, self.prior)
+        points = pair_points.merge_points(self.grid.points, trial_points(self.study))
         transition = transitions.make_transition(
             self.pair,
-            step.outcome,
             points,
+            self.refine,
             trials=self._new_trainings(),
             rounds=bisection_rounds(self.study),
             simulated=self.spec.trainer == "simulated",
             reason=step.reason,
-            prior=self.prior,
-            z=self.refine.noise_z,
             convention=self.spec.model.size_convention,
         )
         self.say(f"[refine {self.grid.label}] {describe(transition)}")
@@ -343,8 +327,7 @@ def grid_pairs(spec: ExperimentSpec, records: Sequence[TrialRecord]) -> list[Pai
     grids = []
     for pair in spec.refine.pairs:
         grid = pair_points.grid_pair(records, tuple(pair), budgets, seeds, convention)
-        prior = noise_prior(spec, tuple(pair))
-        decided = transitions.decide_points(grid.points, spec.refine, prior)
+        decided = transitions.decide_points(grid.points, spec.refine)
         grids.append(dataclasses.replace(grid, points=tuple(decided)))
     return grids
 

@@ -7,6 +7,7 @@ import pytest
 
 from dwtune.core import crossing, vocabulary
 from dwtune.core.crossing import DeltaPoint, estimate_crossing
+from dwtune.core.noise import NoisePrior
 
 TRUTH = math.log(1e8)  # planted crossing, ln N
 GAP, SCALE = 0.05, 0.5  # nats, e-folds (the simulated default surface)
@@ -64,32 +65,27 @@ def test_a_second_sign_change_beyond_noise_is_non_monotone_with_every_crossing()
         assert low < found < low * math.e
 
 
+def _signs_of(points):
+    noise = crossing.pair_noise(points, NoisePrior())
+    return crossing.point_signs(points, noise, crossing.DEFAULT_RULE)
+
+
 def test_a_reversed_point_within_noise_does_not_make_a_pair_non_monotone():
-    # sd 0.0038 over 3 seeds: se 0.0022; one positive point at 2.2 se among negatives is
-    # decided (> 2 se) but below Z_CONFIRM = 3 se, so it is not a sign change beyond noise
+    # sd 0.0038 over 3 seeds: one positive point among negatives that the rule decides but
+    # that stays below Z_CONFIRM (as a t quantile on the noise's dof) is not a sign change
+    # beyond noise; once it is beyond that, it is a second (and third) sign change
     sd, se = 0.0038, 0.0038 / math.sqrt(3)
-    means = [0.05, 0.03, -0.03, 2.2 * se, -0.04, -0.05]
+    means = [0.05, 0.03, -0.03, 3.4 * se, -0.04, -0.05]
     points = [DeltaPoint(math.exp(14 + i), (m - sd, m, m + sd)) for i, m in enumerate(means)]
+    signs = _signs_of(points)
+    assert signs.signs[3] == 1 and not signs.strong[3]  # the premise: decided, not confirmed
     estimate = estimate_crossing(points)
     assert estimate.status == vocabulary.TransitionStatus.BRACKETED
     assert math.exp(15) < estimate.n_star <= math.exp(16)  # inside the innermost bracket
-    means[3] = 4 * se  # beyond Z_CONFIRM: now it is a second (and third) sign change
+    means[3] = 6 * se
     points = [DeltaPoint(math.exp(14 + i), (m - sd, m, m + sd)) for i, m in enumerate(means)]
+    assert _signs_of(points).strong[3]
     assert estimate_crossing(points).status == vocabulary.TransitionStatus.NON_MONOTONE
-
-
-def test_noise_is_measured_locally_and_a_prior_is_only_a_labelled_floor():
-    rng = np.random.default_rng(5)
-    quiet = [DeltaPoint(math.exp(10 + i), tuple(0.001 * rng.normal(size=4))) for i in range(4)]
-    loud = [DeltaPoint(math.exp(20 + i), tuple(0.02 * rng.normal(size=4))) for i in range(4)]
-    noise = crossing.estimate_noise(quiet + loud, prior=0.003)
-    assert noise.source == vocabulary.NOISE_MEASURED
-    assert noise.sd[:4].max() < 0.7 * noise.sd[4:].min()  # the sd follows the size
-    few = [DeltaPoint(1e6, (0.0, 0.001)), DeltaPoint(1e7, (0.01,))]  # 1 dof, sd 0.0007
-    fallback = crossing.estimate_noise(few, prior=0.003)
-    assert fallback.source == vocabulary.NOISE_PRIOR and np.all(fallback.sd == 0.003)
-    noisy = [DeltaPoint(1e6, (0.0, 0.01)), DeltaPoint(1e7, (0.01,))]  # 1 dof, sd 0.007 > prior
-    assert crossing.estimate_noise(noisy, prior=0.003).sd[0] == pytest.approx(0.01 / math.sqrt(2))
 
 
 def test_failed_trainings_count_as_the_most_extreme_delta_of_their_sign():
@@ -134,12 +130,12 @@ def _kinked_points(xs, noise: float, x_star: float = 16.0) -> list[DeltaPoint]:
 def test_the_95_interval_holds_the_broken_stick_profile_of_a_kinked_delta():
     x_star = 16.0
     points = _kinked_points([15.0, 15.5, 15.8, 15.95, 16.05, 16.2, 16.5, 17.0], 0.001, x_star)
-    est = crossing.estimate_crossing(points, noise_prior=0.001)
+    est = crossing.estimate_crossing(points, prior=NoisePrior(0.001))
     assert est.status == "bracketed"
     x = np.log([p.n for p in points])
     means = crossing.point_means(points)
     se = np.full(x.size, 0.001 / math.sqrt(3))
-    window = crossing.classify(*crossing._signs(means, se, 2.0)).windows[0]
+    window = crossing.classify(*crossing._signs(means, se, 2.0, 3.0)).windows[0]
     band = crossing.broken_stick_band(x, means, se, window, crossing.PROFILE_Q95)
     assert math.log(est.n_star_low) <= band[0] <= band[1] <= math.log(est.n_star_high)
     assert band[0] <= x_star <= band[1]
@@ -166,7 +162,7 @@ def test_sigma_is_never_below_what_the_pairs_own_95_interval_implies():
     # half-width (0.0036) is far below the 95% interval's (whose profile leg fits a slope to
     # every point near the bracket); the fit weighs the pair by σ, so σ must not claim more.
     points = [DeltaPoint(math.exp(x), deltas) for x, deltas in NOISE_STEEPENED]
-    estimate = estimate_crossing(points, noise_prior=0.002, seed=0)
+    estimate = estimate_crossing(points, prior=NoisePrior(0.002), seed=0)
     assert estimate.status == vocabulary.TransitionStatus.BRACKETED
     half68 = 0.5 * math.log(estimate.n_star_high_68 / estimate.n_star_low_68)
     half95 = 0.5 * math.log(estimate.n_star_high / estimate.n_star_low) / crossing.Z95
@@ -182,7 +178,7 @@ def test_the_chords_bias_at_a_kink_is_removed_from_n_star_and_its_68_interval():
     # 16.08, past the kink; the broken-stick world measures that bias and N* moves back to 16
     x_star = 16.0
     points = _kinked_points([15.0, 15.5, 15.75, 15.9, 16.1, 16.25, 16.5, 17.0], 0.0005, x_star)
-    est = crossing.estimate_crossing(points, noise_prior=0.0005)
+    est = crossing.estimate_crossing(points, prior=NoisePrior(0.0005))
     assert est.status == "bracketed"
     chord = 15.9 + 0.01 / 0.011 * 0.2
     assert abs(math.log(est.n_star) - x_star) < 0.2 * (chord - x_star)

@@ -7,6 +7,7 @@ import pytest
 
 from dwtune.core import pair_points, transitions, vocabulary
 from dwtune.core.pair_points import SizeTrend
+from dwtune.core.spec import RefineConfig
 from tests.core.test_transitions import REFINE as SCANNING
 from tests.core.test_transitions import point, record
 
@@ -77,18 +78,20 @@ def test_a_diverged_training_counts_against_its_depth_never_absent():
 
 def test_a_budget_where_the_deeper_net_always_failed_stays_in_the_pair_and_is_counted():
     budgets = (1e6, 1e7, 1e8)
-    records = [record(6, b, int(b), 0, 3.0) for b in budgets]
-    records += [record(12, 1e6, int(1e6), 0, 3.05), record(12, 1e7, int(1e7), 0, 3.04)]
-    records.append(record(12, 1e8, int(1e8), 0, math.nan, status="diverged"))
-    grid = pair_points.grid_pair(records, (6, 12), budgets, (0,))
+    records = [record(6, b, int(b), s, 3.0 + 0.002 * s) for b in budgets for s in (0, 1)]
+    records += [record(12, 1e6, int(1e6), s, 3.05 - 0.001 * s) for s in (0, 1)]
+    records += [record(12, 1e7, int(1e7), s, 3.04 + 0.001 * s) for s in (0, 1)]
+    records += [record(12, 1e8, int(1e8), s, math.nan, status="diverged") for s in (0, 1)]
+    grid = pair_points.grid_pair(records, (6, 12), budgets, (0, 1))
     assert [p.budget for p in grid.points] == list(budgets)
-    assert grid.points[-1].deltas == (math.inf,) and grid.points[-1].failures_deep == 1
+    assert grid.points[-1].deltas == (math.inf, math.inf) and grid.points[-1].failures_deep == 2
+    two = RefineConfig(pairs=((6, 12),), seeds=2, max_seeds=2)  # failures decide at max_seeds
     t = transitions.make_transition(
-        (6, 12), transitions.outcome_of(list(grid.points), 4), list(grid.points),
-        trials=0, rounds=0, simulated=False, prior=0.003,
-    )  # fmt: skip
-    assert (t.failures_deep, t.failures_shallow) == (1, 0)
+        (6, 12), list(grid.points), two, trials=0, rounds=0, simulated=False
+    )
+    assert (t.failures_deep, t.failures_shallow) == (2, 0)
     assert t.status == vocabulary.TransitionStatus.CENSORED_HIGH  # the failure counts as losing
+    assert t.n_star_low == pytest.approx(1e8)
 
 
 def test_total_size_convention_compares_at_equal_total_size():
@@ -115,8 +118,9 @@ def test_points_from_journals_written_before_issue_10_still_load():
     }  # fmt: skip
     loaded = pair_points.PairPoint.from_dict(old)
     assert loaded.deltas == (0.01, 0.012) and not loaded.verified and loaded.failures_deep == 0
-    [redecided] = transitions.decide_points([loaded], REFINE, prior=0.002)
-    assert redecided.decision.decided and redecided.decision.boundary > 2.0
+    [redecided] = transitions.decide_points([loaded], REFINE)
+    assert not redecided.losses and redecided.deltas == (0.01, 0.012)  # no instability rule
+    assert redecided.decision.boundary > 2.0  # decided anew by today's rule
 
 
 def test_refine_alpha_must_be_a_probability_below_one_half():

@@ -86,7 +86,7 @@ def test_non_monotone_and_undecided_are_excluded_with_their_reason():
     fit = fit_law(obs)
     assert dict(fit.excluded) == {
         "30-36": "Δ changes sign more than once: no single N* to fit",
-        "36-48": "Δ within noise: the pair bounds no N*",
+        "36-48": "Δ within noise at every decided size: the pair bounds no N*",
     }
     assert fit.n_points == 4 and fit.dof == 2
 

@@ -1,19 +1,21 @@
 """Brackets, sign decisions and proposals of the refine stage (pure logic, no training)."""
 
+import dataclasses
 import math
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from dwtune.core import pair_points, transitions
+from dwtune.core import crossing, pair_points, transitions
 from dwtune.core.errors import InputError
 from dwtune.core.pair_points import Decision, PairPoint
 from dwtune.core.records import TrialRecord
 from dwtune.core.spec import RefineConfig
 
 REFINE = RefineConfig(
-    pairs=((6, 12),), tolerance=0.05, seeds=1, max_seeds=4, max_rounds=8, noise_z=2.0
+    pairs=((6, 12),), tolerance=0.05, seeds=1, max_seeds=4, max_rounds=8
 )
 
 
@@ -66,19 +68,33 @@ def record(
     )
 
 
-def test_a_sign_is_decided_only_beyond_noise_z_standard_errors():
-    assert transitions.decide([0.005], sd=0.002, z=2.0).decided
-    assert not transitions.decide([0.003], sd=0.002, z=2.0).decided
-    assert transitions.decide([0.003] * 4, sd=0.002, z=2.0).decided  # se halves with 4 seeds
-    assert transitions.decide([0.0001], sd=0.0, z=2.0).decided  # no noise: any nonzero Δ
-    assert not transitions.decide([], sd=0.002, z=2.0).decided
-    assert transitions.decide([-0.005], sd=0.002, z=2.0).sign == -1
+def _spread(log_n: float, mean: float, sd: float, n: int) -> PairPoint:
+    """A point of ``n`` seeds whose Δ have exactly mean ``mean`` and sample sd ``sd``."""
+    z = np.linspace(-1.0, 1.0, n)
+    deltas = tuple(mean + sd * z / np.std(z, ddof=1))
+    base = point(log_n, mean, n=n, decided=False)
+    return dataclasses.replace(base, deltas=deltas)
+
+
+def test_a_sign_is_decided_only_beyond_the_rules_boundary():
+    # one rule: |mean|/se beyond the α-spent t boundary of the point's look on the noise's dof
+    rule = transitions.sign_rule(REFINE)
+    for mean in (0.001, 0.003, 0.006, -0.006):
+        decided = transitions.decide_points([_spread(15, mean, 0.004, 3)], REFINE)[0]
+        noise = crossing.pair_noise([decided.delta_point()], transitions.noise_prior(REFINE))
+        boundary = rule.boundary(3, float(noise.dof[0]))
+        assert decided.decision.boundary == pytest.approx(boundary)
+        beyond = abs(decided.decision.mean) > boundary * decided.decision.se
+        assert decided.decision.decided == beyond
+        assert decided.decision.sign == (int(np.sign(mean)) if beyond else 0)
+    assert not transitions.decide_points([_spread(15, 0.002, 0.004, 3)], REFINE)[0].decision.decided
+    assert transitions.decide_points([_spread(15, -0.02, 0.004, 3)], REFINE)[0].decision.sign == -1
 
 
 def test_seeds_wanted_jumps_to_what_the_mean_needs_within_the_cap():
-    close = transitions.decide([0.003], sd=0.002, z=2.0)  # needs (2·0.002/0.003)² = 1.8 -> 2
+    close = Decision(0.003, 0.002, 0.002, False, boundary=2.0)  # (2·0.002/0.003)² = 1.8 -> 2
     assert transitions.seeds_wanted(close, 1, REFINE) == 2
-    tiny = transitions.decide([0.0002], sd=0.002, z=2.0)
+    tiny = Decision(0.0002, 0.002, 0.002, False, boundary=2.0)
     assert transitions.seeds_wanted(tiny, 1, REFINE) == REFINE.max_seeds
 
 
@@ -153,9 +169,8 @@ def test_delta_is_compared_at_equal_size_along_the_shallow_trend():
 
 
 def test_a_censored_transition_has_no_n_star_but_keeps_its_bound():
-    points = [point(15, 0.03), point(16, 0.02)]
-    outcome = transitions.outcome_of(points, REFINE.max_seeds)
-    t = transitions.make_transition((6, 12), outcome, points, trials=0, rounds=0, simulated=False)
+    points = [_spread(15, 0.03, 0.002, 3), _spread(16, 0.02, 0.002, 3)]
+    t = transitions.make_transition((6, 12), points, REFINE, trials=0, rounds=0, simulated=False)
     assert t.status == "censored_high"
     assert math.isnan(t.n_star) and math.isnan(t.width_deep) and math.isnan(t.n_star_high)
     assert t.n_star_low == pytest.approx(math.exp(16))
@@ -173,11 +188,12 @@ def test_the_pure_modules_import_no_heavy_library():
 
 def test_one_seed_never_decides_a_sign_however_large_its_delta():
     spike = point(15, 0.1, decided=False, n=1)  # a 50-sd loss spike at one seed
-    decided = transitions.decide_points([spike, point(17, -0.02, n=2)], REFINE, 0.002)
+    decided = transitions.decide_points([spike, _spread(17, -0.02, 0.002, 3)], REFINE)
     assert not decided[0].decision.decided and decided[1].decision.decided
-    assert transitions.decide_points([point(15, 0.1, n=2)], REFINE, 0.002)[0].decision.decided
+    two = [_spread(15, 0.1, 0.002, 2), _spread(17, -0.02, 0.002, 3)]
+    assert transitions.decide_points(two, REFINE)[0].decision.decided
     alone = RefineConfig(pairs=((6, 12),), seeds=1, max_seeds=1)  # one seed is all there is
-    assert transitions.decide_points([spike], alone, 0.002)[0].decision.decided
+    assert transitions.decide_points([spike, *two[1:]], alone)[0].decision.decided
 
 
 def test_a_bracketed_pair_is_scanned_beside_the_bracket_before_bisecting():

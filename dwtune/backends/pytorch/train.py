@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from dwtune.backends.pytorch.data import eval_batches, prepare_corpus, train_batch
 from dwtune.backends.pytorch.loss import chunked_cross_entropy
@@ -43,6 +44,9 @@ INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 CHECKPOINT_FILE = "state.pt"
 CHECKPOINT_VERSION = 1
 GPU_CHECK_EVERY = 16  # steps between loss finiteness checks on GPU (each check waits for it)
+# Window losses a record keeps (blocks of consecutive windows beyond it): enough for the paired
+# evaluation error's sd to be within ~5% of its value, small enough for a JSON record.
+MAX_EVAL_BLOCKS = 256
 
 Report = Callable[[dict, str | None], None]
 
@@ -222,21 +226,46 @@ def atomic_torch_save(state: dict, path: Path) -> None:
         torch.save(state, handle)
 
 
+def window_losses(model: GPT, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy of each window (B,), logits a chunk of rows at a time."""
+    batch, length = targets.shape
+    hidden = model.features(inputs).reshape(batch * length, -1)  # (B·T, D)
+    flat = targets.reshape(-1)
+    rows = logit_chunk_tokens(model.shape.vocab_size, flat.numel()) or flat.numel()
+    per_token = torch.empty(flat.numel(), device=flat.device, dtype=torch.float32)
+    for start in range(0, flat.numel(), rows):
+        logits = F.linear(hidden[start : start + rows], model.output_weight).float()
+        per_token[start : start + rows] = F.cross_entropy(
+            logits, flat[start : start + rows], reduction="none"
+        )
+    return per_token.view(batch, length).mean(dim=1)
+
+
+def window_blocks(losses: np.ndarray, blocks: int = MAX_EVAL_BLOCKS) -> list[float]:
+    """Per-window losses averaged over consecutive blocks when there are more than ``blocks``
+    windows (the paired evaluation error only needs blocks the same for every net)."""
+    if losses.size <= blocks:
+        return [float(v) for v in losses]
+    return [float(chunk.mean()) for chunk in np.array_split(losses, blocks)]
+
+
 @torch.no_grad()
-def evaluate(step: TrainStep, batches: list[np.ndarray]) -> tuple[float, float]:
-    """Mean loss over the fixed held-out batches and its standard error over them (nats per
-    token; the error is NaN with one batch)."""
+def evaluate(step: TrainStep, batches: list[np.ndarray]) -> tuple[float, float, list[float]]:
+    """Mean loss over the fixed held-out windows, its standard error over the batches (nats
+    per token; NaN with one batch), and each window's loss (blocked, :func:`window_blocks`):
+    every trial of a spec is scored on the same windows, so two nets' losses are paired."""
     model, runtime = step.model, step.runtime
     model.eval()
-    losses = []
+    per_window = []
     for windows in batches:
         inputs, targets = to_device(windows, runtime.device)
         with runtime.autocast():
-            losses.append(lm_loss(model, inputs, targets).float())
+            per_window.append(window_losses(model, inputs, targets).float())
     model.train()
-    per_batch = torch.stack(losses)
+    losses = torch.cat(per_window)  # equal batch sizes: the batch mean of means is the mean
+    per_batch = torch.stack([w.mean() for w in per_window])
     se = per_batch.std() / math.sqrt(len(batches)) if len(batches) > 1 else math.nan
-    return float(per_batch.mean()), float(se)
+    return float(losses.mean()), float(se), window_blocks(losses.cpu().numpy())
 
 
 # --------------------------------------------------------------------------- the loop
@@ -250,6 +279,7 @@ class Progress:
     best_val: float = math.inf
     best_step: int = 0
     elapsed_s: float = 0.0  # wall time of earlier segments of a resumed run
+    best_windows: list = dataclasses.field(default_factory=list)  # window losses at best_val
 
 
 class Interval:
@@ -380,11 +410,12 @@ class Trainer:
         seconds = interval.seconds()
         train_loss = float(interval.loss_sum) / max(1, interval.steps)
         diverged = diverged or not math.isfinite(train_loss)
-        no_eval = (math.nan, math.nan)
-        val, val_se = no_eval if diverged else evaluate(self.step_fn, self.eval_windows)
+        no_eval = (math.nan, math.nan, [])
+        val, val_se, windows = no_eval if diverged else evaluate(self.step_fn, self.eval_windows)
         diverged = diverged or not math.isfinite(val)
         if not diverged and val < self.progress.best_val:
             self.progress.best_val, self.progress.best_step = val, self.progress.step
+            self.progress.best_windows = windows
         tokens_per_s = interval.steps * self.tokens_per_step / seconds
         self.progress.elapsed_s = time.perf_counter() - started
         step = self.progress.step
@@ -407,6 +438,7 @@ class Trainer:
         status = self.final_status(diverged)
         if status:
             report[vocabulary.STATUS] = status
+            report[vocabulary.VAL_WINDOWS] = list(self.progress.best_windows)
         return report
 
     def final_status(self, diverged: bool) -> str | None:

@@ -13,15 +13,19 @@ import numpy as np
 from dwtune.core import vocabulary
 from dwtune.core.analysis.matching import MatchedPoint, pair_points
 from dwtune.core.crossing import (
-    DECIDE_Z,
     CrossingEstimate,
     DeltaPoint,
     estimate_crossing,
-    estimate_noise,
+    pair_noise,
     point_means,
 )
+from dwtune.core.decision import SignRule
 from dwtune.core.errors import InputError
 from dwtune.core.fit import CensoredPair
+from dwtune.core.noise import NoisePrior
+
+# A fixed table is one look at each point (dwtune.core.decision).
+ANALYSIS_RULE = SignRule(alpha=0.05, max_looks=1, min_looks=1)
 
 # --------------------------------------------------------------------------- pairs and laws
 
@@ -57,7 +61,7 @@ class PairAnalysis:
 
 def point_errors(points: Sequence[DeltaPoint]) -> tuple[np.ndarray, np.ndarray]:
     """Mean Δ and its standard error per point, with the estimator's noise model."""
-    noise = estimate_noise(points, None)
+    noise = pair_noise(points, NoisePrior())
     counts = np.array([len(p.deltas) for p in points], dtype=float)
     extra = np.array([p.extra_sd for p in points], dtype=float)
     return point_means(points), np.sqrt(noise.sd**2 / counts + extra**2)
@@ -79,7 +83,7 @@ def analyse_pair(groups, pair, window: float, *, n_boot: int = 2000, seed: int =
         points=tuple(matched),
         delta=tuple(float(v) for v in means),
         delta_err=tuple(float(v) for v in errors),
-        estimate=estimate_crossing(points, n_boot=n_boot, seed=seed),
+        estimate=estimate_crossing(points, rule=ANALYSIS_RULE, n_boot=n_boot, seed=seed),
     )
 
 
@@ -97,7 +101,7 @@ def point_verdict(n: float, delta: float, err: float, law: LawView) -> str:
     """agrees / disagrees / within_noise / no_prediction (module doc)."""
     if math.isfinite(law.n_low) and law.n_low <= n <= law.n_high:
         return vocabulary.AGREEMENT_NO_PREDICTION
-    if not abs(delta) > DECIDE_Z * err:
+    if not abs(delta) > ANALYSIS_RULE.boundary(1, math.inf) * err:
         return vocabulary.AGREEMENT_WITHIN_NOISE
     predicted = 1 if n < law.n_star else -1
     observed = 1 if delta > 0 else -1

@@ -45,6 +45,7 @@ from dwtune.core.fit.censored import (
     BRACKETED,
     CENSORED_HIGH,
     CENSORED_LOW,
+    UNDECIDED,
     TransitionObservation,
     fit_law,
 )
@@ -121,22 +122,29 @@ def study_replicate(
 def observation_from_estimate(
     pair: PairPoints, estimate, points: Sequence
 ) -> TransitionObservation:
-    """A CrossingEstimate as the fit's observation; a censored pair's bound is the range end."""
+    """A CrossingEstimate as the fit's observation: a bracketed N*, or the bound its decided
+    signs give (a censored or undecided pair; the range end where an estimate has none)."""
     sizes = [p.n for p in points]
     status = estimate.status
+    low = getattr(estimate, "bound_low", None)
+    high = getattr(estimate, "bound_high", None)
+    direction = None
     if status == BRACKETED and estimate.n_star:
         log_n = math.log(estimate.n_star)
     elif status == CENSORED_HIGH and sizes:
-        log_n = math.log(max(sizes))
+        log_n = math.log(low if low else max(sizes))
     elif status == CENSORED_LOW and sizes:
-        log_n = math.log(min(sizes))
+        log_n = math.log(high if high else min(sizes))
+    elif status == UNDECIDED and (low or high) and not (low and high):
+        log_n, direction = (math.log(low), +1) if low else (math.log(high), -1)
     else:
         log_n = math.nan
     sigma = estimate.sigma_ln if estimate.sigma_ln is not None else math.nan
     seeds = max((len(p.deltas) for p in points), default=0)
     return TransitionObservation(
-        pair.label, pair.depth_shallow, pair.depth_deep, status, log_n, sigma, seeds
-    )
+        pair.label, pair.depth_shallow, pair.depth_deep, status, log_n, sigma, seeds,
+        direction=direction,
+    )  # fmt: skip
 
 
 def _default_estimator():
@@ -153,20 +161,23 @@ def build_replicates(
     estimator: Callable | None = None,
     joint: bool = True,
     points: bool = False,
-    noise_prior: float | None = None,
+    prior=None,
+    rule=None,
     n_boot: int = INNER_BOOT,
 ) -> list[list[TransitionObservation]]:
-    """``n_replicates`` resampled studies, each pair re-estimated by ``estimate_crossing``."""
+    """``n_replicates`` resampled studies, each pair re-estimated by ``estimate_crossing``
+    (with the study's noise ``prior`` and sign ``rule``; the estimator's defaults if None)."""
     if n_replicates < 1:
         raise InputError(f"bootstrap replicates: got {n_replicates!r}; expected at least 1")
     estimate = estimator or _default_estimator()
     rng = np.random.default_rng(seed)
+    options = {k: v for k, v in (("prior", prior), ("rule", rule)) if v is not None}
     replicates = []
     for r in range(n_replicates):
         study = study_replicate(pairs, rng, joint=joint, points=points)
         observed = [
             observation_from_estimate(
-                pair, estimate(pts, noise_prior=noise_prior, n_boot=n_boot, seed=seed + r), pts
+                pair, estimate(pts, n_boot=n_boot, seed=seed + r, **options), pts
             )
             for pair, pts in zip(pairs, study, strict=True)
         ]

@@ -13,11 +13,14 @@ the law is linear in its parameters, ``y = x(L)·θ`` (design row ``x(L) = [1, L
 - ``censored_high`` (the deeper net loses at every size compared): the probability that its
   transition lies above the range bound, ``Φ((x·θ − c) / s)`` with ``c`` the ``y`` of the
   largest size compared;
-- ``censored_low`` (it wins at every size): ``Φ((c − x·θ) / s)``, ``c`` at the smallest size.
+- ``censored_low`` (it wins at every size): ``Φ((c − x·θ) / s)``, ``c`` at the smallest size;
+- ``undecided`` with a bound (its decided points all say one thing, and points within noise
+  lie beyond them): the same one-sided term at that bound, so a pair measured closer to its
+  N* never leaves the fit (an ``undecided`` pair that bounds nothing is excluded).
 
 ``s`` is the pair's own σ(ln N*)/2 where the estimator gives one, else the median ``σ_y`` of
 the estimated transitions: how precisely a transition at the bound would have been located.
-``non_monotone`` and ``undecided`` pairs bound nothing; they are excluded with their reason.
+``non_monotone`` pairs (and ``undecided`` ones without a bound) are excluded with their reason.
 
 The negative log-likelihood is convex (quadratic Gaussian terms; ``−log Φ`` is convex), so it
 is minimised by a trust-region Newton method with its analytic gradient and Hessian; with no
@@ -50,7 +53,7 @@ UNDECIDED = vocabulary.TransitionStatus.UNDECIDED
 DIRECTION = {BRACKETED: 0, CENSORED_HIGH: +1, CENSORED_LOW: -1}
 EXCLUDED_REASON = {
     NON_MONOTONE: "Δ changes sign more than once: no single N* to fit",
-    UNDECIDED: "Δ within noise: the pair bounds no N*",
+    UNDECIDED: "Δ within noise at every decided size: the pair bounds no N*",
 }
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -72,6 +75,14 @@ class TransitionObservation:
     seeds: int = 0
     reason: str = ""
     sigma_field: str = "sigma_ln"  # the input field σ came from, named in errors
+    # +1: N* lies above log_n, −1: below, 0: estimated; None: the status's own (DIRECTION).
+    # An undecided pair's bound says which way it points.
+    direction: int | None = None
+
+    @property
+    def sense(self) -> int | None:
+        """Which way the observation points (+1 / −1 / 0), None where it bounds nothing."""
+        return DIRECTION.get(self.status) if self.direction is None else self.direction
 
     @property
     def log_width(self) -> float:
@@ -84,7 +95,7 @@ class TransitionObservation:
 
     @property
     def fitted(self) -> bool:
-        return self.status in DIRECTION and math.isfinite(self.log_n)
+        return self.sense is not None and math.isfinite(self.log_n)
 
     def exclusion(self) -> str:
         """Why the pair is not in the fit ("" if it is)."""
@@ -94,14 +105,14 @@ class TransitionObservation:
             return self.reason
         if self.status in EXCLUDED_REASON:
             return EXCLUDED_REASON[self.status]
-        if self.status in DIRECTION:
+        if self.sense is not None:
             return "no finite size bound recorded"
         return f"status {self.status!r} bounds no N*"
 
     def as_censored_pair(self) -> CensoredPair:
         """The listing of a pair that was not bracketed (bound on the N axis)."""
         n = math.exp(self.log_n) if math.isfinite(self.log_n) else math.nan
-        low, high = (n, math.nan) if self.status == CENSORED_HIGH else (math.nan, n)
+        low, high = (n, math.nan) if self.sense == +1 else (math.nan, n)
         return CensoredPair(
             self.label, self.status, int(self.depth_shallow), int(self.depth_deep), low, high,
             self.seeds,
@@ -154,7 +165,7 @@ def prepare(observations: Sequence[TransitionObservation]) -> Prepared:
         depth=np.array([o.depth_deep for o in fitted], dtype=float),
         y=np.array([o.log_width for o in fitted], dtype=float),
         sd=np.array(sd, dtype=float),
-        direction=np.array([DIRECTION[o.status] for o in fitted], dtype=int),
+        direction=np.array([o.sense for o in fitted], dtype=int),
         labels=tuple(o.label for o in fitted),
         excluded=tuple((o.label, o.exclusion()) for o in observations if not o.fitted),
     )

@@ -82,9 +82,20 @@ class CensoredPair:
         censored_low: N* lies below the smallest size tried, so the smaller one.
         """
         known = [n for n in (self.n_low, self.n_high) if math.isfinite(n) and n > 0]
+        if self.status == TransitionStatus.UNDECIDED and len(known) == 1:
+            return known[0]  # an undecided pair's one-sided bound (dwtune.core.crossing)
         if not known or self.status not in CENSORED_STATUSES:
             return math.nan
         return max(known) if self.status == TransitionStatus.CENSORED_HIGH else min(known)
+
+    @property
+    def direction(self) -> int | None:
+        """+1 where N* lies above the bound, −1 below, None where the pair bounds nothing."""
+        if not math.isfinite(self.bound):
+            return None
+        if self.status == TransitionStatus.UNDECIDED:
+            return +1 if math.isfinite(self.n_low) else -1
+        return +1 if self.status == TransitionStatus.CENSORED_HIGH else -1
 
     def describe(self) -> str:
         """One plain sentence: what was found for this pair, and on how many seeds."""
@@ -98,6 +109,18 @@ class CensoredPair:
             where = f" at N = {self.bound:.3g}" if math.isfinite(self.bound) else ""
             return f"{found}{where}: transition below the range ({seeds})"
         if self.status == TransitionStatus.UNDECIDED:
+            if self.direction == +1:
+                return (
+                    f"undecided above N = {self.bound:.3g}: depth {self.depth_deep} loses to "
+                    f"depth {self.depth_shallow} up to there, then Δ is within noise; "
+                    f"N* > {self.bound:.3g} ({seeds})"
+                )
+            if self.direction == -1:
+                return (
+                    f"undecided below N = {self.bound:.3g}: depth {self.depth_deep} beats "
+                    f"depth {self.depth_shallow} from there on, Δ within noise below; "
+                    f"N* < {self.bound:.3g} ({seeds})"
+                )
             span = f" between N = {self.n_low:.3g} and {self.n_high:.3g}" if self._bracket else ""
             return f"undecided: Δ within seed noise{span} ({seeds})"
         return f"status {self.status!r}: not bracketed ({seeds})"

@@ -40,6 +40,7 @@ MAX_SEQ_LEN = 2**20  # data.seq_len (tokens)
 MAX_BATCH_SIZE = 2**20  # train.batch_size (sequences)
 MAX_LR = 100.0  # train.lr
 MAX_SECONDS_PER_STEP = 60.0  # simulated.seconds_per_step
+MAX_PRIOR_DOF = 1e3  # refine.noise_prior_dof: a guess worth more than this is a known value
 MAX_SIMULATED_ABS = 1e3  # |simulated.a|, |b|, gap, noise, transition_scale
 
 # --- files

@@ -36,9 +36,18 @@ from dwtune.core.spec.sections import (
 )
 from dwtune.core.units import parse_size
 
+# Keys that once meant something: named with what replaced them, never silently ignored.
+REMOVED_KEYS = {
+    "refine.noise_z": "every sign is now decided by one rule at refine.alpha (and a guess of "
+    "the noise is refine.noise_prior); delete the key",
+}
+
 
 def _check_keys(section: str, raw: dict, allowed: list[str]) -> None:
     for key in raw:
+        removed = REMOVED_KEYS.get(f"{section}.{key}")
+        if removed:
+            raise InputError(f"{section}.{key}: no longer used: {removed}")
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(allowed)}"

@@ -308,11 +308,13 @@ class RefineConfig:
     seeds: int = 1  # paired seeds trained at each proposed size
     max_seeds: int = 3  # seeds added while |Δ| is within noise
     max_rounds: int = 8  # bisection rounds per pair
-    # |mean Δ|/se beyond which a point's sign counts in the final N* estimate (crossing.py)
-    noise_z: float = 2.0
-    # two-sided false-sign rate of the sequential sign test at a true Δ of 0 over all its looks
-    # (one look per added seed up to max_seeds; Pocock-type α-spending, core/sequential.py)
+    # two-sided false-sign rate of the one sign rule at a true Δ of 0 over all its looks (one
+    # look per added seed up to max_seeds; Pocock-type α-spending, core/sequential.py)
     alpha: float = 0.05
+    # a guess of the paired-Δ sd (nats), worth noise_prior_dof pseudo-observations: the seeds
+    # outweigh it as they come in (core/noise.py); it is never taken as known
+    noise_prior: float = 0.003
+    noise_prior_dof: float = 0.5
     # Scan for a second sign change (dwtune.core.transitions): once a pair is bracketed, probe
     # every gap wider than scan_spacing e-folds of N within scan_reach e-folds of the bracket.
     # A dip of Δ narrower than the spacing can slip between probes; 0 turns the scan off.
@@ -332,7 +334,9 @@ class RefineConfig:
         at_least("refine.seeds", self.seeds, 1)
         at_least("refine.max_seeds", self.max_seeds, self.seeds)
         at_least("refine.max_rounds", self.max_rounds, 0)
-        positive("refine.noise_z", self.noise_z)
+        positive("refine.noise_prior", self.noise_prior)
+        positive("refine.noise_prior_dof", self.noise_prior_dof)
+        at_most("refine.noise_prior_dof", self.noise_prior_dof, limits.MAX_PRIOR_DOF)
         if not 0 < self.alpha < 0.5:
             raise InputError(f"refine.alpha: got {self.alpha}; expected a number in (0, 0.5)")
         at_most("refine.max_seeds", self.max_seeds, limits.MAX_REFINE_SEEDS)

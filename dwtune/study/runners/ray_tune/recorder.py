@@ -21,6 +21,7 @@ from dwtune.study.runners.ray_tune.trial import (
     CURVE_KEYS,
     FINAL_KEY,
     NODE_KEY,
+    RECORD_KEYS,
     STARTED_KEY,
 )
 from dwtune.study.runners.ray_tune.trial_errors import (
@@ -112,7 +113,7 @@ class RecordingCallback(tune.Callback):
             return
         if result.get(STARTED_KEY):
             return
-        point = {k: v for k, v in result.items() if k in CURVE_KEYS or k == vocabulary.STATUS}
+        point = {k: v for k, v in result.items() if k in CURVE_KEYS or k in RECORD_KEYS}
         if state.announce_resume:
             state.announce_resume = False
             self._note(

@@ -30,6 +30,8 @@ STARTED_KEY = "dwtune/started"  # set on a report sent as an attempt starts (say
 CURVE_KEYS = frozenset(
     {vocabulary.STEP, vocabulary.TOKENS, vocabulary.ELAPSED_S, *vocabulary.CURVE_SCALARS}
 )
+# Keys of the final report the record keeps besides the curve (record_from_result takes them).
+RECORD_KEYS = frozenset({vocabulary.STATUS, vocabulary.VAL_WINDOWS})
 
 
 def _node_label() -> str:
