@@ -110,6 +110,18 @@ transition_scale`` (positive below N*, where the deeper net loses) and ``σ = no
 
   so Δ's slope just above N* is ``asymmetry_gap_ratio·asymmetry_power`` times the slope below.
 
+- ``flat``: a tangent-like crossing, Δ flat at N* (zero slope there)::
+
+      T = gap·tanh(u)³
+
+  so Δ stays within a seed's noise over a wide band around N* (about ±0.2 e-folds at the
+  defaults and four seeds) and a chord through two points of that band says little about N*.
+- ``size_noise``: the seed noise grows with size (the tanh mean of ``default``)::
+
+      sd(N) = σ·exp(noise_size_slope·ln(N / 1e8))                     [0.15 per e-fold]
+
+  about 0.5σ at 1e6 and 2σ at 1e10, so one pooled sd is wrong at both ends of a grid.
+
 - training length (any surface): with ``length_exponent`` [0 = off] every planted transition
   moves with the trial's total steps::
 

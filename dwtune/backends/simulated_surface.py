@@ -22,6 +22,7 @@ from dwtune.core.spec import SimulatedConfig
 N_C = 8.8e13  # size scale of the power law (parameters)
 ALPHA = 0.076  # power-law exponent of the loss in N
 DIVERGE_EARLIEST = 0.05  # a diverging training blows up after at least 5% of its steps
+NOISE_SIZE_REF = 1e8  # parameters: where the size_noise surface's sd equals `noise`
 
 
 # --------------------------------------------------------------------------- the planted law
@@ -76,6 +77,8 @@ def link_term(config: SimulatedConfig, depth: int, log_n: float) -> float:
         return config.gap * math.tanh(u) - dip
     if config.surface == "asymmetric":
         return _asymmetric(config, u)
+    if config.surface == "flat":  # zero slope at N*: a tangent-like crossing
+        return config.gap * math.tanh(u) ** 3
     return config.gap * math.tanh(u)
 
 
@@ -155,20 +158,30 @@ def mean_sign_changes(
 # --------------------------------------------------------------------------- per-seed noise
 
 
-def loss_noise_sd(config: SimulatedConfig, depth: int) -> float:
+def loss_noise_sd(config: SimulatedConfig, depth: int, n_params: float = NOISE_SIZE_REF) -> float:
     """sd of one final loss (nats), outliers aside: noise, times 1 + slope·(L − 1) on
-    depth_noise."""
+    depth_noise, times exp(noise_size_slope·ln(N / NOISE_SIZE_REF)) on size_noise."""
     if config.surface == "depth_noise":
         return config.noise * (1.0 + config.noise_depth_slope * (depth - 1))
+    if config.surface == "size_noise":
+        return config.noise * math.exp(
+            config.noise_size_slope * math.log(n_params / NOISE_SIZE_REF)
+        )
     return config.noise
 
 
-def paired_noise_sd(config: SimulatedConfig, depth_shallow: int = 1, depth_deep: int = 1) -> float:
-    """sd of a same-seed loss difference between two depths (nats), outliers aside:
-    sqrt(σs² + σd² − 2ρ·σs·σd); noise·sqrt(2·(1 − ρ)) where σ does not depend on depth."""
+def paired_noise_sd(
+    config: SimulatedConfig,
+    depth_shallow: int = 1,
+    depth_deep: int = 1,
+    n_params: float = NOISE_SIZE_REF,
+) -> float:
+    """sd of a same-seed loss difference between two depths at size ``n_params`` (nats),
+    outliers aside: sqrt(σs² + σd² − 2ρ·σs·σd); σ·sqrt(2·(1 − ρ)) where σ does not depend on
+    depth."""
     rho = config.seed_correlation
     if config.surface != "depth_noise":
-        return config.noise * math.sqrt(2.0 * (1.0 - rho))
+        return loss_noise_sd(config, depth_deep, n_params) * math.sqrt(2.0 * (1.0 - rho))
     sd_s, sd_d = loss_noise_sd(config, depth_shallow), loss_noise_sd(config, depth_deep)
     return math.sqrt(max(0.0, sd_s**2 + sd_d**2 - 2.0 * rho * sd_s * sd_d))
 
@@ -232,7 +245,8 @@ def seed_outcome(
     noise = math.sqrt(rho) * standard_normal("seed", seed) + math.sqrt(1.0 - rho) * standard_normal(
         "trial", key, seed
     )
-    loss = mean_loss_at(config, linked, depth, width, lr) + loss_noise_sd(config, depth) * noise
+    sd = loss_noise_sd(config, depth, 12.0 * depth * width**2)
+    loss = mean_loss_at(config, linked, depth, width, lr) + sd * noise
     if is_outlier(config, depth, key, seed):
         loss += config.outlier_size
     return SeedOutcome(loss)

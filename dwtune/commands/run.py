@@ -35,9 +35,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def answer_lines(results) -> list[str]:
-    """The study's answer in a few lines: the fit and where the report is."""
+    """The study's answer in a few lines: each pair's decided statement first, then the fit
+    and where the report is."""
     fit = results.fit
     tag = " (SIMULATED)" if fit.get("simulated") else ""
+    pairs = [
+        f"pair {row.pair}{tag}: {row.statement}"
+        for row in results.transitions.itertuples()
+        if getattr(row, "statement", "")
+    ]
     if fit.get("status") == "fitted":
         lines = [
             f"fit{tag}: ln dx* = {fit['a']:.3f}(±{fit['se_a']:.3f}) + "
@@ -46,7 +52,7 @@ def answer_lines(results) -> list[str]:
         ]
     else:
         lines = [f"fit{tag}: {fit.get('status')}: {fit.get('reason', 'see the report')}"]
-    return [*lines, f"report: {results.report}"]
+    return [*pairs, *lines, f"report: {results.report}"]
 
 
 def _summary(store) -> str:
@@ -90,8 +96,7 @@ def run(args: argparse.Namespace) -> int:
             return _interrupted(study.store)
     if interrupted():  # swallowed below us, or it came as the study ended: still 130
         return _interrupted(study.store)
-    if not args.grid_only:
-        for line in answer_lines(results):
-            progress.note(line)
     progress.note(_summary(study.store))
+    if not args.grid_only:  # the results: stdout, after the progress display (stderr) ends
+        print("\n".join(answer_lines(results)), flush=True)
     return 0

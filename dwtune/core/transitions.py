@@ -324,6 +324,7 @@ class Transition:
     noise_dof: float = 0.0  # degrees of freedom the seeds gave the noise (the prior's excluded)
     unstable_deep: int = 0  # of the failures, trainings flagged unstable (pair_points)
     unstable_shallow: int = 0
+    statement: str = ""  # the pair's answer in one sentence (transitions.statement)
 
     @property
     def pair(self) -> str:
@@ -348,6 +349,76 @@ def _bound(size: float | None) -> float:
     return math.nan if size is None else float(size)
 
 
+@dataclass(frozen=True)
+class SignedPoint:
+    """One point as the rule judged it: size (the pair's axis), mean Δ, its se, its sign."""
+
+    n: float
+    mean: float
+    se: float
+    sign: int
+
+    def text(self) -> str:
+        return f"{self.mean:+.3f} ± {self.se:.3f} at {self.n:.3g}"
+
+
+def signed_points(points: Sequence[crossing.DeltaPoint], refine: RefineConfig) -> list:
+    """Every point's mean Δ, se and sign by the one rule (what the statement quotes)."""
+    points = sorted((p for p in points if p.deltas), key=lambda p: p.n)
+    if not points:
+        return []
+    noise = crossing.pair_noise(points, noise_prior(refine))
+    signs = crossing.point_signs(points, noise, sign_rule(refine))
+    return [
+        SignedPoint(p.n, float(m), float(e), int(s))
+        for p, m, e, s in zip(points, signs.means, signs.se, signs.signs, strict=True)
+    ]
+
+
+def _listed(points: Sequence[SignedPoint]) -> str:
+    return ", ".join(p.text() for p in points)
+
+
+def statement(pair: tuple[int, int], estimate, points: Sequence[SignedPoint], alpha: float) -> str:
+    """The pair's answer in one sentence, decided by the one rule: a bracketed N* with its 95%
+    interval, a one-sided bound, or why there is none (what run prints first, and report.md)."""
+    shallow, deep = pair
+    nets = f"the {deep}-layer net {{}} the {shallow}-layer net of the same size"
+    rule = f"each sign decided at α = {alpha:g}"
+    positive = [p for p in points if p.sign > 0]
+    negative = [p for p in points if p.sign < 0]
+    quiet = [p for p in points if p.sign == 0]
+    status = estimate.status
+    if status == vocabulary.TransitionStatus.BRACKETED:
+        return (
+            f"N* = {estimate.n_star:.3g}, 95% interval [{estimate.n_star_low:.3g}, "
+            f"{estimate.n_star_high:.3g}]: {nets.format('loses to')} below it "
+            f"(Δ = {_listed(positive[-1:])}) and beats it above (Δ = {_listed(negative[:1])}); "
+            f"{rule}."
+        )
+    if status == vocabulary.TransitionStatus.NON_MONOTONE:
+        sizes = ", ".join(f"{n:.3g}" for n in estimate.crossings)
+        return f"No single N*: Δ changes sign more than once (near N = {sizes}); {rule}."
+    if estimate.bound_low is not None:
+        above = [p for p in quiet if p.n > estimate.bound_low]
+        rest = f"; above it Δ is within noise ({_listed(above)})" if above else ""
+        return (
+            f"N* > {estimate.bound_low:.3g} at 95%: {nets.format('loses to')} at every size up "
+            f"to {estimate.bound_low:.3g} (Δ = {_listed(positive)}){rest}; {rule}."
+        )
+    if estimate.bound_high is not None:
+        below = [p for p in quiet if p.n < estimate.bound_high]
+        rest = f"; below it Δ is within noise ({_listed(below)})" if below else ""
+        return (
+            f"N* < {estimate.bound_high:.3g} at 95%: {nets.format('beats')} at every size "
+            f"from {estimate.bound_high:.3g} on (Δ = {_listed(negative)}){rest}; {rule}."
+        )
+    return (
+        f"Undecided: Δ is within noise at every size measured ({_listed(points)}); no sign is "
+        f"decided at α = {alpha:g}, so nothing bounds N*."
+    )
+
+
 def make_transition(
     pair: tuple[int, int],
     points: Sequence[PairPoint],
@@ -363,9 +434,11 @@ def make_transition(
     (module doc); a pair that is not bracketed keeps the bounds its decided signs give."""
     shallow, deep = pair
     points = mark_unstable(points)
+    measured = [p.delta_point() for p in points]
     estimate = crossing.estimate_crossing(
-        [p.delta_point() for p in points], prior=noise_prior(refine), rule=sign_rule(refine)
+        measured, prior=noise_prior(refine), rule=sign_rule(refine)
     )
+    said = statement(pair, estimate, signed_points(measured, refine), refine.alpha)
     common = dict(
         depth_shallow=shallow,
         depth_deep=deep,
@@ -382,6 +455,7 @@ def make_transition(
         failures_shallow=sum(p.failures_shallow for p in points),
         unstable_deep=sum(len(p.unstable_deep) for p in points),
         unstable_shallow=sum(len(p.unstable_shallow) for p in points),
+        statement=said,
     )
     if estimate.status != vocabulary.TransitionStatus.BRACKETED:
         return Transition(

@@ -291,28 +291,30 @@ class PairRefiner:
 
 
 def describe(t: Transition) -> str:
-    """One line: status, N* and dx* with uncertainty, and the cost."""
+    """One line: status and the pair's decided statement, then what it cost."""
     cost = f"{t.trials} new training(s), {t.rounds} round(s), up to {t.seeds} seed(s)"
     failures = f", failed trainings {t.failures_deep}/{t.failures_shallow} (deeper/shallower)"
     cost += failures if t.failures_deep or t.failures_shallow else ""
+    unstable = t.unstable_deep + t.unstable_shallow
+    cost += f", {unstable} of them unstable" if unstable else ""
+    noise = f"noise {t.noise_source} ({t.noise_dof:g} dof from the seeds)"
+    detail = ""
     if t.status == vocabulary.TransitionStatus.BRACKETED:
-        found = (
-            f"N* = {t.n_star:.4g}, 68% [{t.n_star_low_68:.4g}, {t.n_star_high_68:.4g}], "
-            f"95% [{t.n_star_low:.4g}, {t.n_star_high:.4g}], σ(ln N*) = {t.sigma_ln:.3f}, "
-            f"dx* = {t.width_deep:.1f} ± {t.width_deep_err:.1f}; noise {t.noise_source}"
+        detail = (
+            f" 68% [{t.n_star_low_68:.4g}, {t.n_star_high_68:.4g}], σ(ln N*) = "
+            f"{t.sigma_ln:.3f}, dx* = {t.width_deep:.1f} ± {t.width_deep_err:.1f}."
         )
-        return f"bracketed: {found} ({t.reason}; {cost})"
-    if t.status == vocabulary.TransitionStatus.NON_MONOTONE:
-        listed = ", ".join(f"{n:.4g}" for n in t.crossings)
-        return f"non_monotone: Δ changes sign more than once, at N ≈ {listed}; no N* ({cost})"
-    hint = {
-        TransitionStatus.CENSORED_LOW: "the deeper net already wins at the smallest budget; lower "
-        "space.budgets' minimum",
-        TransitionStatus.CENSORED_HIGH: "the deeper net never wins inside the range; raise "
-        "space.budgets' maximum",
-        TransitionStatus.UNDECIDED: "Δ stays within seed noise; raise refine.max_seeds",
-    }[t.status]
-    return f"{t.status}: {hint} ({cost})"
+    hint = HINTS.get(t.status, "") if t.status != vocabulary.TransitionStatus.BRACKETED else ""
+    return f"{t.status}: {t.statement}{detail} {hint}({t.reason}; {cost}; {noise})"
+
+
+HINTS = {
+    TransitionStatus.CENSORED_LOW: "To bracket N*, lower space.budgets' minimum. ",
+    TransitionStatus.CENSORED_HIGH: "To bracket N*, raise space.budgets' maximum. ",
+    TransitionStatus.UNDECIDED: "More seeds (refine.max_seeds) or sizes further from N* decide "
+    "the signs within noise. ",
+    TransitionStatus.NON_MONOTONE: "",
+}
 
 
 # --------------------------------------------------------------------------- the stage

@@ -10,8 +10,10 @@ from dwtune.core import crossing, noise, vocabulary
 from dwtune.core.crossing import DeltaPoint
 from dwtune.core.noise import NoisePrior
 
+GUESS = NoisePrior(0.003, 0.5)
 
-def _noise(points, prior=NoisePrior(0.003, 0.5)):
+
+def _noise(points, prior=GUESS):
     return crossing.pair_noise(points, prior)
 
 

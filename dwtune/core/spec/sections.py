@@ -31,6 +31,8 @@ SIMULATED_SURFACES = (
     "divergences",
     "lr_mistuned",
     "asymmetric",
+    "flat",
+    "size_noise",
 )
 
 
@@ -413,6 +415,8 @@ class SimulatedConfig:
     # gap(L) = gap / (1 + gap_depth_slope·(L − 1)) for the pair whose deeper depth is L
     noise_depth_slope: float = 0.1
     gap_depth_slope: float = 0.1
+    # size_noise: noise sd(N) = noise·exp(noise_size_slope·ln(N / 1e8)), per e-fold of N
+    noise_size_slope: float = 0.15
     # non_monotone: a bump of depth dip_size·gap, dip_offset e-folds below ln N*, half-width
     # dip_width e-folds, pulls Δ below zero once before the real crossing
     dip_size: float = 1.5
@@ -454,6 +458,7 @@ class SimulatedConfig:
             "gap",
             "noise_depth_slope",
             "gap_depth_slope",
+            "noise_size_slope",
             "dip_size",
             "outlier_size",
             "outlier_min_depth",

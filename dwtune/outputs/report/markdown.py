@@ -124,6 +124,17 @@ def _transitions_section(study: Study) -> list[str]:
     return [*lines, f"{len(frame)} depth pair(s): {summary}.", "", table, ""]
 
 
+def _answer_section(study: Study) -> list[str]:
+    """The study's answer first: each pair's statement, decided by the one sign rule."""
+    lines = ["## Answer", ""]
+    frame = study.transitions
+    if frame is None or frame.empty or "statement" not in frame.columns:
+        return [*lines, "No pair has been refined yet.", ""]
+    for _, row in frame.iterrows():
+        lines.append(f"- **Pair {row['pair']}**: {row['statement']}")
+    return [*lines, ""]
+
+
 def _length_cells(row: pd.Series) -> list[str]:
     get = row.get
     check = _span(get("n_star_check"), get("n_star_check_low"), get("n_star_check_high"), ".3g")
@@ -388,6 +399,7 @@ def _files_section(meta: dict, tb: Path | None) -> list[str]:
 def _markdown(study, outcome, cells, rows, budgets, record, figures, tb) -> str:
     sections = [
         _header(study),
+        _answer_section(study),
         _measured_section(study, cells),
         _transitions_section(study),
         _length_section(study),

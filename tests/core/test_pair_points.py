@@ -1,0 +1,138 @@
+"""A pair's points from trial records: paired evaluation error, unstable trainings, one rule for
+the loop and the report, the decided statement (pure)."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from dwtune.core import crossing, pair_points, transitions, vocabulary
+from dwtune.core.pair_points import SizeTrend
+from dwtune.core.records import TrialRecord
+from dwtune.core.spec import RefineConfig
+
+# the quickstart's layout: depths 1 and 2, three budgets, two paired seeds, max_seeds 2
+QUICK = RefineConfig(pairs=((1, 2),), seeds=2, max_seeds=2, max_rounds=1, noise_prior=0.003)
+BUDGETS = (1e5, 3e5, 1e6)
+
+
+def _record(depth, budget, seed, loss, windows=(), se=math.nan, status="finished"):
+    return TrialRecord(
+        trial_id=f"{depth}-{budget:g}-{seed}", stage="grid", depth=depth,
+        width=int(math.sqrt(budget / (12 * depth))), heads=2, budget=budget,
+        params_non_embedding=int(budget), params_total=int(budget), seed=seed, status=status,
+        best_val_loss=loss, val_windows=list(windows), val_loss_se=se,
+    )  # fmt: skip
+
+
+def test_identical_windows_give_a_paired_evaluation_error_below_the_quadrature():
+    # Both nets scored on the same 128 windows: a window that is hard for one is hard for the
+    # other, so the se of their per-window difference is far below the two se's in quadrature.
+    rng = np.random.default_rng(0)
+    hardness = rng.normal(2.0, 0.5, size=128)  # per-window difficulty shared by both nets
+    deep = [_record(2, 1e6, s, 0, hardness + 0.02 + 0.01 * rng.normal(size=128)) for s in (0, 1)]
+    shallow = [_record(1, 1e6, s, 0, hardness + 0.01 * rng.normal(size=128)) for s in (0, 1)]
+    for record in (*deep, *shallow):
+        record.best_val_loss = float(np.mean(record.val_windows))
+        record.val_loss_se = float(np.std(record.val_windows, ddof=1) / math.sqrt(128))
+    paired = pair_points.paired_eval_error(deep, shallow)
+    quadrature = np.mean([r.val_loss_se**2 for r in deep]) + np.mean(
+        [r.val_loss_se**2 for r in shallow]
+    )
+    assert math.sqrt(paired) < 0.1 * math.sqrt(quadrature)
+    assert math.sqrt(paired) == pytest.approx(0.01 / math.sqrt(128), rel=0.3)
+    # records without window losses fall back to the quadrature
+    for record in (*deep, *shallow):
+        record.val_windows = []
+    assert pair_points.paired_eval_error(deep, shallow) == pytest.approx(quadrature)
+
+
+def _quick_grid(losses: dict) -> pair_points.PairGrid:
+    """The quickstart's grid from {(depth, budget, seed): loss}."""
+    records = [_record(d, b, s, loss) for (d, b, s), loss in losses.items()]
+    return pair_points.grid_pair(records, (1, 2), BUDGETS, (0, 1))
+
+
+QUICK_LOSSES = {  # the shape of the quickstart's measured losses (nats)
+    (1, 1e5, 0): 2.453, (1, 1e5, 1): 2.461, (2, 1e5, 0): 2.547, (2, 1e5, 1): 2.548,
+    (1, 3e5, 0): 2.102, (1, 3e5, 1): 2.121, (2, 3e5, 0): 2.186, (2, 3e5, 1): 2.180,
+    (1, 1e6, 0): 1.773, (1, 1e6, 1): 1.781, (2, 1e6, 0): 1.813, (2, 1e6, 1): 1.823,
+}  # fmt: skip
+
+
+def test_an_unstable_training_at_one_size_leaves_the_other_sizes_decisions_unchanged():
+    clean = transitions.decide_points(list(_quick_grid(QUICK_LOSSES).points), QUICK)
+    wild = dict(QUICK_LOSSES)
+    wild[(1, 1e6, 1)] = 2.034  # seed 1 of the 1-layer net went unstable at 1e6
+    marked = transitions.decide_points(list(_quick_grid(wild).points), QUICK)
+    assert marked[2].unstable_shallow == (1,) and marked[2].failures_shallow == 1
+    for before, after in zip(clean[:2], marked[:2], strict=True):
+        assert after.decision.sign == before.decision.sign == 1
+        assert after.decision.sd == pytest.approx(before.decision.sd, rel=0.2)
+    # without the rule, its 0.26-nat gap is seed noise for every size: nothing is decided
+    groups = crossing.usable_groups([p.delta_point() for p in _quick_grid(wild).points])
+    unflagged = crossing.pair_noise(
+        [dataclasses.replace(p.delta_point()) for p in _quick_grid(wild).points],
+        transitions.noise_prior(QUICK),
+    )
+    assert groups[2].size == 2 and unflagged.sd[0] > 5 * marked[0].decision.sd
+
+
+def test_the_reported_status_uses_the_loops_signs_and_never_a_single_seed():
+    grid = list(_quick_grid(QUICK_LOSSES).points)
+    decided = transitions.decide_points(grid, QUICK)
+    t = transitions.make_transition((1, 2), grid, QUICK, trials=0, rounds=0, simulated=False)
+    assert [p.decision.sign for p in decided] == [1, 1, 1]
+    assert t.status == vocabulary.TransitionStatus.CENSORED_HIGH
+    assert t.n_star_low == pytest.approx(math.exp(decided[-1].log_n))
+    # one seed per size: the loop's rule (two seeds first) decides nothing, nor does the report
+    single = {k: v for k, v in QUICK_LOSSES.items() if k[2] == 0}
+    records = [_record(d, b, s, loss) for (d, b, s), loss in single.items()]
+    one = pair_points.grid_pair(records, (1, 2), BUDGETS, (0,)).points
+    four = dataclasses.replace(QUICK, seeds=1, max_seeds=4)
+    assert not any(p.decision.decided for p in transitions.decide_points(list(one), four))
+    t = transitions.make_transition((1, 2), list(one), four, trials=0, rounds=0, simulated=False)
+    assert t.status == vocabulary.TransitionStatus.UNDECIDED and math.isnan(t.n_star_low)
+
+
+def test_an_undecided_pair_keeps_the_bound_its_decided_points_give():
+    # 1e5 and 3e5 decided positive, 1e6 within noise: undecided, with N* > 3e5
+    noisy = dict(QUICK_LOSSES)
+    noisy[(2, 1e6, 0)], noisy[(2, 1e6, 1)] = 1.773 + 0.004, 1.781 - 0.006
+    grid = list(_quick_grid(noisy).points)
+    t = transitions.make_transition((1, 2), grid, QUICK, trials=0, rounds=0, simulated=False)
+    assert t.status == vocabulary.TransitionStatus.UNDECIDED
+    assert t.n_star_low == pytest.approx(math.exp(grid[1].log_n)) and math.isnan(t.n_star_high)
+    assert t.statement.startswith(f"N* > {math.exp(grid[1].log_n):.3g} at 95%")
+    assert "the 2-layer net loses to the 1-layer net" in t.statement
+    assert "within noise" in t.statement
+
+
+def test_the_statement_names_a_bracketed_n_star_with_its_interval():
+    losses = dict(QUICK_LOSSES)
+    losses[(2, 1e6, 0)], losses[(2, 1e6, 1)] = 1.740, 1.751  # the 2-layer net wins at 1e6
+    grid = list(_quick_grid(losses).points)
+    t = transitions.make_transition((1, 2), grid, QUICK, trials=0, rounds=0, simulated=False)
+    assert t.status == vocabulary.TransitionStatus.BRACKETED
+    assert t.statement.startswith(f"N* = {t.n_star:.3g}, 95% interval [{t.n_star_low:.3g}")
+    assert "loses to the 1-layer net of the same size below it" in t.statement
+
+
+def test_points_keep_their_losses_through_a_journal():
+    point = _quick_grid(QUICK_LOSSES).points[0]
+    loaded = pair_points.PairPoint.from_dict(point.to_dict())
+    assert loaded == point and loaded.losses[0][1:] == (2.547, 2.453)
+    assert pair_points.mark_unstable([loaded]) == pair_points.mark_unstable([point])
+
+
+def test_a_failed_training_takes_its_depths_worst_stable_loss():
+    losses = [(2.0, 1.9), (math.nan, 1.95), (2.1, math.nan)]
+    kept, deltas, failed_deep, failed_shallow = pair_points.deltas_from_losses(losses, 0.0)
+    assert kept == [0, 1, 2] and (failed_deep, failed_shallow) == (1, 1)
+    assert deltas == pytest.approx([0.1, 2.1 - 1.95, 2.1 - 1.95])
+    flagged = pair_points.deltas_from_losses(
+        losses, 0.0, [(False, False), (False, True), (False, False)]
+    )
+    assert flagged[3] == 2  # the flagged shallow training counts as a failure too
+    assert SizeTrend([], []).slope_at(1.0) == 0.0
