@@ -148,9 +148,11 @@ def test_text_table_and_report(capsys, wandb_csv, tmp_path):
     assert main([*argv, "--report", str(out)]) == 0
     text = capsys.readouterr().out
     assert "pair 6-12: crosses; N* = " in text and "levine2020 N* = 1.3e+07" in text
-    assert "decided points agree with levine2020" in text
+    assert "points where it predicts a sign disagree" in text and "binomial test" in text
+    assert "noise (replicate runs)" in text and "signs: the one sign rule, α = 0.05" in text
     report = (out / "report.md").read_text()
-    assert "### Pair 6-12" in report and "decided points agree with levine2020" in report
+    assert "### Pair 6-12" in report and "binomial test" in report
+    assert "## Noise and signs" in report
     assert (out / "figures" / "analysis_deltas.png").stat().st_size > 10_000
 
 
@@ -212,13 +214,14 @@ def test_experiment_directory_gives_the_studys_transitions(capsys, study_dir):
         # the two estimates within the intervals' combined width
         assert row["n_star_low"] <= pair["n_star"] <= row["n_star_high"]
         assert pair["n_star_low"] <= row["n_star"] <= pair["n_star_high"]
-    # the simulated law is the reference's constants: every decided point agrees
+    # the simulated law is the reference's constants: every decided point agrees, and the
+    # test of the disagreements does not reject it
     ref = result["reference"]
     assert ref["decided"] > 10 and ref["agree"] == ref["decided"]
-    assert (
-        ref["summary"]
-        == f"{ref['decided']} of {ref['decided']} decided points agree with levine2020"
-    )
+    test = ref["test"]
+    assert test["disagree"] == 0 and not test["rejected"] and test["p_value"] == 1.0
+    assert ref["summary"].startswith(f"levine2020: 0 of {test['predicted']} points where it")
+    assert result["noise"]["method"] == "measured"  # the refine stage's seeds
     assert math.isclose(
         result["pairs"][0]["law_n_star"], 12 * 12 * math.exp(2 * (5.039 + 0.0555 * 12))
     )
@@ -245,7 +248,8 @@ def test_three_crossing_pairs_give_the_fit_and_a_study_fit_is_a_reference(capsys
     write_fit(study_dir)  # the study's own fit.json, as its fit stage writes it
     held = analyze_json(capsys, study_dir, "--reference", study_dir)
     ref = held["reference"]
-    assert ref["law"] == "study" and ref["summary"].endswith(f"agree with the fit of {study_dir}")
+    assert ref["law"] == "study" and f"consistent with the fit of {study_dir}" in ref["summary"]
     assert ref["decided"] > 10 and ref["agree"] == ref["decided"]
     verdicts = {p["verdict"] for pair in held["pairs"] for p in pair["points"]}
     assert "no_prediction" in verdicts or "within_noise" in verdicts
+
