@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from analysis_tables import TOKENS, WANDB_COLUMNS, sweep
+from analysis_tables import TOKENS, WANDB_COLUMNS, rounded_width, single_run_suite, sweep
 
 from dwtune.cli import main
 from dwtune.core.analysis import analyse_pair, select_checkpoints, size_groups
@@ -253,3 +253,98 @@ def test_three_crossing_pairs_give_the_fit_and_a_study_fit_is_a_reference(capsys
     verdicts = {p["verdict"] for pair in held["pairs"] for p in pair["points"]}
     assert "no_prediction" in verdicts or "within_noise" in verdicts
 
+
+# ---------------------------------------------------------------- one run per shape
+
+SUITE_BUDGETS = np.geomspace(1e6, 1e9, 25)  # 0.29 e-folds apart: each budget its own point
+SHORT = (12, 6)  # depth 12's run at budget 6 stopped at 75% of the tokens
+FAR = {36: np.geomspace(3e9, 3e10, 4)}  # depth 36 only above depth 24's largest size
+
+
+@pytest.fixture(scope="module")
+def suite_csv(tmp_path_factory) -> Path:
+    """One run per shape with 20 checkpoints each (SIMULATED losses, jitter sd 0.002)."""
+    path = tmp_path_factory.mktemp("suite") / "suite.csv"
+    frame = single_run_suite(budgets=SUITE_BUDGETS, short={SHORT: 0.75}, far_depths=FAR)
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_one_run_per_shape_is_judged_at_its_checkpoint_jitter(capsys, suite_csv):
+    result = analyze_json(capsys, suite_csv, "--reference", "levine2020")
+    noise = result["noise"]
+    assert noise["method"] == "checkpoint_jitter"
+    assert "cubic in ln tokens" in noise["description"]["checkpoint_jitter"]
+    assert "not seed-to-seed variation" in noise["limits"]
+    depths = {d["depth"]: d for d in noise["jitter"]["per_depth"]}
+    assert sorted(depths) == [6, 12, 18, 24, 36]
+    for depth in (6, 12, 18, 24):  # 25 runs x 6 dof: the pooled sd within ~6% (1 sd)
+        assert depths[depth]["sd"] == pytest.approx(0.002, rel=0.2)
+    for pair in result["pairs"]:
+        assert pair["noise"]["method"] == "checkpoint_jitter"
+        assert pair["noise"]["sd_low"] == pytest.approx(0.002 * math.sqrt(2), rel=0.2)
+    assert result["rule"]["alpha"] == 0.05 and result["rule"]["looks"] == 1
+    assert main(["analyze", str(suite_csv)]) == 0
+    text = capsys.readouterr().out
+    assert "noise (checkpoint jitter):" in text and "what it cannot show:" in text
+    assert "depth 6: 0.002" in text
+
+
+def test_runs_that_differ_in_tokens_are_named_with_the_factor(capsys, suite_csv):
+    short = f"L12-w{rounded_width(*SHORT[:1], SUITE_BUDGETS[SHORT[1]])}"
+    result = analyze_json(capsys, suite_csv)
+    warnings = result["tokens"]["warnings"]
+    assert len(warnings) == 2  # pairs 6-12 and 12-18 both compare the short run
+    assert warnings[0].startswith("pair 6-12: runs L6-w")
+    assert f"(2e+09 tokens) and {short} (1.5e+09) differ by 33% (a factor 1.33)" in warnings[0]
+    assert warnings[0].endswith("pass --tokens T to compare at equal tokens")
+    assert warnings[1].startswith("pair 12-18: runs L18-w")
+    equal = analyze_json(capsys, suite_csv, "--tokens", "1.5e9")  # every run logged 1.5e9
+    assert equal["tokens"]["warnings"] == [] and equal["tokens"]["target_warning"] is None
+    off = analyze_json(capsys, suite_csv, "--tokens", "1.7e9")
+    target = off["tokens"]["target_warning"]
+    assert target.startswith("--tokens 1.7e+09: 1 run(s) have no checkpoint within 2% of it")
+    assert f"farthest: {short} at 1.5e+09 tokens (a factor 1.13)" in target
+
+
+def test_a_default_pair_whose_sizes_never_meet_is_skipped(capsys, suite_csv):
+    result = analyze_json(capsys, suite_csv)
+    assert [p["pair"] for p in result["pairs"]] == ["6-12", "12-18", "18-24"]
+    [skipped] = result["skipped"]
+    assert skipped["pair"] == "24-36"
+    assert skipped["reason"].startswith("pair 24-36: sizes never meet within --window 0.25")
+    assert main(["analyze", str(suite_csv)]) == 0
+    assert "skipped: pair 24-36: sizes never meet" in capsys.readouterr().out
+    # asked for explicitly and alone: nothing can be analysed, one line, exit 2
+    assert "pair 24-36: sizes never meet" in one_line_error(capsys, suite_csv, "--pairs", "24-36")
+
+
+@pytest.mark.parametrize(("a", "rejected"), [(5.039, False), (4.639, True)])
+def test_the_verdict_test_keeps_the_right_law_and_rejects_a_wrong_one(
+    capsys, tmp_path, a, rejected
+):
+    # Planted a = 4.639 puts every N* a factor e^-0.8 = 0.45 below levine2020's: about two
+    # sizes per pair fall between. Over 20 tables each: the right law rejected in 0, the
+    # wrong one in 20 (0 and 6-7 disagreements of 75). A shift of a by -0.2 (N* x 0.67,
+    # under one size step) gave 3 of 75 and was rejected in none: the test's power needs
+    # sizes between the two N*.
+    path = tmp_path / "suite.csv"
+    single_run_suite(budgets=SUITE_BUDGETS, a=a).to_csv(path, index=False)
+    ref = analyze_json(capsys, path, "--reference", "levine2020")["reference"]
+    assert ref["test"]["predicted"] == 75 and ref["test"]["rejected"] is rejected
+    assert ("the law is rejected: p = " in ref["summary"]) is rejected
+
+
+def test_the_fit_includes_a_censored_pair(capsys, tmp_path):
+    # levine2020's N*(30) = 2.4e8 lies above the largest size: pair 24-30 never crosses.
+    path = tmp_path / "suite.csv"
+    single_run_suite(depths=(6, 12, 18, 24, 30), budgets=np.geomspace(1e6, 2e8, 17)).to_csv(
+        path, index=False
+    )
+    result = analyze_json(capsys, path)
+    status = {p["pair"]: p["transition_status"] for p in result["pairs"]}
+    assert status == {"6-12": "bracketed", "12-18": "bracketed", "18-24": "bracketed",
+                      "24-30": "censored_high"}  # fmt: skip
+    fit = result["fit"]
+    assert fit["method"] == "censored_mle" and fit["n_points"] == 3
+    assert fit["censored_in_fit"] == ["24-30"]
