@@ -348,3 +348,17 @@ def test_the_fit_includes_a_censored_pair(capsys, tmp_path):
     fit = result["fit"]
     assert fit["method"] == "censored_mle" and fit["n_points"] == 3
     assert fit["censored_in_fit"] == ["24-30"]
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.001])
+def test_every_sign_is_the_rules_t_test_at_alpha(capsys, suite_csv, alpha):
+    from scipy import stats
+
+    result = analyze_json(capsys, suite_csv, "--alpha", alpha)
+    assert result["rule"]["alpha"] == alpha
+    points = [p for pair in result["pairs"] for p in pair["points"]]
+    for p in points:
+        assert p["boundary"] == pytest.approx(stats.t.isf(alpha / 2, p["noise_dof"]), rel=1e-3)
+        assert p["sign"] == (0 if abs(p["z"]) <= p["boundary"] else np.sign(p["z"]))
+    assert any(p["sign"] == 0 for p in points)  # within noise exists at either level
+    assert "--alpha" in one_line_error(capsys, suite_csv, "--alpha", "0.7")
