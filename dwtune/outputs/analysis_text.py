@@ -172,6 +172,6 @@ def format_analysis(result: dict) -> str:
     for pair in result["pairs"]:
         lines += ["", *pair_lines(pair, law)]
     if ref:
-        lines += ["", f"agreement: {ref['summary']}"]
+        lines += ["", f"agreement with {ref['law']}: {ref['summary']}"]
     lines += ["", *fit_lines(result["fit"])]
     return "\n".join(lines)

@@ -148,7 +148,8 @@ def test_text_table_and_report(capsys, wandb_csv, tmp_path):
     assert main([*argv, "--report", str(out)]) == 0
     text = capsys.readouterr().out
     assert "pair 6-12: crosses; N* = " in text and "levine2020 N* = 1.3e+07" in text
-    assert "points where it predicts a sign disagree" in text and "binomial test" in text
+    assert "points where levine2020 predicts a sign disagree" in text
+    assert "by a one-sided binomial test, consistent with levine2020 at α = 0.05" in text
     assert "noise (replicate runs)" in text and "signs: the one sign rule, α = 0.05" in text
     report = (out / "report.md").read_text()
     assert "### Pair 6-12" in report and "binomial test" in report
@@ -220,7 +221,7 @@ def test_experiment_directory_gives_the_studys_transitions(capsys, study_dir):
     assert ref["decided"] > 10 and ref["agree"] == ref["decided"]
     test = ref["test"]
     assert test["disagree"] == 0 and not test["rejected"] and test["p_value"] == 1.0
-    assert ref["summary"].startswith(f"levine2020: 0 of {test['predicted']} points where it")
+    assert ref["summary"].startswith(f"0 of {test['predicted']} points where levine2020 predicts")
     assert result["noise"]["method"] == "measured"  # the refine stage's seeds
     assert math.isclose(
         result["pairs"][0]["law_n_star"], 12 * 12 * math.exp(2 * (5.039 + 0.0555 * 12))

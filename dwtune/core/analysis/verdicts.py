@@ -203,15 +203,15 @@ class AgreementTest:
     @property
     def summary(self) -> str:
         counts = (
-            f"{self.law}: {self.disagree} of {self.predicted} points where it predicts a sign "
-            f"disagree ({self.agree} agree, {self.within_noise} within noise; silent at "
+            f"{self.disagree} of {self.predicted} points where {self.law} predicts a sign "
+            f"disagree ({self.agree} agree, {self.within_noise} within noise; it is silent at "
             f"{self.no_prediction})"
         )
         if self.predicted == 0:
             return f"{counts}; {self.conclusion}"
         return (
-            f"{counts}; if it were right each would disagree at most α/2 = {self.rate:.3g} of "
-            f"the time: binomial test {self.conclusion}"
+            f"{counts}. If it were right, each would disagree at most α/2 = {self.rate:.3g} of "
+            f"the time; by a one-sided binomial test, {self.conclusion}"
         )
 
 
