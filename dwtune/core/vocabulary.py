@@ -140,6 +140,9 @@ SPEC_FILE = "spec.yaml"
 # Where a pair's paired-Δ noise came from (transitions.parquet `noise_source`).
 NOISE_MEASURED = "measured"  # the seeds gave degrees of freedom (the prior's pseudo-obs. too)
 NOISE_PRIOR = "prior"  # no two seeds at any point yet: the spec's guess on its pseudo-obs. alone
+# `dwtune analyze` on one run per shape: each run's checkpoint-to-checkpoint jitter about a
+# smooth curve in tokens (dwtune.core.analysis.jitter)
+NOISE_CHECKPOINT_JITTER = "checkpoint_jitter"
 
 # `dwtune analyze`: a pair's verdict (its JSON `status`), from the estimator's transition status.
 ANALYSIS_CROSSES = "crosses"
@@ -155,8 +158,10 @@ ANALYSIS_STATUS = {
 # A Δ point held against a law's predicted sign.
 AGREEMENT_AGREES = "agrees"
 AGREEMENT_DISAGREES = "disagrees"
-AGREEMENT_WITHIN_NOISE = "within_noise"  # |Δ| within its uncertainty: not a disagreement
-AGREEMENT_NO_PREDICTION = "no_prediction"  # inside the law's own interval of N*
+AGREEMENT_WITHIN_NOISE = "within_noise"  # the sign rule decided no sign: not a disagreement
+# the law is silent: its optimal depth lies between the pair's depths, or N is inside the
+# law's own interval of a transition size (dwtune.core.analysis.verdicts)
+AGREEMENT_NO_PREDICTION = "no_prediction"
 # Roles of a runs table's columns (`dwtune analyze --columns ROLE=COLUMN`).
 RUN_COLUMNS_REQUIRED = ("depth", "width", "params", "loss")
 RUN_COLUMNS_OPTIONAL = ("seed", "tokens", "step", "run")

@@ -13,7 +13,13 @@ from pathlib import Path
 import numpy as np
 
 from dwtune.outputs.analysis import SIM_BANNER
-from dwtune.outputs.analysis_text import fit_lines, n_star_text, pair_lines
+from dwtune.outputs.analysis_text import (
+    fit_lines,
+    n_star_text,
+    noise_lines,
+    pair_lines,
+    warning_lines,
+)
 from dwtune.outputs.report.figures import new_figure, save_png
 from dwtune.storage.store import atomic_write_text
 
@@ -100,7 +106,11 @@ def markdown(result: dict, figure: Path, out: Path) -> str:
     ]
     if ref:
         lines += [f"- reference: {ref['law']} (a = {ref['a']}, b = {ref['b']}): {ref['summary']}"]
-    lines += ["", "## Pairs", ""]
+    lines += ["", "## Noise and signs", "", "```", *noise_lines(result), "```", ""]
+    warnings = warning_lines(result)
+    if warnings:
+        lines += ["## Warnings and skipped pairs", "", *[f"- {w}" for w in warnings], ""]
+    lines += ["## Pairs", ""]
     for pair in result["pairs"]:
         lines += [f"### Pair {pair['pair']}", "", n_star_text(pair), "", "```"]
         lines += [*pair_lines(pair, law)[1:], "```", ""]
@@ -110,7 +120,8 @@ def markdown(result: dict, figure: Path, out: Path) -> str:
         "What this cannot show: the sizes are the table's own count (compared with a law's "
         "N* = 12·L·dx² only if the table counts the same way); a transition outside the sizes "
         "the table covers is only bounded; runs that differ in more than shape (learning rate, "
-        "tokens) confound Δ.",
+        "tokens) confound Δ; noise from checkpoint jitter is one run's evaluation and "
+        "optimisation noise, not seed-to-seed variation.",
         "",
     ]
     return "\n".join(lines)

@@ -6,7 +6,13 @@ import math
 
 from dwtune.outputs.analysis import SIM_BANNER, STATUS_TEXT
 
-POINT_HEADERS = ("N", "N shallow", "Δ (nats)", "± se", "seeds", "trend")
+POINT_HEADERS = ("N", "N shallow", "Δ (nats)", "± se", "sign", "seeds", "trend")
+SIGN_TEXT = {1: "+", -1: "−", 0: "0"}  # + deeper loses, − deeper wins, 0 within noise
+NOISE_NAMES = {
+    "measured": "replicate runs",
+    "checkpoint_jitter": "checkpoint jitter",
+    "prior": "assumed (nothing to measure it)",
+}
 
 
 def _num(value, fmt: str = ".3g") -> str:
@@ -45,26 +51,91 @@ def trend_text(pair: dict) -> str:
     return "size trend: " + "; ".join(parts)
 
 
+def law_text(pair: dict, law: str) -> str:
+    """What the law says of the pair: one threshold (adjacent), or two with a silent band."""
+    text = f"{law} N* = {_num(pair['law_n_star'])}"
+    if pair.get("law_first_depth") is None:
+        return text
+    return (
+        f"{law}: deeper loses below N*({pair['law_first_depth']:g}) = "
+        f"{_num(pair['law_loses_below'])}, wins above N*({pair['depth_deep']:g}) = "
+        f"{_num(pair['law_wins_above'])}, silent between"
+    )
+
+
+def pair_noise_text(pair: dict) -> str:
+    noise = pair["noise"]
+    low, high = f"{noise['sd_low']:.2g}", f"{noise['sd_high']:.2g}"
+    sd = low if low == high else f"{low}-{high}"
+    name = NOISE_NAMES[noise["method"]]
+    return f"noise: {name}, sd of Δ {sd} nats on ≥ {noise['dof_low']:.3g} dof"
+
+
 def pair_lines(pair: dict, law: str | None) -> list[str]:
     head = f"pair {pair['pair']}: {STATUS_TEXT[pair['status']]}; {n_star_text(pair)}"
     if law is not None:
-        head += f"; {law} N* = {_num(pair['law_n_star'])}"
+        head += f"; {law_text(pair, law)}"
     headers = POINT_HEADERS + ((f"vs {law}",) if law else ())
     rows = []
     for p in pair["points"]:
         row = [_num(p["n"]), _num(p["n_shallow"]), _num(p["delta"], "+.4f")]
-        row += [_num(p["delta_err"], ".4f"), p["seeds"], p["trend"]]
+        row += [_num(p["delta_err"], ".4f"), SIGN_TEXT[p["sign"]], p["seeds"], p["trend"]]
         rows.append(row + ([p["verdict"].replace("_", " ")] if law else []))
-    noise = f"noise: {pair['noise_source']}"
-    return [head, f"  {trend_text(pair)}; {noise}"] + ["  " + r for r in plain_table(headers, rows)]
+    lines = [head, f"  {trend_text(pair)}; {pair_noise_text(pair)}"]
+    return lines + ["  " + r for r in plain_table(headers, rows)]
+
+
+def noise_lines(result: dict) -> list[str]:
+    """The noise method in words, the per-depth jitter, and what it cannot show."""
+    noise = result["noise"]
+    lines = [f"noise ({NOISE_NAMES.get(noise['method'], noise['method'])}):"]
+    lines += [f"  {text}" for text in noise["description"].values()]
+    jitter = noise["jitter"]
+    if jitter is not None and noise["limits"] is not None:
+        lines.append(
+            f"  jitter measured on {jitter['runs_measured']} of {jitter['runs_total']} runs; sd "
+            "of one loss reading per depth (nats):"
+        )
+        for d in jitter["per_depth"]:
+            flagged = "".join(
+                f"; flagged {f['run']}: sd {f['sd']:.2g} on {f['dof']} dof" for f in d["flagged"]
+            )
+            lines.append(
+                f"    depth {d['depth']:g}: {d['sd']:.2g} on {d['dof']:g} dof ({d['runs']} runs)"
+                f"{flagged}"
+            )
+        lines.append(f"  what it cannot show: {noise['limits']}")
+    rule = result["rule"]
+    lines.append(
+        f"signs: the one sign rule, α = {rule['alpha']:g}, one look per point: {rule['test']}"
+    )
+    return lines
+
+
+def warning_lines(result: dict) -> list[str]:
+    tokens = result["tokens"]
+    lines = [f"warning: {w}" for w in tokens["warnings"]]
+    if tokens["target_warning"]:
+        lines.append(f"warning: {tokens['target_warning']}")
+    if not tokens["checked"]:
+        lines.append("tokens: the table has no tokens or step column; Δ assumes equal training")
+    return lines + [f"skipped: {s['reason']}; skipped" for s in result["skipped"]]
+
+
+def _censored(fit: dict) -> str:
+    """The bounded pairs the censored likelihood also used, and those it left out."""
+    used = fit.get("censored_in_fit") or []
+    text = f" and {len(used)} bounded pair(s) ({', '.join(used)})" if used else ""
+    out = [f"{e['label']}: {e['reason']}" for e in fit.get("excluded") or []]
+    return text + (f"; left out: {'; '.join(out)}" if out else "")
 
 
 def fit_lines(fit: dict) -> list[str]:
     if fit["status"] != "fitted":
         return [f"fit: none ({fit['reason']})"]
     lines = [
-        f"fit of ln dx* = a + b·L over {fit['n_points']} crossing pairs (source: {fit['source']};"
-        " N* read as 12·L·dx²)",
+        f"fit of ln dx* = a + b·L over {fit['n_points']} crossing pairs{_censored(fit)} (source: "
+        f"{fit['source']}; N* read as 12·L·dx²)",
         f"  a = {fit['a']:.4f} ± {fit['se_a']:.4f}   b = {fit['b']:.5f} ± {fit['se_b']:.5f}   "
         f"χ²_red = {_num(fit['chi2_red'])} with {fit['dof']} dof",
     ]
@@ -96,9 +167,11 @@ def format_analysis(result: dict) -> str:
         f"window: |ln N_deep - ln N_shallow| <= {result['window']:.3g} (sizes within a factor "
         f"{ratio:.3g}); Δ = loss(deeper) - loss(shallower) at the deeper net's size",
     ]
+    lines += noise_lines(result)
+    lines += warning_lines(result)
     for pair in result["pairs"]:
         lines += ["", *pair_lines(pair, law)]
     if ref:
-        lines += ["", ref["summary"]]
+        lines += ["", f"agreement with {ref['law']}: {ref['summary']}"]
     lines += ["", *fit_lines(result["fit"])]
     return "\n".join(lines)

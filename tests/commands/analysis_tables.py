@@ -74,3 +74,71 @@ if __name__ == "__main__":
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "sweep.csv")
     sweep(depths=(6, 12, 18), n_stars=(2e7, 8e7)).to_csv(out, index=False)
     print(out)
+
+
+# --------------------------------------------------------------------------- one run per shape
+
+SUITE_TOKENS = 2_000_000_000
+SUITE_CHECKPOINTS = 20  # evaluations per run, evenly spaced in tokens up to its end
+CURVE_SCALE, CURVE_POWER = 0.1, 0.5  # nats above the final loss: 0.1·((T/t)^0.5 − 1)
+SUITE_COLUMNS = ["run", "depth", "width", "params", "tokens", "loss"]
+
+
+def run_curve(final: float, end_tokens: float) -> tuple[np.ndarray, np.ndarray]:
+    """Checkpoint tokens and noise-free losses of a run: ``final`` at SUITE_TOKENS on a
+    smooth curve in tokens; a run that stops early (``end_tokens`` < SUITE_TOKENS) ends
+    higher on the same curve."""
+    tokens = np.linspace(end_tokens / SUITE_CHECKPOINTS, end_tokens, SUITE_CHECKPOINTS)
+    return tokens, final + CURVE_SCALE * ((SUITE_TOKENS / tokens) ** CURVE_POWER - 1.0)
+
+
+def single_run_suite(
+    depths=(6, 12, 18, 24),
+    budgets=None,
+    *,
+    a: float = 5.039,
+    b: float = 0.0555,
+    jitter=0.002,
+    seed_sd: float = 0.0,
+    short: dict | None = None,
+    far_depths: dict | None = None,
+    spike: tuple | None = None,
+    rng_seed: int = 0,
+) -> pd.DataFrame:
+    """A suite of one run per shape with SUITE_CHECKPOINTS checkpoints each, its final losses
+    from the simulated backend's surface (:mod:`dwtune.backends.simulated`, pairs chained
+    6-12-18-24 as a study plants them, law ``ln dx* = a + b·L``; the defaults are levine2020's).
+
+    SIMULATED DATA. ``jitter``: sd (nats) of every checkpoint's independent evaluation noise
+    about the run's curve (a number, or depth -> sd). ``seed_sd``: sd of one offset per run
+    (seed-to-seed noise, which no checkpoint can see; 0: the world where jitter is all the
+    noise). ``short``: (depth, budget index) -> share of SUITE_TOKENS the run stops at.
+    ``far_depths``: depth -> its own budgets (e.g. sizes no other depth was trained at).
+    ``spike``: (depth, budget index, nats) added to that run's checkpoints in its last quarter
+    except the last (a loss spike it recovered from)."""
+    from dwtune.backends.simulated_surface import mean_loss_at
+    from dwtune.core.spec.sections import SimulatedConfig
+
+    config = SimulatedConfig(a=a, b=b)
+    budgets = np.geomspace(1e6, 1e9, 13) if budgets is None else budgets
+    plan = {d: budgets for d in depths} | (far_depths or {})
+    chain = sorted(plan)
+    rng = np.random.default_rng(rng_seed)
+    rows = []
+    for depth in chain:
+        linked = tuple(d for d in chain if chain[0] < d <= depth)
+        sd = jitter.get(depth) if isinstance(jitter, dict) else jitter
+        for k, budget in enumerate(plan[depth]):
+            width = rounded_width(depth, budget)
+            offset = seed_sd * rng.standard_normal()  # a seed's effect: the whole run moves
+            final = mean_loss_at(config, linked, depth, width, None) + offset
+            end = (short or {}).get((depth, k), 1.0) * SUITE_TOKENS
+            tokens, losses = run_curve(final, end)
+            losses = losses + sd * rng.standard_normal(losses.size)
+            if spike is not None and spike[:2] == (depth, k):
+                losses[-SUITE_CHECKPOINTS // 4 : -1] += spike[2]
+            name = f"L{depth}-w{width}"
+            n = 12 * depth * width**2
+            pairs = zip(tokens, losses, strict=True)
+            rows += [(name, depth, width, n, int(t), float(v)) for t, v in pairs]
+    return pd.DataFrame(rows, columns=SUITE_COLUMNS)

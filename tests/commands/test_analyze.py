@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from analysis_tables import TOKENS, WANDB_COLUMNS, sweep
+from analysis_tables import TOKENS, WANDB_COLUMNS, rounded_width, single_run_suite, sweep
 
 from dwtune.cli import main
 from dwtune.core.analysis import analyse_pair, select_checkpoints, size_groups
@@ -148,9 +148,12 @@ def test_text_table_and_report(capsys, wandb_csv, tmp_path):
     assert main([*argv, "--report", str(out)]) == 0
     text = capsys.readouterr().out
     assert "pair 6-12: crosses; N* = " in text and "levine2020 N* = 1.3e+07" in text
-    assert "decided points agree with levine2020" in text
+    assert "points where levine2020 predicts a sign disagree" in text
+    assert "by a one-sided binomial test, consistent with levine2020 at α = 0.05" in text
+    assert "noise (replicate runs)" in text and "signs: the one sign rule, α = 0.05" in text
     report = (out / "report.md").read_text()
-    assert "### Pair 6-12" in report and "decided points agree with levine2020" in report
+    assert "### Pair 6-12" in report and "binomial test" in report
+    assert "## Noise and signs" in report
     assert (out / "figures" / "analysis_deltas.png").stat().st_size > 10_000
 
 
@@ -212,13 +215,14 @@ def test_experiment_directory_gives_the_studys_transitions(capsys, study_dir):
         # the two estimates within the intervals' combined width
         assert row["n_star_low"] <= pair["n_star"] <= row["n_star_high"]
         assert pair["n_star_low"] <= row["n_star"] <= pair["n_star_high"]
-    # the simulated law is the reference's constants: every decided point agrees
+    # the simulated law is the reference's constants: every decided point agrees, and the
+    # test of the disagreements does not reject it
     ref = result["reference"]
     assert ref["decided"] > 10 and ref["agree"] == ref["decided"]
-    assert (
-        ref["summary"]
-        == f"{ref['decided']} of {ref['decided']} decided points agree with levine2020"
-    )
+    test = ref["test"]
+    assert test["disagree"] == 0 and not test["rejected"] and test["p_value"] == 1.0
+    assert ref["summary"].startswith(f"0 of {test['predicted']} points where levine2020 predicts")
+    assert result["noise"]["method"] == "measured"  # the refine stage's seeds
     assert math.isclose(
         result["pairs"][0]["law_n_star"], 12 * 12 * math.exp(2 * (5.039 + 0.0555 * 12))
     )
@@ -245,7 +249,117 @@ def test_three_crossing_pairs_give_the_fit_and_a_study_fit_is_a_reference(capsys
     write_fit(study_dir)  # the study's own fit.json, as its fit stage writes it
     held = analyze_json(capsys, study_dir, "--reference", study_dir)
     ref = held["reference"]
-    assert ref["law"] == "study" and ref["summary"].endswith(f"agree with the fit of {study_dir}")
+    assert ref["law"] == "study" and f"consistent with the fit of {study_dir}" in ref["summary"]
     assert ref["decided"] > 10 and ref["agree"] == ref["decided"]
     verdicts = {p["verdict"] for pair in held["pairs"] for p in pair["points"]}
     assert "no_prediction" in verdicts or "within_noise" in verdicts
+
+
+# ---------------------------------------------------------------- one run per shape
+
+SUITE_BUDGETS = np.geomspace(1e6, 1e9, 25)  # 0.29 e-folds apart: each budget its own point
+SHORT = (12, 6)  # depth 12's run at budget 6 stopped at 75% of the tokens
+FAR = {36: np.geomspace(3e9, 3e10, 4)}  # depth 36 only above depth 24's largest size
+
+
+@pytest.fixture(scope="module")
+def suite_csv(tmp_path_factory) -> Path:
+    """One run per shape with 20 checkpoints each (SIMULATED losses, jitter sd 0.002)."""
+    path = tmp_path_factory.mktemp("suite") / "suite.csv"
+    frame = single_run_suite(budgets=SUITE_BUDGETS, short={SHORT: 0.75}, far_depths=FAR)
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_one_run_per_shape_is_judged_at_its_checkpoint_jitter(capsys, suite_csv):
+    result = analyze_json(capsys, suite_csv, "--reference", "levine2020")
+    noise = result["noise"]
+    assert noise["method"] == "checkpoint_jitter"
+    assert "cubic in ln tokens" in noise["description"]["checkpoint_jitter"]
+    assert "not seed-to-seed variation" in noise["limits"]
+    depths = {d["depth"]: d for d in noise["jitter"]["per_depth"]}
+    assert sorted(depths) == [6, 12, 18, 24, 36]
+    for depth in (6, 12, 18, 24):  # 25 runs x 6 dof: the pooled sd within ~6% (1 sd)
+        assert depths[depth]["sd"] == pytest.approx(0.002, rel=0.2)
+    for pair in result["pairs"]:
+        assert pair["noise"]["method"] == "checkpoint_jitter"
+        assert pair["noise"]["sd_low"] == pytest.approx(0.002 * math.sqrt(2), rel=0.2)
+    assert result["rule"]["alpha"] == 0.05 and result["rule"]["looks"] == 1
+    assert main(["analyze", str(suite_csv)]) == 0
+    text = capsys.readouterr().out
+    assert "noise (checkpoint jitter):" in text and "what it cannot show:" in text
+    assert "depth 6: 0.002" in text
+
+
+def test_runs_that_differ_in_tokens_are_named_with_the_factor(capsys, suite_csv):
+    short = f"L12-w{rounded_width(*SHORT[:1], SUITE_BUDGETS[SHORT[1]])}"
+    result = analyze_json(capsys, suite_csv)
+    warnings = result["tokens"]["warnings"]
+    assert len(warnings) == 2  # pairs 6-12 and 12-18 both compare the short run
+    assert warnings[0].startswith("pair 6-12: runs L6-w")
+    assert f"(2e+09 tokens) and {short} (1.5e+09) differ by 33% (a factor 1.33)" in warnings[0]
+    assert warnings[0].endswith("pass --tokens T to compare at equal tokens")
+    assert warnings[1].startswith("pair 12-18: runs L18-w")
+    equal = analyze_json(capsys, suite_csv, "--tokens", "1.5e9")  # every run logged 1.5e9
+    assert equal["tokens"]["warnings"] == [] and equal["tokens"]["target_warning"] is None
+    off = analyze_json(capsys, suite_csv, "--tokens", "1.7e9")
+    target = off["tokens"]["target_warning"]
+    assert target.startswith("--tokens 1.7e+09: 1 run(s) have no checkpoint within 2% of it")
+    assert f"farthest: {short} at 1.5e+09 tokens (a factor 1.13)" in target
+
+
+def test_a_default_pair_whose_sizes_never_meet_is_skipped(capsys, suite_csv):
+    result = analyze_json(capsys, suite_csv)
+    assert [p["pair"] for p in result["pairs"]] == ["6-12", "12-18", "18-24"]
+    [skipped] = result["skipped"]
+    assert skipped["pair"] == "24-36"
+    assert skipped["reason"].startswith("pair 24-36: sizes never meet within --window 0.25")
+    assert main(["analyze", str(suite_csv)]) == 0
+    assert "skipped: pair 24-36: sizes never meet" in capsys.readouterr().out
+    # asked for explicitly and alone: nothing can be analysed, one line, exit 2
+    assert "pair 24-36: sizes never meet" in one_line_error(capsys, suite_csv, "--pairs", "24-36")
+
+
+@pytest.mark.parametrize(("a", "rejected"), [(5.039, False), (4.639, True)])
+def test_the_verdict_test_keeps_the_right_law_and_rejects_a_wrong_one(
+    capsys, tmp_path, a, rejected
+):
+    # Planted a = 4.639 puts every N* a factor e^-0.8 = 0.45 below levine2020's: about two
+    # sizes per pair fall between. Over 20 tables each: the right law rejected in 0, the
+    # wrong one in 20 (0 and 6-7 disagreements of 75). A shift of a by -0.2 (N* x 0.67,
+    # under one size step) gave 3 of 75 and was rejected in none: the test's power needs
+    # sizes between the two N*.
+    path = tmp_path / "suite.csv"
+    single_run_suite(budgets=SUITE_BUDGETS, a=a).to_csv(path, index=False)
+    ref = analyze_json(capsys, path, "--reference", "levine2020")["reference"]
+    assert ref["test"]["predicted"] == 75 and ref["test"]["rejected"] is rejected
+    assert ("the law is rejected: p = " in ref["summary"]) is rejected
+
+
+def test_the_fit_includes_a_censored_pair(capsys, tmp_path):
+    # levine2020's N*(30) = 2.4e8 lies above the largest size: pair 24-30 never crosses.
+    path = tmp_path / "suite.csv"
+    single_run_suite(depths=(6, 12, 18, 24, 30), budgets=np.geomspace(1e6, 2e8, 17)).to_csv(
+        path, index=False
+    )
+    result = analyze_json(capsys, path)
+    status = {p["pair"]: p["transition_status"] for p in result["pairs"]}
+    assert status == {"6-12": "bracketed", "12-18": "bracketed", "18-24": "bracketed",
+                      "24-30": "censored_high"}  # fmt: skip
+    fit = result["fit"]
+    assert fit["method"] == "censored_mle" and fit["n_points"] == 3
+    assert fit["censored_in_fit"] == ["24-30"]
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.001])
+def test_every_sign_is_the_rules_t_test_at_alpha(capsys, suite_csv, alpha):
+    from scipy import stats
+
+    result = analyze_json(capsys, suite_csv, "--alpha", alpha)
+    assert result["rule"]["alpha"] == alpha
+    points = [p for pair in result["pairs"] for p in pair["points"]]
+    for p in points:
+        assert p["boundary"] == pytest.approx(stats.t.isf(alpha / 2, p["noise_dof"]), rel=1e-3)
+        assert p["sign"] == (0 if abs(p["z"]) <= p["boundary"] else np.sign(p["z"]))
+    assert any(p["sign"] == 0 for p in points)  # within noise exists at either level
+    assert "--alpha" in one_line_error(capsys, suite_csv, "--alpha", "0.7")

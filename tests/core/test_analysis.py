@@ -6,11 +6,14 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from dwtune.core import vocabulary
 from dwtune.core.analysis import (
     LawView,
     RunTable,
+    agreement_test,
+    analysis_rule,
     choose_pairs,
     match_sizes,
     pair_points,
@@ -20,7 +23,10 @@ from dwtune.core.analysis import (
     size_groups,
     validate,
 )
+from dwtune.core.crossing import DeltaPoint, point_signs
 from dwtune.core.errors import InputError
+from dwtune.core.noise import Noise
+from dwtune.core.projection import LEVINE2020, optimal_depth, transition_size
 
 
 def table(depth, params, loss, seed=None, tokens=None, failed=None) -> RunTable:
@@ -171,20 +177,82 @@ def test_pairs_parsing_and_choice():
         choose_pairs([6.0])
 
 
+ADJACENT = LawView("levine2020", 1e7, math.nan, math.nan)
+
+
 @pytest.mark.parametrize(
-    ("n", "delta", "expected"),
+    ("n", "sign", "expected"),
     [
-        (1e6, +0.05, vocabulary.AGREEMENT_AGREES),  # below the law's N*: deeper loses
-        (1e8, -0.05, vocabulary.AGREEMENT_AGREES),
-        (1e8, +0.05, vocabulary.AGREEMENT_DISAGREES),
-        (1e8, +0.001, vocabulary.AGREEMENT_WITHIN_NOISE),  # |Δ| < 2 se: not a disagreement
+        (1e6, +1, vocabulary.AGREEMENT_AGREES),  # below the law's N*: deeper loses
+        (1e8, -1, vocabulary.AGREEMENT_AGREES),
+        (1e8, +1, vocabulary.AGREEMENT_DISAGREES),
+        (1e8, 0, vocabulary.AGREEMENT_WITHIN_NOISE),  # no sign decided: not a disagreement
     ],
 )
-def test_point_verdict(n, delta, expected):
-    law = LawView("levine2020", 1e7, math.nan, math.nan)
-    assert point_verdict(n, delta, 0.002, law) == expected
+def test_point_verdict(n, sign, expected):
+    assert point_verdict(n, sign, ADJACENT) == expected
 
 
 def test_no_prediction_inside_a_fitted_laws_interval():
     law = LawView("study", 1e7, 5e6, 2e7)
-    assert point_verdict(1.5e7, -0.05, 0.002, law) == vocabulary.AGREEMENT_NO_PREDICTION
+    assert point_verdict(1.5e7, -1, law) == vocabulary.AGREEMENT_NO_PREDICTION
+    assert point_verdict(4e6, -1, law) == vocabulary.AGREEMENT_DISAGREES
+    assert point_verdict(3e7, -1, law) == vocabulary.AGREEMENT_AGREES
+
+
+def test_a_sign_needs_the_rules_boundary_not_a_fixed_two_se():
+    # Noise known to many dof: the boundary is the normal 1.96 at alpha 0.05, 3.29 at 0.001.
+    se = 0.002
+    points = [DeltaPoint(n, (z * se,)) for n, z in ((1e8, 1.5), (2e8, 2.5), (4e8, 4.0))]
+    noise = Noise.uniform(3, se, 1e6, "test")
+    signs = point_signs(points, noise, analysis_rule(0.05))
+    assert signs.bounds == pytest.approx([stats.norm.isf(0.025)] * 3, rel=1e-3)
+    assert signs.signs.tolist() == [0, 1, 1]
+    assert point_signs(points, noise, analysis_rule(0.001)).signs.tolist() == [0, 0, 1]
+    # the law says the deeper net wins above 1e7: 1.5 se against it is within noise, 4 se
+    # against it is a disagreement
+    verdicts = [point_verdict(p.n, s, ADJACENT) for p, s in zip(points, signs.signs, strict=True)]
+    assert verdicts == ["within_noise", "disagrees", "disagrees"]
+    # few dof widen it: Student t, not normal
+    few = point_signs(points, Noise.uniform(3, se, 4, "test"), analysis_rule(0.05))
+    assert few.bounds[0] == pytest.approx(stats.t.isf(0.025, 4), rel=1e-3)
+    assert few.signs.tolist() == [0, 0, 1]
+
+
+def test_a_non_adjacent_pair_is_judged_through_the_laws_optimal_depth():
+    # Pair 6-24 of a table with depths 6, 12, 18, 24: the deeper net loses where every link
+    # loses (N < N*(12), optimal depth below 12), wins where every link wins (N > N*(24),
+    # optimal depth above 24), and the law is silent between.
+    law = LEVINE2020
+    view = LawView(
+        law.name, transition_size(law, 24), math.nan, math.nan,
+        12.0, transition_size(law, 12), math.nan, math.nan,
+    )  # fmt: skip
+    for n in np.geomspace(1e6, 1e10, 41):
+        depth = optimal_depth(law, n)
+        expected = -1 if depth > 24 else 1 if depth < 12 else 0
+        assert view.predicted(n) == expected, (n, depth)
+    silent = transition_size(law, 18)  # optimal depth 18: between the pair's depths
+    assert point_verdict(silent, +1, view) == vocabulary.AGREEMENT_NO_PREDICTION
+    assert point_verdict(silent, -1, view) == vocabulary.AGREEMENT_NO_PREDICTION
+    assert point_verdict(1e6, +1, view) == vocabulary.AGREEMENT_AGREES
+    assert point_verdict(1e6, -1, view) == vocabulary.AGREEMENT_DISAGREES
+    assert point_verdict(1e10, +1, view) == vocabulary.AGREEMENT_DISAGREES
+    # an adjacent pair: the law's N*(Ld) rule, silent nowhere but at N*(Ld) itself
+    adjacent = LawView(law.name, transition_size(law, 12), math.nan, math.nan)
+    star = transition_size(law, 12)
+    assert [adjacent.predicted(star * f) for f in (0.99, 1.0, 1.01)] == [1, 0, -1]
+
+
+def test_the_agreement_summary_is_a_binomial_test_of_disagreements():
+    right = ["agrees"] * 38 + ["disagrees"] + ["within_noise"] + ["no_prediction"] * 5
+    kept = agreement_test(right, "levine2020", 0.05)
+    assert (kept.predicted, kept.disagree, kept.no_prediction) == (40, 1, 5)
+    assert kept.p_value == pytest.approx(stats.binom.sf(0, 40, 0.025))
+    assert not kept.rejected and "consistent with levine2020 at α = 0.05" in kept.summary
+    wrong = ["agrees"] * 34 + ["disagrees"] * 6
+    rejected = agreement_test(wrong, "levine2020", 0.05)
+    assert rejected.p_value == pytest.approx(stats.binom.sf(5, 40, 0.025))
+    assert rejected.rejected and "the law is rejected: p = " in rejected.summary
+    # the same 6 disagreements among many more predicted points are what a right law gives
+    assert not agreement_test(wrong + ["agrees"] * 400, "levine2020", 0.05).rejected

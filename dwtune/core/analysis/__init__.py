@@ -38,13 +38,57 @@ groups are unpaired: Δ is each deeper run minus the mean of the moved shallower
 shallower mean's standard error joins ``extra_sd`` (from its own runs where it has two or more,
 else from the deeper runs' spread: the same seed noise is assumed for both depths).
 
-Agreement with a law (``ln dx* = a + b·L``): the law predicts ``N*(Ld) = 12·Ld·exp(2(a + b·Ld))``
-in the paper's convention ``N = 12·L·dx²``; a point below it should have Δ > 0 (the deeper net
-loses), above it Δ < 0. A point whose Δ lies within ``DECIDE_Z`` of its uncertainty (the
-estimator's own threshold) is *within noise*, not a disagreement; a point inside the law's own
-95% interval of N* (a fitted law) gets no prediction.
+Noise (nats, the sd of one Δ). Where the pair has replicate runs (two or more Δ at a point:
+several seeds of a shape), the seed-to-seed noise is learned from them as the refine stage
+learns it (:func:`dwtune.core.crossing.pair_noise`, the 0.003-nats guess worth half a
+pseudo-observation). Where it has one run per shape, each run's checkpoint-to-checkpoint
+jitter about a smooth curve in ln tokens, pooled per depth (:mod:`.jitter`, which also says
+what jitter cannot show). Where it has neither, the guess alone: on half a degree of freedom
+its t boundary is so wide that nothing is decided, which is the honest answer. The output
+states the method of every pair.
+
+Signs. Every point is judged by the one sign rule (:class:`dwtune.core.decision.SignRule`)
+with one look (a fixed table: all its runs at once) at ``--alpha`` (default 0.05): a sign
+where ``|Δ|/se`` exceeds the two-sided Student-t quantile ``t(1 − α/2, dof)`` on the noise's
+degrees of freedom, else *within noise*. The status and N* come from
+:func:`dwtune.core.crossing.estimate_crossing` with the same noise and rule.
+
+Agreement with a law (``ln dx* = a + b·L``, ``N*(L) = 12·L·exp(2(a + b·L))`` in the paper's
+convention ``N = 12·L·dx²``). The law's transitions are statements about neighbouring depths:
+``N*(L)`` is where depth L starts to beat the depth before it. For a pair ``Ls < Ld`` with the
+table's depths ``Ls < L1 < … < Ld`` the law therefore says, by transitivity along that chain:
+the deeper net wins where ``N > N*(Ld)`` (every link wins; the law's optimal depth ``L*(N)``,
+the depth whose transition size is N, is at least Ld), loses where ``N < N*(L1)`` (every link
+loses; ``L*(N) < L1``), and is silent between (``L1 ≤ L*(N) ≤ Ld``: some links win, some
+lose, and the law does not say which sum is larger): *no prediction*. For an adjacent pair
+``L1 = Ld``: the law's N*(Ld) rule, silent only at N*(Ld) itself. (Reading "loses where
+``L*(N) ≤ Ls``" instead would not reduce to that rule: it would leave an adjacent pair
+silent over the whole range N*(Ls) to N*(Ld), 3.3e6 to 1.3e7 for pair 6-12 under
+levine2020.) A fitted law is also silent inside its own 95% interval of N*(Ld) and N*(L1).
+A point *agrees* where the rule's sign is the law's, *disagrees* where the rule decided the
+opposite sign, and is *within noise* where the rule decided none.
+
+The agreement as a test. If the law is right, the true Δ at each point where it predicts a
+sign has that sign (or is 0 at a transition), so the rule decides the opposite sign there with
+probability at most α/2 (its one-sided false-sign rate). The number of disagreements among the
+``m`` points with a prediction is then at most Binomial(m, α/2); the law is rejected where the
+one-sided binomial p-value (scipy.stats.binomtest) is below α. Caveats: points of adjacent
+pairs share a depth's runs and so are not independent (a shared run that is off by chance
+moves two points together; the binomial tail is then too thin and the test rejects somewhat too
+often); the law's constants are taken as exact unless it carries an interval; and with noise
+from checkpoint jitter the test inherits jitter's blindness to seed-to-seed variation.
+
+The law fit (``ln dx* = a + b·L``) is the interval-censored likelihood
+(:func:`dwtune.core.fit.fit_law`): bracketed pairs with their N*, censored pairs and undecided
+pairs with a one-sided bound with that bound
+(:func:`dwtune.core.fit.bootstrap.observation_from_estimate`).
+
+Tokens: :mod:`.tokens`. Pairs that cannot be analysed (sizes that never meet within the
+window, no Δ, no size trend) are skipped with their reason; the analysis fails only where no
+pair can be analysed.
 """
 
+from dwtune.core.analysis.jitter import JitterModel, jitter_model
 from dwtune.core.analysis.matching import (
     DEFAULT_WINDOW,
     MatchedPoint,
@@ -56,38 +100,57 @@ from dwtune.core.analysis.matching import (
     parse_pairs,
     size_groups,
 )
-from dwtune.core.analysis.table import Checkpoints, RunTable, select_checkpoints, validate
+from dwtune.core.analysis.table import (
+    Checkpoints,
+    RunTable,
+    run_name,
+    select_checkpoints,
+    validate,
+)
+from dwtune.core.analysis.tokens import TokenGap, pair_token_gap, target_misses
 from dwtune.core.analysis.verdicts import (
-    FitPoints,
+    DEFAULT_ALPHA,
+    AgreementTest,
     LawView,
     PairAnalysis,
-    agreement_line,
+    agreement_test,
     analyse_pair,
-    fit_points,
+    analysis_rule,
+    fit_observations,
+    noise_range,
     pair_verdicts,
     point_verdict,
 )
 
 __all__ = [
+    "DEFAULT_ALPHA",
     "DEFAULT_WINDOW",
+    "AgreementTest",
     "Checkpoints",
-    "FitPoints",
+    "JitterModel",
     "LawView",
     "MatchedPoint",
     "PairAnalysis",
     "RunTable",
     "SizeGroup",
+    "TokenGap",
     "Trend",
-    "agreement_line",
+    "agreement_test",
     "analyse_pair",
+    "analysis_rule",
     "choose_pairs",
-    "fit_points",
+    "fit_observations",
+    "jitter_model",
     "match_sizes",
+    "noise_range",
     "pair_points",
+    "pair_token_gap",
     "pair_verdicts",
     "parse_pairs",
     "point_verdict",
+    "run_name",
     "select_checkpoints",
     "size_groups",
+    "target_misses",
     "validate",
 ]

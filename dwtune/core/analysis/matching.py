@@ -215,6 +215,8 @@ class MatchedPoint:
     trend: str  # own | pooled | none
     paired: bool
     trend_sd: float  # nats: the trend's share of extra_sd
+    rows_deep: tuple[int, ...] = ()  # source row numbers of the runs compared (noise, tokens)
+    rows_shallow: tuple[int, ...] = ()
 
 
 def _with_failures(group: SizeGroup) -> dict[int, float]:
@@ -265,7 +267,15 @@ def delta_point(deep: SizeGroup, shallow: SizeGroup, trend: Trend) -> MatchedPoi
         deltas, mean_se = _unpaired(deep, shallow, factor)
         point = DeltaPoint(deep.params, deltas, math.hypot(trend_sd, mean_se), (), **failures)
     return MatchedPoint(
-        point, shallow.params, deep.width, shallow.width, trend.kind, bool(common), trend_sd
+        point,
+        shallow.params,
+        deep.width,
+        shallow.width,
+        trend.kind,
+        bool(common),
+        trend_sd,
+        deep.rows,
+        shallow.rows,
     )
 
 

@@ -122,7 +122,23 @@ def run_keys(table: RunTable) -> list:
     return list(zip(table.depth, table.width, table.params, seeds, strict=True))
 
 
-def _pick(index: list[int], order: np.ndarray, target: float | None) -> int:
+def run_groups(table: RunTable) -> dict:
+    """run key -> the indices of its rows (its checkpoints), in table order."""
+    groups: dict = {}
+    for i, key in enumerate(run_keys(table)):
+        groups.setdefault(key, []).append(i)
+    return groups
+
+
+def checkpoint_order(table: RunTable) -> tuple[str, np.ndarray]:
+    """The column that orders checkpoints (tokens, else step, else "" for row order) and its
+    values."""
+    name = "tokens" if table.tokens is not None else "step" if table.step is not None else ""
+    return name, getattr(table, name) if name else np.arange(len(table), dtype=float)
+
+
+def pick_checkpoint(index: list[int], order: np.ndarray, target: float | None) -> int:
+    """The used row of one run: the last checkpoint, or the one nearest ``target`` tokens."""
     if target is None:
         return max(index, key=lambda i: (order[i], i))
     return min(index, key=lambda i: (abs(math.log(max(order[i], 1e-300) / target)), -order[i]))
@@ -141,12 +157,11 @@ def select_checkpoints(
         raise InputError(
             f"--tokens needs a tokens column{have}; map one with --columns tokens=COLUMN"
         )
-    order_name = "tokens" if table.tokens is not None else "step" if table.step is not None else ""
-    order = getattr(table, order_name) if order_name else np.arange(len(table), dtype=float)
-    groups: dict = {}
-    for i, key in enumerate(run_keys(table)):
-        groups.setdefault(key, []).append(i)
-    chosen = np.array(sorted(_pick(ix, order, tokens) for ix in groups.values()), dtype=int)
+    order_name, order = checkpoint_order(table)
+    groups = run_groups(table)
+    chosen = np.array(
+        sorted(pick_checkpoint(ix, order, tokens) for ix in groups.values()), dtype=int
+    )
     picked = order[chosen] if order_name else None
     info = Checkpoints(
         rule="nearest" if tokens is not None else "last",
@@ -158,3 +173,11 @@ def select_checkpoints(
         picked_high=float(picked.max()) if picked is not None else None,
     )
     return table.take(chosen), info
+
+
+def run_name(table: RunTable, i: int) -> str:
+    """How messages name the run of row ``i``: its run id, else its shape and seed."""
+    if table.run is not None:
+        return str(table.run[i])
+    seed = f" seed {int(table.seed[i])}" if table.seed is not None else ""
+    return f"depth {table.depth[i]:g} N {table.params[i]:.3g}{seed}"
