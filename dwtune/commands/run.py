@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from dwtune.core import vocabulary
+from dwtune.core.vocabulary import TRANSITIONS_FILE
 
 DEFAULT_STORAGE = "experiments"
 
@@ -39,11 +40,9 @@ def answer_lines(results) -> list[str]:
     and where the report is."""
     fit = results.fit
     tag = " (SIMULATED)" if fit.get("simulated") else ""
-    pairs = [
-        f"pair {row.pair}{tag}: {row.statement}"
-        for row in results.transitions.itertuples()
-        if getattr(row, "statement", "")
-    ]
+    table = results.root / TRANSITIONS_FILE  # absent when the spec configures no pair
+    rows = results.transitions.itertuples() if table.is_file() else ()
+    pairs = [f"pair {r.pair}{tag}: {r.statement}" for r in rows if getattr(r, "statement", "")]
     if fit.get("status") == "fitted":
         lines = [
             f"fit{tag}: ln dx* = {fit['a']:.3f}(±{fit['se_a']:.3f}) + "

@@ -158,11 +158,49 @@ def _transitions(study: Study, spec: dict | None) -> list[str]:
     if bracketed:
         lines.append(
             "Intervals on a loss surface unlike the simulated ones: the N* intervals' coverage "
-            "was measured on seven simulated surfaces (`benchmarks/coverage.py`); at one fixed "
-            "layout of points a pair's 68% interval can run narrow, so read σ(ln N*) and the "
-            "95% interval."
+            "was measured on ten simulated surfaces with the noise guess right and 2-5× wrong "
+            "(`benchmarks/coverage.py`); at one fixed layout of points a pair's 68% interval "
+            "can run narrow, so read σ(ln N*) and the 95% interval."
+        )
+    return [*lines, *_noise(frame), *_bounds(frame)]
+
+
+def _noise(frame: pd.DataFrame) -> list[str]:
+    """How much the seeds measured the noise, and the trainings set aside as unstable."""
+    lines = []
+    if "noise_dof" in frame.columns:
+        few = frame[frame["noise_dof"].astype(float) < 4]
+        if not few.empty:
+            pairs = ", ".join(str(p) for p in few["pair"])
+            lines.append(
+                f"Signs as firm as more seeds would make them: pair(s) {pairs} measured their "
+                "seed noise on fewer than 4 degrees of freedom, so the rule's Student-t "
+                "boundaries are wide and sizes near N* stay within noise (more seeds narrow "
+                "them)."
+            )
+    unstable = [c for c in ("unstable_deep", "unstable_shallow") if c in frame.columns]
+    count = int(frame[unstable].sum().sum()) if unstable else 0
+    if count:
+        lines.append(
+            f"What the {count} training(s) flagged unstable would have reached: each ended "
+            "far above its twins (same shape, other seeds); it counts as a failure of its net "
+            "at that seed and sets no one's noise (pair_deltas.parquet names them)."
         )
     return lines
+
+
+def _bounds(frame: pd.DataFrame) -> list[str]:
+    """A one-sided answer is only as good as Δ's single sign change."""
+    one_sided = frame["status"].astype(str).isin(
+        [TransitionStatus.CENSORED_HIGH, TransitionStatus.CENSORED_LOW, TransitionStatus.UNDECIDED]
+    )
+    if not one_sided.any():
+        return []
+    return [
+        "Where N* lies beyond a bound: a bound such as N* > 3e5 says the deeper net lost at "
+        "every size up to it, decided sign by sign at refine.alpha, and assumes Δ changes sign "
+        "once; it says nothing of how far above the bound N* is."
+    ]
 
 
 def _extrapolation(trials: pd.DataFrame) -> list[str]:
