@@ -284,15 +284,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"above α + 2 binomial se"
     )
     tasks = [(name, r, args.pairs, args.seed) for name in args.surfaces for r in args.ratios]
-    if args.jobs > 1:
-        with ProcessPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(run_surface, *zip(*tasks, strict=True)))
-    else:
-        results = [run_surface(*task) for task in tasks]
     print(HEADER)
-    print("|" + "---|" * 9)
-    for stats in results:
-        print(row(stats, args.pairs, REFINE.alpha), flush=True)
+    print("|" + "---|" * 9, flush=True)
+    with ProcessPoolExecutor(args.jobs) as pool:  # rows print as their tasks finish, in order
+        for stats in pool.map(run_surface, *zip(*tasks, strict=True)):
+            print(row(stats, args.pairs, REFINE.alpha), flush=True)
     print(f"wall time {time.perf_counter() - started:.0f} s")
 
 
