@@ -200,7 +200,8 @@ class TuneRunner:
             return
         from dwtune.backends.pytorch.data import prepare_corpus
 
-        prepare_corpus(self.trial_spec.data, progress=None)  # bars on a terminal only
+        say = {"say": self.progress.note} if self.progress else {}  # else on stderr
+        prepare_corpus(self.trial_spec.data, progress=None, **say)  # bars on a terminal only
         self._corpus_ready = True
 
     def _experiment_name(self, stage: str) -> str:
