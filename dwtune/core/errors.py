@@ -10,14 +10,25 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+# Characters of an echoed value: enough to recognise it; a 10 MB cell is not echoed whole.
+SHOWN_CHARS = 60
+
 
 class InputError(Exception):
     """Bad input that the user can fix; the message is one line naming problem and fix."""
 
 
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters with its length said."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters)"
+
+
 def field_error(field: str, value: object, expected: str) -> InputError:
     """Build the canonical 'field: got X; expected Y' message."""
-    return InputError(f"{field}: got {value!r}; expected {expected}")
+    return InputError(f"{field}: got {shown(value)}; expected {expected}")
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from dwtune.core.errors import InputError
+from dwtune.core.errors import InputError, shown
 from dwtune.core.fit import (
     CensoredPair,
     FitResult,
@@ -102,7 +102,7 @@ def _numeric(frame: pd.DataFrame, column: str, path: Path) -> pd.Series:
     if bad.any():
         row = int(bad.to_numpy().nonzero()[0][0])
         raise InputError(
-            f"{path}: column {column} row {row + 1}: got {frame[column].iloc[row]!r}; "
+            f"{path}: column {column} row {row + 1}: got {shown(frame[column].iloc[row])}; "
             "expected a number"
         )
     return values.astype(float)
@@ -120,7 +120,7 @@ def _row_number(row: pd.Series, name: str) -> float:
         return float(value) if value is not None and pd.notna(value) else math.nan
     except (TypeError, ValueError) as exc:
         raise InputError(
-            f"pair {row.get('pair', '?')}: {name} = {value!r} is not a number"
+            f"pair {row.get('pair', '?')}: {name} = {shown(value)} is not a number"
         ) from exc
 
 
@@ -213,7 +213,7 @@ def _seed_counts(rows: pd.DataFrame, path: Path) -> list[int]:
     bad = ~counts.between(0, MAX_SEED_COUNT) | (counts != counts.round())
     if bad.any():
         raise InputError(
-            f"{path}: column seeds: got {counts[bad].iloc[0]!r}; expected a whole count "
+            f"{path}: column seeds: got {shown(counts[bad].iloc[0])}; expected a whole count "
             f"0..{MAX_SEED_COUNT}"
         )
     return [int(n) for n in counts]
@@ -224,7 +224,7 @@ def _check_status(frame: pd.DataFrame, path: Path) -> None:
     bad = [v for v in frame["status"] if not isinstance(v, str)]
     if bad:
         raise InputError(
-            f"{path}: column status: got {bad[0]!r}; expected strings such as 'bracketed'; "
+            f"{path}: column status: got {shown(bad[0])}; expected strings such as 'bracketed'; "
             f"{TRANSITIONS_HINT}"
         )
 
