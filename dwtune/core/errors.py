@@ -35,9 +35,15 @@ def field_error(field: str, value: object, expected: str) -> InputError:
 def numeric_input(source: str, fix: str) -> Iterator[None]:
     """Numbers in ``source`` that a fit or a projection cannot use (tiny errors, extreme or
     NaN coefficients) become one InputError line instead of a solver's traceback.
-    numpy's LinAlgError is a ValueError; overflow and division errors are ArithmeticErrors."""
+    numpy's LinAlgError is a ValueError; overflow and division errors are ArithmeticErrors.
+    numpy's overflow, division and invalid-value warnings are raised as FloatingPointError
+    inside the block, so they end in that one line instead of spilling RuntimeWarnings (and,
+    from the non-finite numbers they let through, LAPACK's own lines) before it."""
+    import numpy as np  # not at module level: every command imports this module
+
     try:
-        yield
+        with np.errstate(over="raise", divide="raise", invalid="raise"):
+            yield
     except (ArithmeticError, ValueError) as exc:
         detail = (str(exc).splitlines() or [""])[0][:200]
         raise InputError(
