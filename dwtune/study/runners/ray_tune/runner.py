@@ -27,6 +27,7 @@ from dwtune.study.runners.base import reusable_records
 from dwtune.study.runners.cluster_address import probe
 from dwtune.study.runners.ray_tune import embedded_ray
 from dwtune.study.runners.ray_tune.asha import CellASHA
+from dwtune.study.runners.ray_tune.cluster_token import check_token
 from dwtune.study.runners.ray_tune.recorder import RecordingCallback
 from dwtune.study.runners.ray_tune.resources import check_resources
 from dwtune.study.runners.ray_tune.trial import trial_main
@@ -74,6 +75,8 @@ def _init_ray(address: str | None) -> None:
         return
     if address != "auto":
         probe(address)
+        if "://" not in address:  # a GCS address; Ray Client (ray://) speaks another protocol
+            check_token(address)
     try:
         ray.init(address=address, **common)
     except ray.exceptions.AuthenticationError as exc:
@@ -128,9 +131,9 @@ class TuneRunner:
         self._saved_env = {key: os.environ.get(key) for key in env}
         embedded_ray.set_env(env)
         logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
-        if self._owns_ray:
-            _init_ray(self.address)
-        try:
+        try:  # a refused start restores the environment too (a notebook or test goes on)
+            if self._owns_ray:
+                _init_ray(self.address)
             check_resources(self.spec)
             self._say_where()
         except BaseException:
