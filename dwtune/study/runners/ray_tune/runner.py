@@ -28,6 +28,7 @@ from dwtune.study.runners.cluster_address import probe
 from dwtune.study.runners.ray_tune import embedded_ray
 from dwtune.study.runners.ray_tune.asha import CellASHA
 from dwtune.study.runners.ray_tune.cluster_token import check_token
+from dwtune.study.runners.ray_tune.reaper import Reaper
 from dwtune.study.runners.ray_tune.recorder import RecordingCallback
 from dwtune.study.runners.ray_tune.resources import check_resources
 from dwtune.study.runners.ray_tune.trial import trial_main
@@ -131,9 +132,12 @@ class TuneRunner:
         self._saved_env = {key: os.environ.get(key) for key in env}
         embedded_ray.set_env(env)
         logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
+        self._reaper: Reaper | None = None
         try:  # a refused start restores the environment too (a notebook or test goes on)
             if self._owns_ray:
                 _init_ray(self.address)
+                if _is_local(self.address):  # its processes end if this one is killed
+                    self._reaper = Reaper()
             check_resources(self.spec)
             self._say_where()
         except BaseException:
@@ -145,6 +149,8 @@ class TuneRunner:
         if self._owns_ray:
             ray.shutdown()
             _single_machine(False)
+        if self._reaper is not None:
+            self._reaper.stop()
         embedded_ray.set_env(self._saved_env)
 
     def _say_where(self) -> None:
