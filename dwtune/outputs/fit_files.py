@@ -31,7 +31,7 @@ from dwtune.core.vocabulary import (
 )
 from dwtune.storage import loaders
 from dwtune.storage.provenance import provenance, read_parquet_checked, write_parquet_atomic
-from dwtune.storage.store import atomic_write_text
+from dwtune.storage.store import ExperimentStore, atomic_write_text
 
 TRANSITION_COLUMNS = ("status", "depth_deep", "width_deep", "width_deep_err")
 CSV_COLUMNS = ("depth", "width", "width_err")
@@ -246,7 +246,7 @@ def load_fit_input(target: str | Path) -> FitInput:
     """Points from an experiment directory, a transitions Parquet file or a CSV table."""
     path = Path(target)
     if path.is_dir():
-        path = path / TRANSITIONS_FILE
+        path = ExperimentStore(path).inside(path / TRANSITIONS_FILE)
         if not path.is_file():
             raise InputError(
                 f"{path}: not found; run the refine stage first (dwtune refine {path.parent}) "

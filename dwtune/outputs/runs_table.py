@@ -33,6 +33,7 @@ from dwtune.core.analysis import RunTable
 from dwtune.core.analysis.table import run_keys
 from dwtune.core.errors import InputError, shown
 from dwtune.core.vocabulary import CURVES_FILE, SPEC_FILE, TRIALS_FILE
+from dwtune.storage.store import ExperimentStore
 
 ROLES = (*vocabulary.RUN_COLUMNS_REQUIRED, *vocabulary.RUN_COLUMNS_OPTIONAL)
 # Column names other tools use for a role: only to suggest a --columns fix, never applied.
@@ -243,6 +244,9 @@ def load_runs(target: str | Path, mapping: dict[str, str], tokens: float | None)
     """A CSV, Parquet file or experiment directory as a :class:`RunTable` (module doc)."""
     path = Path(target)
     if path.is_dir():
+        store = ExperimentStore(path)
+        for name in (TRIALS_FILE, CURVES_FILE, SPEC_FILE):  # another folder's table is not this
+            store.inside(path / name)
         if not (path / TRIALS_FILE).is_file():
             raise InputError(
                 f"{path}: no trials.parquet; pass an experiment directory (export it with "
