@@ -117,6 +117,9 @@ SPEC_MUTATIONS: dict[str, object] = {
     "retries-1e9": _set("resources.retries", 10**9),
     "gpu-third": _set("resources.gpu", 0.3),
     "name-with-slash": _set("name", "../escape"),
+    "name-a-flag": _set("name", "--help"),
+    "name-300-chars": _set("name", "n" * 300),
+    "simulated-unknown-key": _set("simulated.zzz", 1),
     "unknown-key": _set("space.deptsh", [1]),
     "section-list": _set("model", [1, 2]),
     "nested-mapping-40": _set("description", _nested(40)),
@@ -416,6 +419,28 @@ def _figures_file(root: Path) -> None:
     (root / EXP / "figures").write_text("not a folder")
 
 
+def _trials_a_file(root: Path) -> None:
+    shutil.rmtree(root / EXP / "trials")
+    (root / EXP / "trials").write_text("not a folder")
+
+
+def _linked_outside(name: str) -> Callable[[Path], None]:
+    """The experiment's ``name`` moved out of it, a symlink left in its place."""
+
+    def setup(root: Path) -> None:
+        inside, outside = root / EXP / name, root / f"outside-{name}"
+        shutil.move(inside, outside)
+        inside.symlink_to(outside)
+
+    return setup
+
+
+def _record_linked_outside(root: Path) -> None:
+    record = _first_record(root)
+    moved = shutil.move(record, root / record.name)
+    record.symlink_to(moved)
+
+
 def _curve(change) -> Callable[[Path], None]:
     return _record_edit(lambda raw: {**raw, "curve": change(raw["curve"])})
 
@@ -473,6 +498,28 @@ DIR_DAMAGES: dict[str, tuple[Callable[[Path], None], dict[str, str]]] = {
         {"export": "ok", "report": "ok"},
     ),
     "figures-a-file": (_figures_file, {"report": "error"}),
+    "trials-a-file": (
+        _trials_a_file,
+        {"refine": "error", "export": "error", "report": "error", "run": "error"},
+    ),
+    "trials-linked-outside": (
+        _linked_outside("trials"),
+        {"refine": "error", "export": "error", "report": "error", "run": "error"},
+    ),
+    "record-linked-outside": (
+        _record_linked_outside,
+        {"refine": "error", "export": "error", "run": "error"},
+    ),
+    "trials-parquet-linked-outside": (
+        _linked_outside("trials.parquet"),
+        {"export": "error", "report": "error", "run": "error"},
+    ),
+    "figures-linked-outside": (_linked_outside("figures"), {"report": "error", "run": "error"}),
+    "tb-linked-outside": (_linked_outside("tb"), {"report": "error", "run": "error"}),
+    "transitions-linked-outside": (
+        _linked_outside("transitions.parquet"),
+        {"fit": "error", "report": "error"},
+    ),
     "transitions-garbage": (
         _text_file(str(EXP / "transitions.parquet"), b"garbage"),
         {"report": "any", "fit": "error"},
