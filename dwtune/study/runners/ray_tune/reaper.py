@@ -102,6 +102,7 @@ class Reaper:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", __name__, str(os.getpid())],
                 stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,  # it says nothing; the driver's pipe is not held
                 start_new_session=True,
             )
 
