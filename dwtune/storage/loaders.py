@@ -229,12 +229,22 @@ def _journal_line_ok(line: bytes) -> bool:
     return isinstance(value, dict) and _is_int(value.get(JOURNAL_OP_KEY))
 
 
+def _target_folder(link: Path) -> Path | None:
+    try:
+        return link.resolve().parent
+    except (OSError, RuntimeError):  # a symlink loop
+        return None
+
+
 def check_journal(path: Path, say) -> None:
     """A refine journal Optuna can replay: a torn last line (a kill or a full disk during an
     append) is cut off with a message; any other damage is one line saying what to do."""
     if not path.exists() and not path.is_symlink():
         return
     advice = journal_advice(path)
+    if path.is_symlink() and _target_folder(path) != path.parent.resolve():
+        # Optuna appends to it: a link would write this pair's refinement into another folder
+        raise damaged(path, "a symlink out of its folder", advice)
     data = read_bytes(path, limits.MAX_JSON_BYTES, advice)
     lines = data.split(b"\n")
     torn = lines.pop()  # after the last newline: b"" when the last append completed

@@ -409,6 +409,12 @@ def _journal_dir(root: Path) -> None:
     path.mkdir()
 
 
+def _journal_linked_outside(root: Path) -> None:
+    path = _journal()(root)
+    moved = shutil.move(path, root / path.name)
+    path.symlink_to(moved)
+
+
 def _stale_lock(root: Path) -> None:
     path = _journal()(root)
     Path(f"{path}.lock").symlink_to(path)
@@ -489,6 +495,7 @@ DIR_DAMAGES: dict[str, tuple[Callable[[Path], None], dict[str, str]]] = {
     "journal-wrong-ops": (_journal_wrong_ops, {"refine": "error"}),
     "journal-directory": (_journal_dir, {"refine": "error"}),
     "journal-stale-lock": (_stale_lock, {"refine": "ok"}),
+    "journal-linked-outside": (_journal_linked_outside, {"refine": "error"}),
     "trials-parquet-garbage": (
         _text_file(str(EXP / "trials.parquet"), b"garbage"),
         {"export": "ok", "report": "ok"},
