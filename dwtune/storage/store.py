@@ -100,18 +100,25 @@ FS_IOC_GETFLAGS = 0x80086601  # Linux ioctl that reads a file's attributes (what
 LOCKED_ATTRIBUTES = {0x10: ("immutable", "i"), 0x20: ("append-only", "a")}
 
 
-def _write_fix(folder: Path) -> str:
-    """How to make ``folder`` writable: clear an immutable or append-only attribute (which no
-    permission bit overrides, for root neither), else the permission bits."""
+def _attribute_flags(folder: Path) -> int:
+    """The folder's attribute flags; 0 where they cannot be read (not Linux, or a filesystem
+    without them)."""
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
-        fd = None
-    flags = 0
-    if fd is not None:
-        with contextlib.suppress(OSError):  # not Linux, or a filesystem without attributes
-            flags = struct.unpack("i", fcntl.ioctl(fd, FS_IOC_GETFLAGS, bytes(8))[:4])[0]
+        return 0
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, FS_IOC_GETFLAGS, bytes(8))[:4])[0]
+    except OSError:
+        return 0
+    finally:
         os.close(fd)
+
+
+def _write_fix(folder: Path) -> str:
+    """How to make ``folder`` writable: clear an immutable or append-only attribute (which no
+    permission bit overrides, for root neither), else the permission bits."""
+    flags = _attribute_flags(folder)
     for bit, (name, letter) in LOCKED_ATTRIBUTES.items():
         if flags & bit:
             return f"it has the {name} attribute: clear it (chattr -{letter} {folder})"
