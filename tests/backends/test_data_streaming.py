@@ -181,6 +181,21 @@ def test_bytes_overwritten_in_place_are_found_named_and_rebuilt(tmp_path):
     assert prepare_corpus(cfg, say=said.append).cache_hit is True and len(said) == 1
 
 
+def test_a_missing_or_truncated_token_file_is_named_and_rebuilt(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(lines(3000, 8)))
+    cfg = config(tmp_path, corpus=str(corpus))
+    entry = prepare_corpus(cfg).directory
+    said = []
+    (entry / "val.bin").unlink()
+    assert prepare_corpus(cfg, say=said.append).cache_hit is False
+    with (entry / "train.bin").open("r+b") as handle:
+        handle.truncate(100)
+    assert prepare_corpus(cfg, say=said.append).cache_hit is False
+    assert said[0].endswith(": cannot read val.bin (No such file or directory); rebuilding it")
+    assert said[1].startswith(f"token cache entry {entry}: train.bin holds 100 bytes, its manifest")
+
+
 def test_an_unchanged_entry_is_not_hashed_again_but_verify_hashes_it(tmp_path, monkeypatch):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(lines(3000, 6)))

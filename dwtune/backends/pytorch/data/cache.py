@@ -189,6 +189,7 @@ def entry_problem(entry: Path, meta: dict, full: bool = False) -> str:
     """Why the entry's token files cannot be used ("" if they can; module doc). ``full``
     hashes every file; else only files changed since their hash last matched."""
     stamps = _read_stamps(entry)
+    known = dict(stamps)
     try:
         itemsize = np.dtype(meta["dtype"]).itemsize
         for split in SPLITS:
@@ -202,10 +203,11 @@ def entry_problem(entry: Path, meta: dict, full: bool = False) -> str:
                 return problem
             stamps[split] = stamp
     except OSError as exc:
-        return f"cannot read it ({exc.strerror or exc})"
+        return f"cannot read {Path(exc.filename or 'it').name} ({exc.strerror or exc})"
     except (KeyError, TypeError, ValueError):
         return "its manifest lacks token counts, dtype or checksums"
-    _write_stamps(entry, stamps)
+    if stamps != known:  # written only after a hash: an unchanged entry is only read
+        _write_stamps(entry, stamps)
     return ""
 
 
