@@ -15,16 +15,18 @@ import pytest
 from dwtune.study.runners.ray_tune import reaper
 
 pytestmark = pytest.mark.hostile  # kills processes
-# A stand-in driver: starts the watcher and a child (Ray's agents in a real driver), prints the
-# child's pid, then says done on a line from stdin or waits to be killed.
+# A stand-in driver: a child it had before (a notebook's), the watcher, a child started after
+# it (Ray's agents in a real driver); prints both pids, then says done on a line from stdin or
+# waits to be killed.
 DRIVER = textwrap.dedent(
     """
     import subprocess, sys
     from dwtune.study.runners.ray_tune.reaper import Reaper
-    watcher = Reaper()
     sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
+    before = subprocess.Popen(sleep, stdout=subprocess.DEVNULL)
+    watcher = Reaper()
     child = subprocess.Popen(sleep, stdout=subprocess.DEVNULL)
-    print(child.pid, flush=True)
+    print(before.pid, child.pid, flush=True)
     sys.stdin.readline()
     watcher.stop()
     """
@@ -39,13 +41,13 @@ def _alive(pid: int) -> bool:
         return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _driver() -> tuple[subprocess.Popen, int]:
+def _driver() -> tuple[subprocess.Popen, int, int]:
     driver = subprocess.Popen(
         [sys.executable, "-c", DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
-    child = int(driver.stdout.readline())
+    before, child = (int(pid) for pid in driver.stdout.readline().split())
     time.sleep(2 * reaper.SNAPSHOT_EVERY_S)  # the watcher has listed the child
-    return driver, child
+    return driver, before, child
 
 
 def _gone_within(pid: int, seconds: float) -> bool:
@@ -56,24 +58,28 @@ def _gone_within(pid: int, seconds: float) -> bool:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc (Linux)")
-def test_a_killed_driver_takes_its_processes_with_it():
-    driver, child = _driver()
+def test_a_killed_driver_takes_what_it_started_with_it_but_not_what_it_had():
+    driver, before, child = _driver()
     driver.send_signal(signal.SIGKILL)
     driver.wait()
     gone = _gone_within(child, 5.0)
-    if not gone:
-        os.kill(child, signal.SIGKILL)
-    assert gone
+    spared = _alive(before)
+    for pid in (before, child):
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert gone and spared
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc (Linux)")
 def test_a_driver_that_says_done_leaves_its_processes_alone():
-    driver, child = _driver()
+    driver, before, child = _driver()
     driver.communicate("\n", timeout=30)
     assert driver.returncode == 0
     time.sleep(2 * reaper.SNAPSHOT_EVERY_S)
-    assert _alive(child)
-    os.kill(child, signal.SIGKILL)
+    alive = [_alive(before), _alive(child)]
+    for pid in (before, child):
+        os.kill(pid, signal.SIGKILL)
+    assert alive == [True, True]
 
 
 def test_descendants_follow_the_tree_below_a_root():

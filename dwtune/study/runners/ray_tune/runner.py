@@ -135,9 +135,9 @@ class TuneRunner:
         self._reaper: Reaper | None = None
         try:  # a refused start restores the environment too (a notebook or test goes on)
             if self._owns_ray:
-                _init_ray(self.address)
                 if _is_local(self.address):  # its processes end if this one is killed
                     self._reaper = Reaper()
+                _init_ray(self.address)
             check_resources(self.spec)
             self._say_where()
         except BaseException:
