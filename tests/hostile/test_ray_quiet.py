@@ -134,8 +134,15 @@ def test_a_killed_worker_is_one_short_line_and_a_killed_driver_leaves_nothing(tm
         env=_env(),
     )
     console = _Console(driver)
-    _wait(lambda: Processes.children_named(TRIAL_PROCESS, driver.pid), driver, "a trial")
-    os.kill(Processes.children_named(TRIAL_PROCESS, driver.pid)[0], signal.SIGKILL)
+
+    # Killed once it has reported (a checkpoint is there): killed while Ray still starts it,
+    # the trial's actor "never ran", which Ray says in another, short, line.
+    def reported_and_running() -> list[int]:
+        reported = list(storage.glob("*/ray/grid-*/*/checkpoint_*"))
+        return Processes.children_named(TRIAL_PROCESS, driver.pid) if reported else []
+
+    _wait(reported_and_running, driver, "a trial that has reported")
+    os.kill(reported_and_running()[0], signal.SIGKILL)
     _wait(lambda: console.has("attempt 1 failed"), driver, "the retry line")
     _wait(lambda: len(list(store.trials_dir.glob("*.json"))) >= 2, driver, "two records")
     pids = Processes.descendants({driver.pid}, Processes.table())
