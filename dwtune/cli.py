@@ -38,6 +38,19 @@ class _ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+# Longest error line printed: messages cut what they echo (core.errors.shown); this is the
+# backstop for one that does not, so a bad input never floods the terminal.
+MAX_MESSAGE_CHARS = 1000
+
+
+def one_line(message: str) -> str:
+    """``message`` as one line of at most MAX_MESSAGE_CHARS characters."""
+    text = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    return f"{text[:MAX_MESSAGE_CHARS]}… ({len(text):,} characters)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(prog="dwtune", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"dwtune {__version__}")
@@ -58,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._module.run(args) or 0)
     except InputError as exc:
-        print(f"dwtune {args.command}: error: {exc}", file=sys.stderr)
+        print(f"dwtune {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"dwtune {args.command}: interrupted; finished work is kept", file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from dwtune.core.errors import shown
 from dwtune.core.spec import limits
 
 
@@ -18,7 +19,9 @@ def whole(low: int, high: int):
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"got {text!r}; expected a whole number") from None
+            raise argparse.ArgumentTypeError(
+                f"got {shown(text)}; expected a whole number"
+            ) from None
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"got {value}; expected {low} <= n <= {high}")
         return value
@@ -34,12 +37,12 @@ def number(low: float, high: float, *, low_open: bool = False):
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"got {text!r}; expected a number") from None
+            raise argparse.ArgumentTypeError(f"got {shown(text)}; expected a number") from None
         above_low = value > low if low_open else value >= low
         if not (math.isfinite(value) and above_low and value <= high):
             bound = "<" if low_open else "<="
             expected = f"{low:g} {bound} x <= {high:g}"
-            raise argparse.ArgumentTypeError(f"got {value!r}; expected {expected}")
+            raise argparse.ArgumentTypeError(f"got {shown(value)}; expected {expected}")
         return value
 
     parse.__name__ = "number"

@@ -25,6 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bars (they go to stderr)"
     )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="hash every token file of a prepared entry against its manifest and rebuild a "
+        "damaged one (opening an entry hashes only files changed since their last check)",
+    )
 
 
 def summary(prepared, elapsed_s: float) -> dict:
@@ -53,9 +59,12 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--workers: got {args.workers}; expected an integer >= 1")
     spec = load_spec(args.spec)
     started = time.monotonic()
-    prepared = prepare_corpus(spec.data, workers=args.workers, progress=not args.no_progress)
+    prepared = prepare_corpus(
+        spec.data, workers=args.workers, progress=not args.no_progress, verify=args.verify
+    )
     result = summary(prepared, time.monotonic() - started)
     state = "cache hit" if result["cache_hit"] else f"prepared at {result['mb_per_s']} MB/s"
+    state += " (verified)" if args.verify and result["cache_hit"] else ""
     print(
         f"{spec.data.corpus}: {state}; {result['text_bytes'] / 1e6:,.1f} MB of text -> "
         f"{result['train_tokens']:,} training + {result['val_tokens']:,} held-out tokens "

@@ -45,13 +45,16 @@ def _law(args: argparse.Namespace):
 
 
 def _study_law(path: Path):
+    from dwtune.core.errors import numeric_input
     from dwtune.core.projection import DepthWidthLaw
     from dwtune.outputs.fit_files import law_from_json, load_fit_input
 
     if path.suffix == ".json":
         return law_from_json(path)
     points = load_fit_input(path)
-    return DepthWidthLaw.from_fit(points.fit(), source=points.source), points.simulated
+    with numeric_input(points.source, "check its depth, width and width_err values"):
+        fit = points.fit()
+    return DepthWidthLaw.from_fit(fit, source=points.source), points.simulated
 
 
 MAX_DEPTH = 10_000

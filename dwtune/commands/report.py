@@ -60,6 +60,8 @@ def _rebuild_unreadable_exports(exp_dir: Path) -> None:
     from dwtune.storage.store import ExperimentStore
 
     store = ExperimentStore(exp_dir)
+    if exp_dir.is_dir():
+        store.check_layout()  # the report writes figures/ and tb/ there: never elsewhere
     if store.spec_path.exists() or store.spec_path.is_symlink():
         store.load_spec_dict()  # a damaged spec.yaml is one line, not a report without it
     figures = store.root / FIGURES_DIR

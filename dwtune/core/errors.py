@@ -10,23 +10,40 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+# Characters of an echoed value: enough to recognise it; a 10 MB cell is not echoed whole.
+SHOWN_CHARS = 60
+
 
 class InputError(Exception):
     """Bad input that the user can fix; the message is one line naming problem and fix."""
 
 
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters with its length said."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters)"
+
+
 def field_error(field: str, value: object, expected: str) -> InputError:
     """Build the canonical 'field: got X; expected Y' message."""
-    return InputError(f"{field}: got {value!r}; expected {expected}")
+    return InputError(f"{field}: got {shown(value)}; expected {expected}")
 
 
 @contextlib.contextmanager
 def numeric_input(source: str, fix: str) -> Iterator[None]:
     """Numbers in ``source`` that a fit or a projection cannot use (tiny errors, extreme or
     NaN coefficients) become one InputError line instead of a solver's traceback.
-    numpy's LinAlgError is a ValueError; overflow and division errors are ArithmeticErrors."""
+    numpy's LinAlgError is a ValueError; overflow and division errors are ArithmeticErrors.
+    numpy's overflow, division and invalid-value warnings are raised as FloatingPointError
+    inside the block, so they end in that one line instead of spilling RuntimeWarnings (and,
+    from the non-finite numbers they let through, LAPACK's own lines) before it."""
+    import numpy as np  # not at module level: every command imports this module
+
     try:
-        yield
+        with np.errstate(over="raise", divide="raise", invalid="raise"):
+            yield
     except (ArithmeticError, ValueError) as exc:
         detail = (str(exc).splitlines() or [""])[0][:200]
         raise InputError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from dwtune.core.errors import InputError
+from dwtune.core.errors import InputError, shown
 
 SUFFIXES = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
 _NUMBER = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([kKMBGT]?)\s*$")
@@ -17,18 +17,21 @@ def parse_size(value: object, field: str = "budget") -> float:
     PyYAML reads ``1e6`` (no dot) as a string; accepting it here is deliberate.
     """
     if isinstance(value, bool):
-        raise InputError(f"{field}: got {value!r}; expected a positive number such as 1e6 or 175B")
+        raise InputError(
+            f"{field}: got {shown(value)}; expected a positive number such as 1e6 or 175B"
+        )
     if isinstance(value, int | float):
         number = float(value)
     else:
         match = _NUMBER.match(str(value))
         if not match:
             raise InputError(
-                f"{field}: got {value!r}; expected a positive number such as 1e6, 3.5e5 or 175B"
+                f"{field}: got {shown(value)}; expected a positive number such as 1e6, 3.5e5 "
+                "or 175B"
             )
         number = float(match.group(1)) * SUFFIXES[match.group(2)]
     if not math.isfinite(number) or number <= 0:
-        raise InputError(f"{field}: got {value!r}; expected a positive finite number")
+        raise InputError(f"{field}: got {shown(value)}; expected a positive finite number")
     return number
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from dwtune.core.errors import InputError
+from dwtune.core.errors import InputError, shown
 from dwtune.core.fit import (
     CensoredPair,
     FitResult,
@@ -31,7 +31,7 @@ from dwtune.core.vocabulary import (
 )
 from dwtune.storage import loaders
 from dwtune.storage.provenance import provenance, read_parquet_checked, write_parquet_atomic
-from dwtune.storage.store import atomic_write_text
+from dwtune.storage.store import ExperimentStore, atomic_write_text
 
 TRANSITION_COLUMNS = ("status", "depth_deep", "width_deep", "width_deep_err")
 CSV_COLUMNS = ("depth", "width", "width_err")
@@ -102,7 +102,7 @@ def _numeric(frame: pd.DataFrame, column: str, path: Path) -> pd.Series:
     if bad.any():
         row = int(bad.to_numpy().nonzero()[0][0])
         raise InputError(
-            f"{path}: column {column} row {row + 1}: got {frame[column].iloc[row]!r}; "
+            f"{path}: column {column} row {row + 1}: got {shown(frame[column].iloc[row])}; "
             "expected a number"
         )
     return values.astype(float)
@@ -120,7 +120,7 @@ def _row_number(row: pd.Series, name: str) -> float:
         return float(value) if value is not None and pd.notna(value) else math.nan
     except (TypeError, ValueError) as exc:
         raise InputError(
-            f"pair {row.get('pair', '?')}: {name} = {value!r} is not a number"
+            f"pair {row.get('pair', '?')}: {name} = {shown(value)} is not a number"
         ) from exc
 
 
@@ -214,7 +214,7 @@ def _seed_counts(rows: pd.DataFrame, path: Path) -> list[int]:
     bad = ~counts.between(0, MAX_SEED_COUNT) | (counts != counts.round())
     if bad.any():
         raise InputError(
-            f"{path}: column seeds: got {counts[bad].iloc[0]!r}; expected a whole count "
+            f"{path}: column seeds: got {shown(counts[bad].iloc[0])}; expected a whole count "
             f"0..{MAX_SEED_COUNT}"
         )
     return [int(n) for n in counts]
@@ -225,7 +225,7 @@ def _check_status(frame: pd.DataFrame, path: Path) -> None:
     bad = [v for v in frame["status"] if not isinstance(v, str)]
     if bad:
         raise InputError(
-            f"{path}: column status: got {bad[0]!r}; expected strings such as 'bracketed'; "
+            f"{path}: column status: got {shown(bad[0])}; expected strings such as 'bracketed'; "
             f"{TRANSITIONS_HINT}"
         )
 
@@ -247,7 +247,7 @@ def load_fit_input(target: str | Path) -> FitInput:
     """Points from an experiment directory, a transitions Parquet file or a CSV table."""
     path = Path(target)
     if path.is_dir():
-        path = path / TRANSITIONS_FILE
+        path = ExperimentStore(path).inside(path / TRANSITIONS_FILE)
         if not path.is_file():
             raise InputError(
                 f"{path}: not found; run the refine stage first (dwtune refine {path.parent}) "

@@ -30,8 +30,10 @@ import yaml
 
 from dwtune.core import vocabulary
 from dwtune.core.analysis import RunTable
-from dwtune.core.errors import InputError
+from dwtune.core.analysis.table import run_keys
+from dwtune.core.errors import InputError, shown
 from dwtune.core.vocabulary import CURVES_FILE, SPEC_FILE, TRIALS_FILE
+from dwtune.storage.store import ExperimentStore
 
 ROLES = (*vocabulary.RUN_COLUMNS_REQUIRED, *vocabulary.RUN_COLUMNS_OPTIONAL)
 # Column names other tools use for a role: only to suggest a --columns fix, never applied.
@@ -71,9 +73,13 @@ def parse_columns(text: str | None) -> dict[str, str]:
     for item in (part.strip() for part in (text or "").split(",") if part.strip()):
         role, sep, column = (s.strip() for s in item.partition("="))
         if not sep or not column:
-            raise InputError(f"--columns: got {item!r}; expected ROLE=COLUMN such as depth=n_layer")
+            raise InputError(
+                f"--columns: got {shown(item)}; expected ROLE=COLUMN such as depth=n_layer"
+            )
         if role not in ROLES:
-            raise InputError(f"--columns: got role {role!r}; expected one of {', '.join(ROLES)}")
+            raise InputError(
+                f"--columns: got role {shown(role)}; expected one of {', '.join(ROLES)}"
+            )
         mapping[role] = column
     return mapping
 
@@ -103,9 +109,10 @@ def _read_frame(path: Path) -> pd.DataFrame:
 def _missing(frame: pd.DataFrame, role: str, column: str, path: Path) -> InputError:
     present = [str(c) for c in frame.columns]
     guess = next((a for a in ALIASES.get(role, ()) if a in present), "COLUMN")
-    shown = ", ".join(present[:12]) + (", ..." if len(present) > 12 else "")
+    listed = ", ".join(c if len(c) <= 40 else f"{c[:40]}…" for c in present[:12])
+    listed += ", ..." if len(present) > 12 else ""
     return InputError(
-        f"{path}: no column {column!r} for {role} (columns: {shown}); "
+        f"{path}: no column {shown(column)} for {role} (columns: {listed}); "
         f"map it with --columns {role}={guess}"
     )
 
@@ -118,7 +125,7 @@ def _numbers(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
         raise InputError(
-            f"{path}: column {column} row {row + 1}: got {raw.iloc[row]!r}; expected a number"
+            f"{path}: column {column} row {row + 1}: got {shown(raw.iloc[row])}; expected a number"
         )
     return values.to_numpy(dtype=float)
 
@@ -140,14 +147,51 @@ def table_from_frame(
     columns = {role: _numbers(frame, col, path) for role, col in present.items() if role != "run"}
     if "seed" in columns:
         columns["seed"] = _integers(columns["seed"], present["seed"], path)
+    _check_whole_depths(columns["depth"], present["depth"], path)
     run = frame[present["run"]].astype(str).to_numpy() if "run" in present else None
-    return RunTable(
+    table = RunTable(
         row=np.arange(1, len(frame) + 1),
         run=run,
         failed=failed,
         names=present,
         **columns,
     )
+    _check_conflicting_rows(table, path)
+    return table
+
+
+def _check_whole_depths(depth: np.ndarray, column: str, path: Path) -> None:
+    """Depths count layers: 6.5 is a typo or another column, never a depth to pair."""
+    bad = np.isfinite(depth) & (depth != np.round(depth))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise InputError(
+            f"{path}: column {column} row {row + 1}: got {depth[row]:g}; expected a whole "
+            f"number of layers (map another column with --columns depth=COLUMN)"
+        )
+
+
+def _same_loss(a: float, b: float) -> bool:
+    return a == b or (np.isnan(a) and np.isnan(b))
+
+
+def _check_conflicting_rows(table: RunTable, path: Path) -> None:
+    """Two rows of one run at one checkpoint with different losses: the checkpoint choice
+    would keep one of them silently, and which one is meant cannot be told."""
+    order_role = "tokens" if table.tokens is not None else "step"
+    order = table.tokens if table.tokens is not None else table.step
+    if order is None:  # every row is a run of its own (or a later checkpoint of its run)
+        return
+    seen: dict = {}
+    for i, key in enumerate(run_keys(table)):
+        j = seen.setdefault((key, float(order[i])), i)
+        if not _same_loss(float(table.loss[i]), float(table.loss[j])):
+            raise InputError(
+                f"{path}: rows {table.row[j]} and {table.row[i]} are one run (depth "
+                f"{table.depth[i]:g}, params {table.params[i]:.4g}) at {order_role} "
+                f"{order[i]:g} with losses {table.loss[j]:.6g} and {table.loss[i]:.6g}; keep "
+                f"one row per checkpoint, or tell the runs apart with a seed or run column"
+            )
 
 
 def _integers(values: np.ndarray, column: str, path: Path) -> np.ndarray:
@@ -200,6 +244,9 @@ def load_runs(target: str | Path, mapping: dict[str, str], tokens: float | None)
     """A CSV, Parquet file or experiment directory as a :class:`RunTable` (module doc)."""
     path = Path(target)
     if path.is_dir():
+        store = ExperimentStore(path)
+        for name in (TRIALS_FILE, CURVES_FILE, SPEC_FILE):  # another folder's table is not this
+            store.inside(path / name)
         if not (path / TRIALS_FILE).is_file():
             raise InputError(
                 f"{path}: no trials.parquet; pass an experiment directory (export it with "

@@ -25,7 +25,7 @@ from dwtune.core import vocabulary
 from dwtune.core.records import TrialRecord
 from dwtune.core.vocabulary import CURVES_FILE, TB_DIR, TRIALS_FILE
 from dwtune.outputs.schemas import CURVE_COLUMNS, CURVES_SCHEMA, TRIALS_SCHEMA
-from dwtune.storage.provenance import write_parquet_atomic
+from dwtune.storage.provenance import refuse_losing_trials, write_parquet_atomic
 from dwtune.storage.store import ExperimentStore
 
 # TensorBoard: losses also plotted against tokens seen, under these tags.
@@ -81,6 +81,7 @@ def export_experiment(store: ExperimentStore) -> tuple[Path, Path]:
     """Write ``trials.parquet`` and ``curves.parquet`` of every recorded trial."""
     spec_dict = store.load_spec_dict()
     records = store.records()
+    refuse_losing_trials(store.root / TRIALS_FILE, {r.trial_id for r in records})
     trials_path = write_parquet_atomic(trials_table(records), store.root / TRIALS_FILE, spec_dict)
     curves_path = write_parquet_atomic(curves_table(records), store.root / CURVES_FILE, spec_dict)
     return trials_path, curves_path

@@ -22,7 +22,7 @@ import yaml
 
 from dwtune import __version__
 from dwtune.core import vocabulary
-from dwtune.core.errors import InputError
+from dwtune.core.errors import InputError, shown
 from dwtune.core.records import RECORD_SCHEMA_VERSION, TrialRecord
 from dwtune.core.spec import limits
 from dwtune.core.spec.checks import nesting_depth
@@ -122,11 +122,11 @@ def _field_problem(name: str, kind: type, value: object) -> str | None:
     if kind is str and not isinstance(value, str):
         return f"{name} is {type(value).__name__}, expected a string"
     if kind is bool and not isinstance(value, bool):
-        return f"{name} is {value!r}, expected true or false"
+        return f"{name} is {shown(value)}, expected true or false"
     if kind is int and not (_is_int(value) and value >= 0):
-        return f"{name} is {value!r}, expected a whole number 0..{MAX_INT}"
+        return f"{name} is {shown(value)}, expected a whole number 0..{MAX_INT}"
     if kind is float and not _is_number(value):
-        return f"{name} is {value!r}, expected a number"
+        return f"{name} is {shown(value)}, expected a number"
     return None
 
 
@@ -145,7 +145,7 @@ def check_curve(curve: object) -> str | None:
             else:
                 ok = _is_number(value)
             if not ok:
-                return f"curve[{index}][{key!r}] is {value!r}, expected a number"
+                return f"curve[{index}][{shown(key)}] is {shown(value)}, expected a number"
     return None
 
 
@@ -171,11 +171,11 @@ def check_windows(windows: object) -> str | None:
 def _value_problem(raw: dict, path: Path) -> str | None:
     """What is wrong with a complete, well-typed record's values, or None."""
     if raw["trial_id"] != path.stem:
-        return f"trial_id {raw['trial_id']!r} does not match the file name"
+        return f"trial_id {shown(raw['trial_id'])} does not match the file name"
     if raw["stage"] not in STAGES or raw["status"] not in STATUSES:
-        return f"stage {raw['stage']!r} / status {raw['status']!r} unknown"
+        return f"stage {shown(raw['stage'])} / status {shown(raw['status'])} unknown"
     if not (math.isfinite(raw["budget"]) and raw["budget"] > 0):
-        return f"budget is {raw['budget']!r}, expected a positive number"
+        return f"budget is {shown(raw['budget'])}, expected a positive number"
     return check_curve(raw.get("curve", []))
 
 
@@ -188,7 +188,7 @@ def migrate_record(path: Path, raw: dict) -> dict:
     if not isinstance(version, int) or version > RECORD_SCHEMA_VERSION:
         writer = raw.get(WRITER_KEY, "a newer dwtune")
         raise InputError(
-            f"{path}: trial record schema version {version!r}, written by dwtune {writer}; "
+            f"{path}: trial record schema version {shown(version)}, written by dwtune {writer}; "
             f"this dwtune {__version__} reads versions up to {RECORD_SCHEMA_VERSION}: "
             f"install dwtune {writer} or newer to read this experiment (file left untouched)"
         )
@@ -237,12 +237,22 @@ def _journal_line_ok(line: bytes) -> bool:
     return isinstance(value, dict) and _is_int(value.get(JOURNAL_OP_KEY))
 
 
+def _target_folder(link: Path) -> Path | None:
+    try:
+        return link.resolve().parent
+    except (OSError, RuntimeError):  # a symlink loop
+        return None
+
+
 def check_journal(path: Path, say) -> None:
     """A refine journal Optuna can replay: a torn last line (a kill or a full disk during an
     append) is cut off with a message; any other damage is one line saying what to do."""
     if not path.exists() and not path.is_symlink():
         return
     advice = journal_advice(path)
+    if path.is_symlink() and _target_folder(path) != path.parent.resolve():
+        # Optuna appends to it: a link would write this pair's refinement into another folder
+        raise damaged(path, "a symlink out of its folder", advice)
     data = read_bytes(path, limits.MAX_JSON_BYTES, advice)
     lines = data.split(b"\n")
     torn = lines.pop()  # after the last newline: b"" when the last append completed

@@ -111,3 +111,33 @@ def read_parquet_checked(path: Path, required: tuple[str, ...]) -> pa.Table:
             f"expected a dwtune export with {', '.join(required)}"
         )
     return table
+
+
+def table_trial_ids(path: Path) -> list[str] | None:
+    """The ``trial_id`` column of an existing, readable table; None when it is absent or
+    unreadable (an unreadable export is rebuilt from the records: nothing to keep there)."""
+    if not Path(path).is_file():
+        return None
+    try:
+        column = pq.read_table(path, columns=["trial_id"]).column("trial_id")
+    except (pa.ArrowException, OSError, ValueError, KeyError):
+        return None
+    return [str(value) for value in column.to_pylist()]
+
+
+def refuse_losing_trials(path: Path, trial_ids: set[str]) -> None:
+    """Refuse to replace the table at ``path`` with one that lacks any trial it holds: when the
+    records are gone (a trials/ folder removed or replaced) it is the last copy of them."""
+    from dwtune.core.errors import InputError
+
+    held = table_trial_ids(path)
+    if held is None:
+        return
+    lost = set(held) - trial_ids
+    if lost:
+        raise InputError(
+            f"{path}: holds {len(held)} trials and the records hold {len(trial_ids)}, "
+            f"{len(lost)} of its trials missing; not replaced (it may be their last copy): "
+            f"restore the missing records in trials/, or move {Path(path).name} aside to "
+            f"export only what trials/ holds"
+        )

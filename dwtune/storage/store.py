@@ -20,6 +20,7 @@ import errno
 import fcntl
 import json
 import os
+import struct
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,11 +33,17 @@ from dwtune.core.errors import InputError
 from dwtune.core.records import RECORD_SCHEMA_VERSION, TrialRecord
 from dwtune.core.spec import ExperimentSpec, spec_from_dict
 from dwtune.core.vocabulary import (
+    CURVES_FILE,
     FIGURES_DIR,
+    FIT_FILE,
+    PROJECTIONS_FILE,
     REFINE_DIR,
+    REPORT_FILE,
     SPEC_FILE,
     TB_DIR,
+    TRANSITIONS_FILE,
     TRIAL_RECORDS_DIR,
+    TRIALS_FILE,
 )
 from dwtune.storage import loaders
 from dwtune.storage.loaders import SCHEMA_KEY, WRITER_KEY
@@ -57,6 +64,21 @@ WRITE_ERRNOS = {
 # Subfolders a study writes in, checked before it starts (a read-only one would otherwise fail
 # after training, as the first result is written there).
 WRITTEN_FOLDERS = (TRIAL_RECORDS_DIR, TB_DIR, REFINE_DIR, FIGURES_DIR, "ray")
+LOCK_FILE = ".driver.lock"
+# Everything dwtune reads or writes directly in an experiment folder. A symlink among them that
+# leaves the folder would make a run write its results elsewhere, or an export replace the
+# tables with another folder's records: such a layout is refused (ExperimentStore.check_layout).
+LAYOUT = (
+    *WRITTEN_FOLDERS,
+    SPEC_FILE,
+    LOCK_FILE,
+    TRIALS_FILE,
+    CURVES_FILE,
+    TRANSITIONS_FILE,
+    FIT_FILE,
+    PROJECTIONS_FILE,
+    REPORT_FILE,
+)
 
 
 def _check_writable(folder: Path) -> None:
@@ -69,9 +91,38 @@ def _check_writable(folder: Path) -> None:
             pass
     except OSError as exc:
         raise InputError(
-            f"storage {folder}: not writable ({os.strerror(exc.errno or 0)}); make it writable "
-            f"(chmod -R u+w {folder}) or pass a writable --storage, then rerun"
+            f"storage {folder}: not writable ({os.strerror(exc.errno or 0)}); "
+            f"{_write_fix(folder)} or pass a writable --storage, then rerun"
         ) from None
+
+
+FS_IOC_GETFLAGS = 0x80086601  # Linux ioctl that reads a file's attributes (what lsattr shows)
+LOCKED_ATTRIBUTES = {0x10: ("immutable", "i"), 0x20: ("append-only", "a")}
+
+
+def _attribute_flags(folder: Path) -> int:
+    """The folder's attribute flags; 0 where they cannot be read (not Linux, or a filesystem
+    without them)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return 0
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, FS_IOC_GETFLAGS, bytes(8))[:4])[0]
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+
+
+def _write_fix(folder: Path) -> str:
+    """How to make ``folder`` writable: clear an immutable or append-only attribute (which no
+    permission bit overrides, for root neither), else the permission bits."""
+    flags = _attribute_flags(folder)
+    for bit, (name, letter) in LOCKED_ATTRIBUTES.items():
+        if flags & bit:
+            return f"it has the {name} attribute: clear it (chattr -{letter} {folder})"
+    return f"make it writable (chmod -R u+w {folder})"
 
 
 @contextlib.contextmanager
@@ -190,6 +241,7 @@ class ExperimentStore:
 
     def initialise(self, spec: ExperimentSpec) -> None:
         """Create the directory for ``spec``, or check that it holds a compatible spec."""
+        self.check_layout()
         self._make_dirs()
         for folder in (self.root, *(self.root / name for name in WRITTEN_FOLDERS)):
             _check_writable(folder)
@@ -214,7 +266,35 @@ class ExperimentStore:
             ) from None
 
     def load_spec_dict(self) -> dict:
-        return loaders.load_spec_mapping(self.spec_path)
+        return loaders.load_spec_mapping(self.inside(self.spec_path))
+
+    # ------------------------------------------------------------------ layout
+
+    def inside(self, path: Path) -> Path:
+        """``path`` if, symlinks followed, it stays inside the experiment; else one line."""
+        try:
+            target = path.resolve()
+        except (OSError, RuntimeError):  # a symlink loop
+            target = None
+        if target is not None and target.is_relative_to(self.root):
+            return path
+        where = f"a symlink to {target}" if target is not None else "a symlink loop"
+        raise InputError(
+            f"{path}: {where}, outside the experiment; dwtune reads and writes only inside "
+            f"it: put the real file or folder there in place of the link, then rerun"
+        )
+
+    def check_layout(self) -> None:
+        """Every entry dwtune uses stays inside the experiment, and trials/ is a folder: a
+        trials/ that is a file or leads elsewhere holds none of this experiment's records."""
+        for name in LAYOUT:
+            self.inside(self.root / name)
+        trials = self.trials_dir
+        if (trials.exists() or trials.is_symlink()) and not trials.is_dir():
+            raise InputError(
+                f"{trials}: not a folder; it must be the folder of this experiment's trial "
+                f"records: restore it from a backup (trials.parquet is left as it is)"
+            )
 
     def load_spec(self) -> ExperimentSpec:
         return spec_from_dict(self.load_spec_dict(), source=str(self.spec_path))
@@ -228,8 +308,9 @@ class ExperimentStore:
         flock is released by the kernel when the process dies, so a SIGKILLed driver never
         leaves a stale lock behind.
         """
+        self.check_layout()
         self._make_dirs()
-        handle = open(self.root / ".driver.lock", "a+")  # noqa: SIM115 - held for the block
+        handle = open(self.root / LOCK_FILE, "a+")  # noqa: SIM115 - held for the block
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -267,10 +348,11 @@ class ExperimentStore:
 
     def records(self) -> list[TrialRecord]:
         """Every recorded trial, sorted for stable exports."""
+        self.check_layout()
         if not self.trials_dir.exists():
             return []
         loaded = [self._load(p) for p in sorted(self.trials_dir.glob("*.json"))]
         return sorted(loaded, key=lambda r: (r.depth, r.width, r.seed, r.trial_id))
 
     def _load(self, path: Path) -> TrialRecord:
-        return loaders.load_trial_record(path)
+        return loaders.load_trial_record(self.inside(path))

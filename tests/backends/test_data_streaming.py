@@ -17,6 +17,7 @@ from dwtune.backends.pytorch.data import cache, prepare, sources
 from dwtune.backends.pytorch.data.prepare import prepare_corpus
 from dwtune.backends.pytorch.data.sources import iter_chunks, stripped
 from dwtune.backends.pytorch.data.tokenize import token_dtype
+from dwtune.core.errors import InputError
 from dwtune.core.spec import DataConfig
 
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "an", "er", "is", "ul"]
@@ -151,6 +152,88 @@ def test_an_entry_without_a_complete_manifest_is_never_used(tmp_path):
     assert prepare_corpus(cfg).cache_hit is True
     meta = json.loads(manifest.read_text())
     assert meta["sha256"]["train"] == shard_hashes(first)["train"]
+
+
+def _overwrite_block(path, offset: int, block: bytes) -> None:
+    """Overwrite bytes in place: same size, so only the checksum can tell."""
+    with path.open("r+b") as handle:
+        handle.seek(offset)
+        handle.write(block)
+
+
+def test_bytes_overwritten_in_place_are_found_named_and_rebuilt(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(lines(3000, 5)))
+    cfg = config(tmp_path, corpus=str(corpus))
+    clean = prepare_corpus(cfg)
+    hashes = shard_hashes(clean)
+    train = clean.directory / "train.bin"
+    size = train.stat().st_size
+    _overwrite_block(train, 4096, b"\xff" * 4096)  # ids 65535: far beyond the vocabulary
+    assert train.stat().st_size == size
+    said = []
+    rebuilt = prepare_corpus(cfg, say=said.append)
+    assert rebuilt.cache_hit is False and shard_hashes(rebuilt) == hashes
+    assert said == [
+        f"token cache entry {clean.directory}: train.bin does not match the SHA-256 in its "
+        "manifest (changed on disk); rebuilding it"
+    ]
+    assert prepare_corpus(cfg, say=said.append).cache_hit is True and len(said) == 1
+
+
+def test_a_missing_or_truncated_token_file_is_named_and_rebuilt(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(lines(3000, 8)))
+    cfg = config(tmp_path, corpus=str(corpus))
+    entry = prepare_corpus(cfg).directory
+    said = []
+    (entry / "val.bin").unlink()
+    assert prepare_corpus(cfg, say=said.append).cache_hit is False
+    with (entry / "train.bin").open("r+b") as handle:
+        handle.truncate(100)
+    assert prepare_corpus(cfg, say=said.append).cache_hit is False
+    assert said[0].endswith(": cannot read val.bin (No such file or directory); rebuilding it")
+    assert said[1].startswith(f"token cache entry {entry}: train.bin holds 100 bytes, its manifest")
+
+
+def test_an_unchanged_entry_is_not_hashed_again_but_verify_hashes_it(tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(lines(3000, 6)))
+    cfg = config(tmp_path, corpus=str(corpus))
+    prepare_corpus(cfg)
+    hashed = []
+    real = cache.file_sha256
+    monkeypatch.setattr(cache, "file_sha256", lambda path: hashed.append(path.name) or real(path))
+    assert prepare_corpus(cfg).cache_hit is True and hashed == []  # a stat per file, no hash
+    assert prepare_corpus(cfg, verify=True).cache_hit is True
+    assert sorted(hashed) == ["train.bin", "val.bin"]
+
+
+def test_bit_rot_that_keeps_the_stamp_is_found_by_verify_and_by_the_id_check(tmp_path):
+    """A failing disk changes bytes without a write through the filesystem: the stamp still
+    matches, so only --verify hashes the file; a trial's id check names the entry before the
+    embedding would raise an IndexError."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(lines(3000, 7)))
+    cfg = config(tmp_path, corpus=str(corpus))
+    clean = prepare_corpus(cfg)
+    train = clean.directory / "train.bin"
+    _overwrite_block(train, 0, b"\xff" * 4096)
+    verified = clean.directory / cache.VERIFIED
+    stamps = json.loads(verified.read_text())
+    stamps["train"] = cache._stamp(train)  # as if the bytes had changed under the filesystem
+    verified.write_text(json.dumps(stamps))
+    damaged = prepare_corpus(cfg)
+    assert damaged.cache_hit is True
+    with pytest.raises(
+        InputError,
+        match=rf"token cache entry {damaged.directory}: train.bin "
+        r"holds token id 65535, beyond its \d+-id vocabulary",
+    ):
+        damaged.check_ids(damaged.train()[:4096].reshape(8, -1), "train")
+    said = []
+    assert prepare_corpus(cfg, verify=True, say=said.append).cache_hit is False
+    assert len(said) == 1 and "does not match the SHA-256" in said[0]
 
 
 def test_ids_are_uint16_up_to_65536_tokens_then_uint32():

@@ -118,6 +118,9 @@ SPEC_MUTATIONS: dict[str, object] = {
     "retries-1e9": _set("resources.retries", 10**9),
     "gpu-third": _set("resources.gpu", 0.3),
     "name-with-slash": _set("name", "../escape"),
+    "name-a-flag": _set("name", "--help"),
+    "name-300-chars": _set("name", "n" * 300),
+    "simulated-unknown-key": _set("simulated.zzz", 1),
     "unknown-key": _set("space.deptsh", [1]),
     "section-list": _set("model", [1, 2]),
     "nested-mapping-40": _set("description", _nested(40)),
@@ -407,6 +410,12 @@ def _journal_dir(root: Path) -> None:
     path.mkdir()
 
 
+def _journal_linked_outside(root: Path) -> None:
+    path = _journal()(root)
+    moved = shutil.move(path, root / path.name)
+    path.symlink_to(moved)
+
+
 def _stale_lock(root: Path) -> None:
     path = _journal()(root)
     Path(f"{path}.lock").symlink_to(path)
@@ -415,6 +424,28 @@ def _stale_lock(root: Path) -> None:
 def _figures_file(root: Path) -> None:
     shutil.rmtree(root / EXP / "figures")
     (root / EXP / "figures").write_text("not a folder")
+
+
+def _trials_a_file(root: Path) -> None:
+    shutil.rmtree(root / EXP / "trials")
+    (root / EXP / "trials").write_text("not a folder")
+
+
+def _linked_outside(name: str) -> Callable[[Path], None]:
+    """The experiment's ``name`` moved out of it, a symlink left in its place."""
+
+    def setup(root: Path) -> None:
+        inside, outside = root / EXP / name, root / f"outside-{name}"
+        shutil.move(inside, outside)
+        inside.symlink_to(outside)
+
+    return setup
+
+
+def _record_linked_outside(root: Path) -> None:
+    record = _first_record(root)
+    moved = shutil.move(record, root / record.name)
+    record.symlink_to(moved)
 
 
 def _curve(change) -> Callable[[Path], None]:
@@ -465,6 +496,7 @@ DIR_DAMAGES: dict[str, tuple[Callable[[Path], None], dict[str, str]]] = {
     "journal-wrong-ops": (_journal_wrong_ops, {"refine": "error"}),
     "journal-directory": (_journal_dir, {"refine": "error"}),
     "journal-stale-lock": (_stale_lock, {"refine": "ok"}),
+    "journal-linked-outside": (_journal_linked_outside, {"refine": "error"}),
     "trials-parquet-garbage": (
         _text_file(str(EXP / "trials.parquet"), b"garbage"),
         {"export": "ok", "report": "ok"},
@@ -474,6 +506,28 @@ DIR_DAMAGES: dict[str, tuple[Callable[[Path], None], dict[str, str]]] = {
         {"export": "ok", "report": "ok"},
     ),
     "figures-a-file": (_figures_file, {"report": "error"}),
+    "trials-a-file": (
+        _trials_a_file,
+        {"refine": "error", "export": "error", "report": "error", "run": "error"},
+    ),
+    "trials-linked-outside": (
+        _linked_outside("trials"),
+        {"refine": "error", "export": "error", "report": "error", "run": "error"},
+    ),
+    "record-linked-outside": (
+        _record_linked_outside,
+        {"refine": "error", "export": "error", "run": "error"},
+    ),
+    "trials-parquet-linked-outside": (
+        _linked_outside("trials.parquet"),
+        {"export": "error", "report": "error", "run": "error"},
+    ),
+    "figures-linked-outside": (_linked_outside("figures"), {"report": "error", "run": "error"}),
+    "tb-linked-outside": (_linked_outside("tb"), {"report": "error", "run": "error"}),
+    "transitions-linked-outside": (
+        _linked_outside("transitions.parquet"),
+        {"fit": "error", "report": "error"},
+    ),
     "transitions-garbage": (
         _text_file(str(EXP / "transitions.parquet"), b"garbage"),
         {"report": "any", "fit": "error"},

@@ -315,12 +315,14 @@ class Trainer:
         check_shape(shape)
         self.cfg, self.shape, self.seed = spec.train, shape, seed
         self.runtime = configure_runtime(self.cfg.device, self.cfg.compile, spec.data.cache_dir)
-        corpus = prepare_corpus(spec.data)
+        self.corpus = corpus = prepare_corpus(spec.data)
         corpus.check_fits(shape.seq_len, shape.vocab_size)
         self.train_tokens = corpus.train()
         self.eval_windows = eval_batches(
             corpus.val(), self.cfg.eval_batches, self.cfg.batch_size, shape.seq_len
         )
+        for windows in self.eval_windows:
+            corpus.check_ids(windows, "val")
         param = for_shape(spec.model, shape)
         self.step_fn = build_training(shape, self.cfg, self.runtime, seed, param)
         self.total_steps = self.cfg.total_steps(shape.seq_len)
@@ -393,6 +395,7 @@ class Trainer:
         windows = train_batch(
             self.train_tokens, self.seed, step, self.cfg.batch_size, self.shape.seq_len
         )
+        self.corpus.check_ids(windows, "train")  # a max over the batch: far below a step's cost
         loss, norm = self.step_fn(*to_device(windows, self.runtime.device))
         self.progress.step += 1
         return loss, norm

@@ -250,7 +250,23 @@ def _validated(depths, widths, width_errs, labels):
     _check_positive(depth, "depth", names, "depths count layers")
     _check_positive(width, "width", names, "dx* must be > 0 to take its log")
     _check_positive(err, "width_err", names, "give each transition a measured uncertainty > 0")
+    _check_relative_errors(width, err, names)
     return depth, width, err, tuple(names)
+
+
+# σ(ln dx*) below this is no measurement (seeds alone move dx* by percents), and its weight
+# 1/σ² overflows the fit's arithmetic long before σ reaches the smallest float.
+MIN_RELATIVE_ERR = 1e-6
+
+
+def _check_relative_errors(width: np.ndarray, err: np.ndarray, labels: Sequence[str]) -> None:
+    small = err < MIN_RELATIVE_ERR * width
+    if small.any():
+        i = int(np.flatnonzero(small)[0])
+        raise InputError(
+            f"width_err at {labels[i]}: got {float(err[i])!r} for width {float(width[i]):g}; "
+            f"expected at least {MIN_RELATIVE_ERR:g} of the width (a measured uncertainty)"
+        )
 
 
 def _check_enough(depth: np.ndarray, censored: Sequence[CensoredPair]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from dwtune.core.errors import InputError
+from dwtune.core.errors import InputError, shown
 from dwtune.core.spec import limits
 
 
@@ -15,28 +15,28 @@ def _is_finite(value: float) -> bool:
 
 def at_least(name: str, value: float, minimum: float) -> None:
     if not _is_finite(value) or value < minimum:
-        raise InputError(f"{name}: got {value!r}; expected a value >= {minimum}")
+        raise InputError(f"{name}: got {shown(value)}; expected a value >= {minimum}")
 
 
 def within(name: str, value: float, low: float, high: float) -> None:
     if not (_is_finite(value) and low <= value <= high):
-        raise InputError(f"{name}: got {value!r}; expected {low} <= x <= {high}")
+        raise InputError(f"{name}: got {shown(value)}; expected {low} <= x <= {high}")
 
 
 def positive(name: str, value: float) -> None:
     if not (_is_finite(value) and value > 0):
-        raise InputError(f"{name}: got {value!r}; expected a positive finite number")
+        raise InputError(f"{name}: got {shown(value)}; expected a positive finite number")
 
 
 def at_most(name: str, value: float, maximum: float) -> None:
     """Refuse a count or size above its documented maximum (dwtune.core.spec.limits)."""
     if not _is_finite(value) or value > maximum:
-        raise InputError(f"{name}: got {value!r}; the maximum is {maximum:g} (see limits)")
+        raise InputError(f"{name}: got {shown(value)}; the maximum is {maximum:g} (see limits)")
 
 
 def finite(name: str, value: float) -> None:
     if not _is_finite(value):
-        raise InputError(f"{name}: got {value!r}; expected a finite number")
+        raise InputError(f"{name}: got {shown(value)}; expected a finite number")
 
 
 def length_factors(name: str, factors: tuple[float, ...]) -> None:
@@ -46,7 +46,7 @@ def length_factors(name: str, factors: tuple[float, ...]) -> None:
     for factor in factors:
         if not (_is_finite(factor) and 1 / top <= factor <= top) or factor == 1:
             raise InputError(
-                f"{name}: got {factor!r}; expected factors on the training length in "
+                f"{name}: got {shown(factor)}; expected factors on the training length in "
                 f"[{1 / top:g}, {top:g}] other than 1, e.g. [0.5, 2.0]"
             )
     if len(set(factors)) != len(factors):
@@ -63,7 +63,7 @@ def nesting_depth(value: object, limit: int, depth: int = 0) -> int:
 
 def one_of(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise InputError(f"{name}: got {value!r}; expected one of {', '.join(choices)}")
+        raise InputError(f"{name}: got {shown(value)}; expected one of {', '.join(choices)}")
 
 
 def as_plain(value: object) -> object:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from dwtune.core.errors import InputError
+from dwtune.core.errors import InputError, shown
 from dwtune.core.spec import limits
 from dwtune.core.spec.checks import at_most, nesting_depth, one_of
 from dwtune.core.spec.experiment import ExperimentSpec
@@ -49,40 +49,52 @@ def _check_keys(section: str, raw: dict, allowed: list[str]) -> None:
         if removed:
             raise InputError(f"{section}.{key}: no longer used: {removed}")
         if key not in allowed:
-            close = difflib.get_close_matches(str(key), allowed, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(allowed)}"
             where = f"{section}.{key}" if section else str(key)
-            raise InputError(f"{where}: unknown key; {hint}")
+            raise InputError(f"{where}: unknown key; {_key_hint(str(key), allowed)}")
+
+
+LISTED_KEYS = 5  # valid keys named after an unknown one (a section has up to 27)
+
+
+def _key_hint(key: str, allowed: list[str]) -> str:
+    """The closest valid key, else the few nearest: a list of every key is too long a line."""
+    close = difflib.get_close_matches(key, allowed, n=1)
+    if close:
+        return f"did you mean {shown(close[0])}?"
+    if len(allowed) <= LISTED_KEYS:
+        return f"valid keys: {', '.join(allowed)}"
+    nearest = difflib.get_close_matches(key, allowed, n=3, cutoff=0.0)
+    return f"closest valid keys: {', '.join(nearest)} ({len(allowed)} in all, see the README)"
 
 
 def _as_int(name: str, value: object) -> int:
     if isinstance(value, bool):
-        raise InputError(f"{name}: got {value!r}; expected an integer")
+        raise InputError(f"{name}: got {shown(value)}; expected an integer")
     if isinstance(value, int):
         return value
     number = parse_size(value, name) if isinstance(value, str) else value
     if isinstance(number, float) and number.is_integer():
         return int(number)
-    raise InputError(f"{name}: got {value!r}; expected an integer")
+    raise InputError(f"{name}: got {shown(value)}; expected an integer")
 
 
 def _as_float(name: str, value: object) -> float:
     if isinstance(value, bool):
-        raise InputError(f"{name}: got {value!r}; expected a number")
+        raise InputError(f"{name}: got {shown(value)}; expected a number")
     try:
         # "3e-3": PyYAML leaves exponents without a dot as text
         number = float(value) if isinstance(value, int | float) else float(str(value))
     except (ValueError, OverflowError):
-        raise InputError(f"{name}: got {value!r}; expected a number such as 3e-3") from None
+        raise InputError(f"{name}: got {shown(value)}; expected a number such as 3e-3") from None
     if not math.isfinite(number):  # .nan, .inf, "inf": refused everywhere
-        raise InputError(f"{name}: got {value!r}; expected a finite number")
+        raise InputError(f"{name}: got {shown(value)}; expected a finite number")
     return number
 
 
 def _as_bool(name: str, value: object) -> bool:
     if isinstance(value, bool):
         return value
-    raise InputError(f"{name}: got {value!r}; expected true or false")
+    raise InputError(f"{name}: got {shown(value)}; expected true or false")
 
 
 def _as_str(name: str, value: object) -> str:
@@ -90,7 +102,7 @@ def _as_str(name: str, value: object) -> str:
         return str(value).lower()
     if isinstance(value, str | int | float):
         return str(value)
-    raise InputError(f"{name}: got {value!r}; expected a string")
+    raise InputError(f"{name}: got {shown(value)}; expected a string")
 
 
 def _convert(name: str, hint: object, value: object) -> object:
@@ -112,7 +124,7 @@ def _build(cls: type, section: str, raw: object, special: dict | None = None) ->
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise InputError(f"{section}: got {raw!r}; expected a mapping of keys to values")
+        raise InputError(f"{section}: got {shown(raw)}; expected a mapping of keys to values")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     _check_keys(section, raw, list(fields))
     hints = typing.get_type_hints(cls)
@@ -138,7 +150,7 @@ def _build(cls: type, section: str, raw: object, special: dict | None = None) ->
 
 def _list_of(name: str, value: object) -> list:
     if not isinstance(value, list):
-        raise InputError(f"{name}: got {value!r}; expected a list")
+        raise InputError(f"{name}: got {shown(value)}; expected a list")
     return value
 
 
@@ -151,13 +163,13 @@ def _budgets(name: str, value: object) -> tuple[float, ...]:
     if isinstance(value, dict):
         _check_keys(name, value, ["min", "max", "num"])
         if set(value) != {"min", "max", "num"}:
-            raise InputError(f"{name}: got {value!r}; expected keys min, max and num")
+            raise InputError(f"{name}: got {shown(value)}; expected keys min, max and num")
         low, high = parse_size(value["min"], f"{name}.min"), parse_size(value["max"], f"{name}.max")
         num = _as_int(f"{name}.num", value["num"])
         at_most(f"{name}.num", num, limits.MAX_BUDGETS)  # before the list is made
         at_most(f"{name}.max", high, limits.MAX_BUDGET)
         if num < 1 or high < low or (num == 1 and high != low):
-            raise InputError(f"{name}: got {value!r}; expected min <= max and num >= 1")
+            raise InputError(f"{name}: got {shown(value)}; expected min <= max and num >= 1")
         ratio = (high / low) ** (1 / (num - 1)) if num > 1 else 1.0
         return tuple(float(f"{low * ratio**i:.6g}") for i in range(num))
     return tuple(sorted({parse_size(v, name) for v in _list_of(name, value)}))
@@ -169,7 +181,7 @@ def _seeds(name: str, value: object) -> tuple[int, ...]:
     count = _as_int(name, value)
     at_most(f"{name} (count)", count, limits.MAX_SEEDS)  # before the range is made
     if count < 1:
-        raise InputError(f"{name}: got {value!r}; expected a count >= 1 or a list of seeds")
+        raise InputError(f"{name}: got {shown(value)}; expected a count >= 1 or a list of seeds")
     return tuple(range(count))
 
 
@@ -177,7 +189,7 @@ def _pairs(name: str, value: object) -> tuple[tuple[int, ...], ...]:
     pairs = []
     for pair in _list_of(name, value):
         if not isinstance(pair, list):
-            raise InputError(f"{name}: got {pair!r}; expected [shallower, deeper] pairs")
+            raise InputError(f"{name}: got {shown(pair)}; expected [shallower, deeper] pairs")
         pairs.append(tuple(_as_int(name, v) for v in pair))
     return tuple(pairs)
 
@@ -195,7 +207,7 @@ def _lr_search(name: str, value: object) -> LrSearchConfig | None:
         return None
     if not isinstance(value, dict):
         raise InputError(
-            f"{name}: got {value!r}; expected a search such as "
+            f"{name}: got {shown(value)}; expected a search such as "
             f"{{search: log, min: 1e-4, max: 3e-2, trials: 8, fidelity: 0.25}}"
         )
     return _build(LrSearchConfig, name, value)
@@ -215,7 +227,8 @@ def _train(raw: object) -> object:
 def _model(raw: object) -> object:
     if isinstance(raw, dict) and "heads" in raw and raw.get("head_dim") is not None:
         raise InputError(
-            f"model: got both heads ({raw['heads']!r}) and head_dim ({raw['head_dim']!r}); "
+            f"model: got both heads ({shown(raw['heads'])}) and head_dim "
+            f"({shown(raw['head_dim'])}); "
             f"give one: heads fixes the head count, head_dim the head width"
         )
     return _build(ModelConfig, "model", raw)
@@ -265,8 +278,7 @@ def spec_from_dict(raw: object, source: str = "") -> ExperimentSpec:
 def _cross_check(spec: ExperimentSpec) -> ExperimentSpec:
     """Checks that involve more than one section."""
     one_of("trainer", spec.trainer, TRAINERS)
-    if not spec.name.replace("-", "").replace("_", "").isalnum():
-        raise InputError(f"name: got {spec.name!r}; expected letters, digits, '-' and '_' only")
+    _check_name(spec.name)
     for pair in spec.refine.pairs:
         for depth in pair:
             if depth not in spec.space.depths:
@@ -286,6 +298,20 @@ def _cross_check(spec: ExperimentSpec) -> ExperimentSpec:
                 f"expected sizes such as 1.75e11"
             ) from None
     return spec
+
+
+MAX_NAME_CHARS = 100  # the experiment folder's name; file systems allow 255 bytes
+
+
+def _check_name(name: str) -> None:
+    """A name that names a folder plainly: a leading '-' reads as a flag to every shell tool
+    (``dwtune report --help`` would print help, ``rm -r --help`` would not remove it)."""
+    plain = name.replace("-", "").replace("_", "").isalnum() and name[:1].isalnum()
+    if not plain or len(name) > MAX_NAME_CHARS:
+        raise InputError(
+            f"name: got {shown(name)}; expected letters, digits, '-' and '_', starting with a "
+            f"letter or digit, at most {MAX_NAME_CHARS} characters (it names the experiment folder)"
+        )
 
 
 def _check_length_factors(spec: ExperimentSpec) -> None:

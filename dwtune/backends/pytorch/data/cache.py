@@ -6,10 +6,20 @@ key hashes the corpus content and every setting that changes the ids. An entry i
 ``<cache_dir>/building/<key>/`` and renamed into ``tokens/`` after its manifest is written, so
 ``tokens/`` only ever holds complete entries, and an entry without a manifest (or whose files
 disagree with it) is never used.
+
+The entry checks itself each time it is opened (:func:`entry_problem`): the token files' sizes
+against the manifest's counts, and their SHA-256 against the manifest's whenever a file changed
+since its hash last matched. "Changed" is read from ``verified.json``, the (size, mtime, ctime,
+inode) of each file when its hash last matched: every write to a file moves its ctime, which no
+user can set back, so bytes overwritten in place are always hashed again, while an unchanged
+entry costs a few ``stat`` calls per trial. Damage that bypasses the filesystem (a failing disk)
+leaves the stamp as it was: ``dwtune prepare SPEC --verify`` hashes every file regardless.
+A damaged entry is named and rebuilt before any trial reads it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass
@@ -24,6 +34,7 @@ from dwtune.storage.store import atomic_write_text
 CACHE_VERSION = 2  # bump when reading, stripping, splitting or tokenizing changes
 MANIFEST = "manifest.json"
 TOKENIZER = "tokenizer.json"
+VERIFIED = "verified.json"  # stat stamps of the token files when their SHA-256 last matched
 SPLITS = ("train", "val")
 HASH_BLOCK = 1 << 20
 
@@ -112,41 +123,129 @@ class PreparedCorpus:
                 f"{self.vocab_size} ids; raise data.vocab_size"
             )
 
+    def check_ids(self, windows: np.ndarray, split: str) -> None:
+        """Raise unless every id of ``windows`` is one the tokenizer produces: a larger id
+        would index past the embedding (an IndexError deep in torch) or train on noise."""
+        top = int(windows.max(initial=0))
+        if top >= self.vocab_size:
+            raise InputError(
+                f"token cache entry {self.directory}: {split}.bin holds token id {top}, beyond "
+                f"its {self.vocab_size}-id vocabulary (damaged on disk); remove that entry and "
+                f"rerun, or run `dwtune prepare SPEC --verify`, to rebuild it"
+            )
+
 
 def write_manifest(directory: Path, meta: dict) -> None:
-    """The last file of an entry: token counts, dtype and a SHA-256 per token file."""
+    """The last file of an entry: token counts, dtype and a SHA-256 per token file (and the
+    stamps of the files just hashed, so the first open need not hash them again)."""
+    stamps = {s: _stamp(directory / f"{s}.bin") for s in SPLITS}
     shards = {s: file_sha256(directory / f"{s}.bin") for s in SPLITS}
+    _write_stamps(directory, stamps)
     atomic_write_text(directory / MANIFEST, json.dumps({**meta, "sha256": shards}, indent=1))
 
 
+def _stamp(path: Path) -> list[int]:
+    """What changes whenever a file's bytes are written: size, mtime, ctime, inode."""
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _read_stamps(entry: Path) -> dict:
+    try:
+        stamps = json.loads((entry / VERIFIED).read_text())
+    except (OSError, ValueError):
+        return {}
+    return stamps if isinstance(stamps, dict) else {}
+
+
+def _write_stamps(entry: Path, stamps: dict) -> None:
+    """Best effort: a read-only cache is still checked, by hashing on every open."""
+    with contextlib.suppress(OSError):
+        atomic_write_text(entry / VERIFIED, json.dumps(stamps))
+
+
 def read_manifest(entry: Path) -> dict | None:
-    """The entry's manifest, or None unless it is complete and its files match its counts."""
+    """The entry's manifest if it is one of this cache version, else None."""
     try:
         meta = json.loads((entry / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(meta, dict) and meta.get("cache_version") == CACHE_VERSION
+    return meta if ok else None
+
+
+def _file_problem(path: Path, tokens: int, itemsize: int, sha256: str, hashed: bool) -> str:
+    """What is wrong with one token file ("" if nothing): its size, then (when ``hashed``)
+    its SHA-256."""
+    size = path.stat().st_size
+    if size != tokens * itemsize:
+        return f"{path.name} holds {size:,} bytes, its manifest {tokens * itemsize:,}"
+    if hashed and file_sha256(path) != sha256:
+        return f"{path.name} does not match the SHA-256 in its manifest (changed on disk)"
+    return ""
+
+
+def entry_problem(entry: Path, meta: dict, full: bool = False) -> str:
+    """Why the entry's token files cannot be used ("" if they can; module doc). ``full``
+    hashes every file; else only files changed since their hash last matched."""
+    stamps = _read_stamps(entry)
+    known = dict(stamps)
+    try:
         itemsize = np.dtype(meta["dtype"]).itemsize
         for split in SPLITS:
-            if (entry / f"{split}.bin").stat().st_size != meta[f"{split}_tokens"] * itemsize:
-                return None
-        return meta if meta.get("cache_version") == CACHE_VERSION else None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+            path = entry / f"{split}.bin"
+            stamp = _stamp(path)  # before hashing: a write during the hash is seen next time
+            hashed = full or stamps.get(split) != stamp
+            problem = _file_problem(
+                path, meta[f"{split}_tokens"], itemsize, meta["sha256"][split], hashed
+            )
+            if problem:
+                return problem
+            stamps[split] = stamp
+    except OSError as exc:
+        return f"cannot read {Path(exc.filename or 'it').name} ({exc.strerror or exc})"
+    except (KeyError, TypeError, ValueError):
+        return "its manifest lacks token counts, dtype or checksums"
+    if stamps != known:  # written only after a hash: an unchanged entry is only read
+        _write_stamps(entry, stamps)
+    return ""
 
 
-def load_entry(entry: Path, cache_hit: bool) -> PreparedCorpus | None:
+def load_entry(entry: Path, cache_hit: bool, full: bool = False) -> PreparedCorpus | None:
+    """The entry if it is complete and its files check out, else None (see open_entry)."""
+    return open_entry(entry, cache_hit, full)[0]
+
+
+def open_entry(
+    entry: Path, cache_hit: bool, full: bool = False
+) -> tuple[PreparedCorpus | None, str]:
+    """(the entry, "") if it is complete and checks out; (None, why) if it exists but is
+    damaged; (None, "") if it is absent or of another cache version."""
     meta = read_manifest(entry)
     if meta is None:
+        return None, ""
+    problem = entry_problem(entry, meta, full)
+    if problem:
+        return None, problem
+    prepared = _prepared(entry, meta, cache_hit)
+    return prepared, "" if prepared else "its manifest lacks the corpus or tokenizer"
+
+
+def _prepared(entry: Path, meta: dict, cache_hit: bool) -> PreparedCorpus | None:
+    try:
+        return PreparedCorpus(
+            directory=entry,
+            key=meta["key"],
+            corpus=meta["corpus"],
+            tokenizer=meta["tokenizer"],
+            vocab_size=meta["vocab_size"],
+            train_tokens=meta["train_tokens"],
+            val_tokens=meta["val_tokens"],
+            cache_hit=cache_hit,
+            dtype=meta["dtype"],
+        )
+    except KeyError:
         return None
-    return PreparedCorpus(
-        directory=entry,
-        key=meta["key"],
-        corpus=meta["corpus"],
-        tokenizer=meta["tokenizer"],
-        vocab_size=meta["vocab_size"],
-        train_tokens=meta["train_tokens"],
-        val_tokens=meta["val_tokens"],
-        cache_hit=cache_hit,
-        dtype=meta["dtype"],
-    )
 
 
 def entry_for(data: DataConfig, files: list[Path]) -> tuple[str, Path]:
@@ -164,4 +263,6 @@ def find_prepared(data: DataConfig, files: list[Path]) -> PreparedCorpus | None:
     if not memo.exists():
         return None
     key = cache_key(data, memo.read_text().strip())
-    return load_entry(cache_dir / "tokens" / key, cache_hit=True)
+    entry = cache_dir / "tokens" / key
+    meta = read_manifest(entry)  # its counts; the files are checked when a run opens it
+    return None if meta is None else _prepared(entry, meta, cache_hit=True)

@@ -27,9 +27,10 @@ import json
 import multiprocessing
 import os
 import shutil
+import sys
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from dwtune.backends.pytorch.data.cache import (
     PreparedCorpus,
     entry_for,
     load_entry,
+    open_entry,
     write_manifest,
 )
 from dwtune.backends.pytorch.data.sources import corpus_files, iter_chunks, text_pieces
@@ -337,15 +339,26 @@ def _check_writable(cache_dir: Path) -> None:
         ) from None
 
 
+def _say_on_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
 def prepare_corpus(
-    data: DataConfig, workers: int | None = None, progress: bool | None = False
+    data: DataConfig,
+    workers: int | None = None,
+    progress: bool | None = False,
+    *,
+    verify: bool = False,
+    say: Callable[[str], None] = _say_on_stderr,
 ) -> PreparedCorpus:
     """Tokenize ``data``'s corpus into the cache once; later calls are cheap cache hits.
 
     ``workers``: encoding processes (default: this node's cores; small corpora encode in this
     process). ``progress``: show progress bars (None: only on a terminal). Safe to call from
     several processes at once. Raises InputError for a missing, empty or too small corpus and
-    an unfit vocabulary, leaving nothing in the cache.
+    an unfit vocabulary, leaving nothing in the cache. An entry whose files fail their check
+    (:func:`~.cache.entry_problem`; every file hashed with ``verify``) is named through
+    ``say`` and rebuilt.
     """
     from dwtune.backends.pytorch.data.sources import resolve_data_config
 
@@ -353,11 +366,14 @@ def prepare_corpus(
     files = corpus_files(data)
     _check_writable(Path(data.cache_dir))
     key, entry = entry_for(data, files)
-    prepared = load_entry(entry, cache_hit=True)
+    prepared, _ = open_entry(entry, cache_hit=True, full=verify)
     if prepared is None:
         with _build_lock(Path(data.cache_dir) / "building", key):
-            prepared = load_entry(entry, cache_hit=True)  # published while we waited
+            # published (or found damaged and rebuilt) by another process while we waited
+            prepared, problem = open_entry(entry, cache_hit=True, full=verify)
             if prepared is None:
+                if problem:
+                    say(f"token cache entry {entry}: {problem}; rebuilding it")
                 size = sum(p.stat().st_size for p in files)
                 small = size < PARALLEL_MIN_BYTES  # worker start-up would cost more than it saves
                 parallel = workers or (1 if small else available_cores())

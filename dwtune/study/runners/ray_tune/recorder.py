@@ -25,6 +25,7 @@ from dwtune.study.runners.ray_tune.trial import (
     STARTED_KEY,
 )
 from dwtune.study.runners.ray_tune.trial_errors import (
+    console_text,
     error_text,
     forget_pickled_error,
     out_of_space,
@@ -136,7 +137,7 @@ class RecordingCallback(tune.Callback):
         state.announce_resume = True
         self._note(
             f"  {state.request.name}: attempt {state.attempt - 1} failed "
-            f"({error_text(trial)}); retrying"
+            f"({console_text(error_text(trial))}); retrying"
         )
         forget_pickled_error(trial)
 

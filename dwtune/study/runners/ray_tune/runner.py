@@ -27,6 +27,8 @@ from dwtune.study.runners.base import reusable_records
 from dwtune.study.runners.cluster_address import probe
 from dwtune.study.runners.ray_tune import embedded_ray
 from dwtune.study.runners.ray_tune.asha import CellASHA
+from dwtune.study.runners.ray_tune.cluster_token import check_token
+from dwtune.study.runners.ray_tune.reaper import Reaper
 from dwtune.study.runners.ray_tune.recorder import RecordingCallback
 from dwtune.study.runners.ray_tune.resources import check_resources
 from dwtune.study.runners.ray_tune.trial import trial_main
@@ -74,6 +76,8 @@ def _init_ray(address: str | None) -> None:
         return
     if address != "auto":
         probe(address)
+        if "://" not in address:  # a GCS address; Ray Client (ray://) speaks another protocol
+            check_token(address)
     try:
         ray.init(address=address, **common)
     except ray.exceptions.AuthenticationError as exc:
@@ -128,9 +132,12 @@ class TuneRunner:
         self._saved_env = {key: os.environ.get(key) for key in env}
         embedded_ray.set_env(env)
         logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
-        if self._owns_ray:
-            _init_ray(self.address)
-        try:
+        self._reaper: Reaper | None = None
+        try:  # a refused start restores the environment too (a notebook or test goes on)
+            if self._owns_ray:
+                if _is_local(self.address):  # its processes end if this one is killed
+                    self._reaper = Reaper()
+                _init_ray(self.address)
             check_resources(self.spec)
             self._say_where()
         except BaseException:
@@ -142,6 +149,8 @@ class TuneRunner:
         if self._owns_ray:
             ray.shutdown()
             _single_machine(False)
+        if self._reaper is not None:
+            self._reaper.stop()
         embedded_ray.set_env(self._saved_env)
 
     def _say_where(self) -> None:
@@ -200,7 +209,8 @@ class TuneRunner:
             return
         from dwtune.backends.pytorch.data import prepare_corpus
 
-        prepare_corpus(self.trial_spec.data, progress=None)  # bars on a terminal only
+        say = {"say": self.progress.note} if self.progress else {}  # else on stderr
+        prepare_corpus(self.trial_spec.data, progress=None, **say)  # bars on a terminal only
         self._corpus_ready = True
 
     def _experiment_name(self, stage: str) -> str:

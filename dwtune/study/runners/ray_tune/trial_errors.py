@@ -50,9 +50,26 @@ def one_line(text: str) -> str:
     return " ".join(line.split())[:ERROR_CHARS]
 
 
+# Ray's explanation of a dead trial process runs to about 1,000 characters of possible causes;
+# these words say it first, so a console line cut to its start still says what happened.
+WORKER_DIED = "its worker process died: killed by a signal or out of memory, or it crashed"
+WORKER_DIED_MARKS = ("worker process has died", "The actor died unexpectedly")
+CONSOLE_CHARS = 200  # of an error on a progress line; the record keeps ERROR_CHARS
+
+
 def error_text(trial) -> str:
     """One line: the exception type and message that failed the trial's last attempt."""
-    return one_line(_error_file_text(trial))
+    line = one_line(_error_file_text(trial))
+    if any(mark in line for mark in WORKER_DIED_MARKS):
+        return one_line(f"{WORKER_DIED}; Ray: {line}")
+    return line
+
+
+def console_text(line: str) -> str:
+    """An error line for the console: a dead worker in those words alone, else cut."""
+    if line.startswith(WORKER_DIED):
+        return WORKER_DIED
+    return line if len(line) <= CONSOLE_CHARS else f"{line[:CONSOLE_CHARS]}…"
 
 
 def out_of_space(line: str) -> int | None:

@@ -1,0 +1,165 @@
+"""Ray's failures, said in one short line: a cluster that refuses the token, a killed trial
+worker; and a killed driver leaves nothing of its local Ray running. Each driver is a
+subprocess, so its whole console (what Ray's C++ code prints too) is read."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import pandas as pd
+import pytest
+import yaml
+from hostile_experiment import BASE, base_raw
+from ray.core.generated import gcs_service_pb2_grpc
+
+from dwtune.storage.store import ExperimentStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from conftest import Processes
+
+pytestmark = [pytest.mark.hostile, pytest.mark.slow]
+WAIT_S = 240
+TRIAL_PROCESS = "ray::ImplicitFunc"  # Ray's process title of a Tune function trial
+# Seconds a killed driver's processes get to exit: its local Ray's agents once waited up to a
+# minute on the dead GCS; now a watcher kills them at once.
+EXIT_S = 5.0
+GRID = 8  # 2 depths x 4 budgets x 1 seed
+
+
+def _env() -> dict:
+    unset = ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+    return {k: v for k, v in os.environ.items() if k not in unset}
+
+
+def _spec(tmp_path: Path, **resources) -> Path:
+    raw = base_raw()
+    raw["space"]["depths"] = [6, 12]
+    raw["simulated"] = {**raw["simulated"], "seconds_per_step": 0.01}  # ~2 s per trial
+    raw["resources"] = {**raw["resources"], **resources}
+    path = tmp_path / "quiet.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def _command(spec: Path, storage: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "dwtune", "run", str(spec), "--storage", str(storage), *extra]
+
+
+class _GcsRefusingTokens(gcs_service_pb2_grpc.NodeInfoGcsServiceServicer):
+    """A GCS as a token-authenticated Ray head answers a client without its token."""
+
+    def GetClusterId(self, request, context):
+        context.abort(
+            grpc.StatusCode.UNAUTHENTICATED,
+            "InvalidAuthToken: Authentication token is missing or incorrect",
+        )
+
+
+@pytest.fixture
+def head_requiring_a_token():
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    gcs_service_pb2_grpc.add_NodeInfoGcsServiceServicer_to_server(_GcsRefusingTokens(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop(grace=None)
+
+
+def test_an_address_that_refuses_the_token_is_one_line_naming_it(tmp_path, head_requiring_a_token):
+    done = subprocess.run(
+        _command(_spec(tmp_path), tmp_path / "exp", "--address", head_requiring_a_token),
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+    )
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert (done.returncode, len(lines)) == (2, 1), lines  # ray.init would warn once a second
+    assert lines[0].startswith(f"dwtune run: error: --address {head_requiring_a_token}: ")
+    assert "RAY_AUTH_TOKEN" in lines[0]
+    assert not list((tmp_path / "exp" / BASE["name"] / "trials").glob("*.json"))
+
+
+class _Console:
+    """A driver's stderr, read line by line as it comes (a thread drains the pipe)."""
+
+    def __init__(self, driver: subprocess.Popen):
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(driver,), daemon=True)
+        self._thread.start()
+
+    def _read(self, driver: subprocess.Popen) -> None:
+        for line in driver.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def has(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+
+def _wait(condition, driver: subprocess.Popen, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert driver.poll() is None, f"the driver ended before: {what}"
+        assert time.monotonic() < deadline, f"never reached: {what}"
+        time.sleep(0.05)
+
+
+def _left_running(pids: list[int]) -> list[int]:
+    deadline = time.monotonic() + EXIT_S
+    while any(Processes.alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p for p in pids if Processes.alive(p)]
+    for pid in left:  # the test's own cleanup: these are this test's processes
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
+@pytest.mark.ray
+def test_a_killed_worker_is_one_short_line_and_a_killed_driver_leaves_nothing(tmp_path):
+    spec, storage = _spec(tmp_path, retries=1), tmp_path / "exp"
+    store = ExperimentStore(storage / BASE["name"])
+    driver = subprocess.Popen(
+        _command(spec, storage, "--grid-only"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    console = _Console(driver)
+
+    # Killed once it has reported (a checkpoint is there): killed while Ray still starts it,
+    # the trial's actor "never ran", which Ray says in another, short, line.
+    def reported_and_running() -> list[int]:
+        reported = list(storage.glob("*/ray/grid-*/*/checkpoint_*"))
+        return Processes.children_named(TRIAL_PROCESS, driver.pid) if reported else []
+
+    _wait(reported_and_running, driver, "a trial that has reported")
+    os.kill(reported_and_running()[0], signal.SIGKILL)
+    _wait(lambda: console.has("attempt 1 failed"), driver, "the retry line")
+    _wait(lambda: len(list(store.trials_dir.glob("*.json"))) >= 2, driver, "two records")
+    pids = Processes.descendants({driver.pid}, Processes.table())
+    driver.send_signal(signal.SIGKILL)
+    driver.communicate(timeout=30)
+    assert _left_running(pids) == []
+
+    retry = next(line for line in console.lines if "attempt 1 failed" in line)
+    assert retry.endswith(
+        ": attempt 1 failed (its worker process died: killed by a signal or out of memory, or "
+        "it crashed); retrying"
+    )
+    assert max(len(line) for line in console.lines) < 250, console.lines
+    done = subprocess.run(
+        _command(spec, storage, "--grid-only"), capture_output=True, text=True, env=_env()
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = pd.read_parquet(store.root / "trials.parquet")
+    assert len(trials) == trials.trial_id.nunique() == GRID
+    assert set(trials.status) == {"finished"}
