@@ -32,8 +32,11 @@ def test_a_planted_crossing_lies_inside_its_intervals_and_they_nest():
         estimate.n_star_low <= math.exp(TRUTH) <= estimate.n_star_high
     )
     half68 = 0.5 * math.log(estimate.n_star_high_68 / estimate.n_star_low_68)
-    half95 = 0.5 * math.log(estimate.n_star_high / estimate.n_star_low) / crossing.Z95
-    assert estimate.sigma_ln == pytest.approx(max(half68, half95))
+    star, low, high = (
+        math.log(v) for v in (estimate.n_star, estimate.n_star_low, estimate.n_star_high)
+    )
+    reach = 0.5 * (0.5 * (high - low) + max(star - low, high - star)) / crossing.Z95
+    assert estimate.sigma_ln == pytest.approx(max(half68, reach))
     assert estimate.crossings == (estimate.n_star,) and estimate.noise_source == "measured"
 
 
@@ -184,3 +187,33 @@ def test_the_chords_bias_at_a_kink_is_removed_from_n_star_and_its_68_interval():
     assert abs(math.log(est.n_star) - x_star) < 0.2 * (chord - x_star)
     assert est.n_star_low_68 <= math.exp(x_star) <= est.n_star_high_68 < math.exp(chord)
     assert est.n_star_low < est.n_star_low_68 < est.n_star < est.n_star_high_68 < est.n_star_high
+
+
+# A pair of the flat surface (Δ = 0.05·tanh³((x* − x)/0.5), paired noise 0.002) as
+# benchmarks/coverage.py's refine loop left it: (ln N − ln N*, paired Δ per seed). Three
+# points within 0.31 e-folds of N* are within noise; the chord crosses 0.09 e-folds high.
+FLAT = (
+    (-1.4561, (+0.04989,)),
+    (-1.1683, (+0.04663,)),
+    (-0.8805, (+0.03871, +0.04606)),
+    (-0.5926, (+0.02682,)),
+    (-0.3048, (+0.00764, +0.00772, +0.00875, +0.00869)),
+    (-0.1609, (+0.00378, +0.00147, -0.00096, +0.00020)),
+    (-0.0170, (+0.00093, -0.00135, +0.00441, +0.00694)),
+    (+0.2708, (-0.00705, -0.00381, -0.00229, -0.00522)),
+    (+0.5587, (-0.02826,)),
+    (+0.8465, (-0.04085, -0.03808)),
+    (+1.1343, (-0.04775,)),
+)
+
+
+def test_the_95_interval_reaches_across_a_flat_crossing(monkeypatch):
+    planted = 17.0
+    points = [DeltaPoint(math.exp(planted + dx), deltas) for dx, deltas in FLAT]
+    estimate = estimate_crossing(points, prior=NoisePrior(0.002), seed=0)
+    assert estimate.status == vocabulary.TransitionStatus.BRACKETED
+    assert estimate.n_star_low <= math.exp(planted) <= estimate.n_star_high
+    # with straight legs only, the profile cannot reach across the flat points: it misses
+    monkeypatch.setattr(crossing, "STICK_POWERS", (1.0,))
+    lines = estimate_crossing(points, prior=NoisePrior(0.002), seed=0)
+    assert not lines.n_star_low <= math.exp(planted) <= lines.n_star_high
