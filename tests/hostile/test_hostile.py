@@ -10,10 +10,10 @@ from __future__ import annotations
 import collections
 
 import pytest
-from cases import EXP, all_cases
-from hostile_experiment import built_experiment, experiment, trials_digest  # noqa: F401
 
 from dwtune.cli import main
+from tests.helpers.hostile_cases import EXP, all_cases
+from tests.helpers.hostile_experiment import trials_digest
 
 CASES = all_cases()
 
@@ -44,7 +44,7 @@ def test_the_suite_covers_every_command_with_enough_cases():
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_hostile_input_ends_cleanly(case, experiment, capsys):  # noqa: F811 (fixture)
+def test_hostile_input_ends_cleanly(case, experiment, capsys):
     case.setup(experiment)
     trials = experiment / EXP / "trials"
     before = trials_digest(trials)

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import Processes
 
 from dwtune.storage.store import ExperimentStore
+from tests.helpers.processes import Processes
 
 REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Processes
 
 from dwtune.study.runners.ray_tune import embedded_ray
+from tests.helpers.processes import Processes
 
 pytestmark = pytest.mark.ray
 

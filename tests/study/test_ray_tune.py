@@ -14,7 +14,6 @@ import time
 
 import pandas as pd
 import pytest
-from conftest import Processes
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from dwtune.core import vocabulary
@@ -25,6 +24,7 @@ from dwtune.outputs import tables
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.ray_tune import TuneRunner
+from tests.helpers.processes import Processes
 
 pytestmark = pytest.mark.ray
 

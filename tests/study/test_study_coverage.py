@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from benchmarks import study_coverage
+from dwtune.core.spec import load_spec
 
-from benchmarks import study_coverage  # noqa: E402
-from dwtune.core.spec import load_spec  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 SIMULATED = ROOT / "search_spaces" / "simulated.yaml"
 
