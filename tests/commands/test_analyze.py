@@ -243,6 +243,7 @@ def test_experiment_directory_checkpoints_come_from_its_curves(capsys, study_dir
     assert picked["rows"] == len(curves)  # every evaluation of every finished trial
 
 
+@pytest.mark.slow  # a fit and its bootstrap on a whole study
 def test_three_crossing_pairs_give_the_fit_and_a_study_fit_is_a_reference(capsys, study_dir):
     from dwtune.study.fit_stage import write_fit
 

@@ -287,6 +287,7 @@ def test_a_corrupt_spec_file_in_the_experiment_dir_exits_2(
     assert "spec.yaml: corrupt" in _one_line_error(capsys)
 
 
+@pytest.mark.slow  # a `dwtune run` process
 def test_a_missing_corpus_exits_2_before_ray_starts(tmp_path):
     spec = tmp_path / "nocorpus.yaml"
     spec.write_text(

@@ -24,6 +24,7 @@ def test_realisations_have_their_own_seeds_and_none_is_the_spec_itself():
     assert max(first) + spec.refine.max_seeds < min(second)
 
 
+@pytest.mark.slow  # a whole simulated study
 def test_one_study_is_measured_against_its_planted_transitions_and_law():
     spec = study_coverage.realisation(load_spec(SIMULATED), 0)
     result = study_coverage.run_study(spec)
