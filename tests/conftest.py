@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,29 @@ def write_spec(tmp_path_factory):
 def simulated_raw():
     """``simulated_raw(**sections) -> dict``: the small simulated study, adjusted."""
     return small_simulated
+
+
+@pytest.fixture(scope="session")
+def watched_run(write_spec, simulated_raw, tmp_path_factory):
+    """`dwtune run` of the small study (about 1 s a trial) in its own process with its own Ray,
+    the listening sockets of its process tree sampled while it ran:
+    ``(storage, completed process, listeners, ss -ltnp lines)``. Every `dwtune run` starts Ray,
+    so the tests that only read one such run share it."""
+    from tests.helpers.drivers import run_command
+    from tests.helpers.listeners import watch
+
+    storage = tmp_path_factory.mktemp("watched")
+    spec = write_spec(simulated_raw(name="cli", simulated={"seconds_per_step": 0.002}))
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    out, err = storage / "stdout.txt", storage / "stderr.txt"  # files: a full pipe never blocks
+    with out.open("w") as stdout, err.open("w") as stderr:
+        driver = subprocess.Popen(run_command(spec, storage), env=env, stdout=stdout, stderr=stderr)
+        seen, ss_lines = watch(driver)
+        driver.wait(timeout=60)
+    done = subprocess.CompletedProcess(
+        driver.args, driver.returncode, out.read_text(), err.read_text()
+    )
+    return storage, done, seen, ss_lines
 
 
 @pytest.hookimpl(trylast=True)  # after -m has deselected: torch is imported only if needed

@@ -36,10 +36,10 @@ def slow_study(write_spec, simulated_raw, tmp_path):
 
 
 @pytest.mark.ray
-def test_run_trains_the_grid_exports_and_shows_progress(write_spec, simulated_raw, tmp_path):
-    done = run_driver(write_spec(simulated_raw(name="cli")), tmp_path)
+def test_run_trains_the_grid_exports_and_shows_progress(watched_run):
+    storage, done, _, _ = watched_run  # shared with tests/study/test_embedded_ray.py
     assert done.returncode == 0, done.stderr
-    root = tmp_path / "cli"
+    root = storage / "cli"
     trials = pd.read_parquet(root / "trials.parquet")
     assert len(trials) == 8 and set(trials.status) == {"finished"}
     assert len(pd.read_parquet(root / "curves.parquet")) == 8 * 4
