@@ -26,7 +26,7 @@ from tests.helpers.drivers import driver_env, leftovers, run_command, trials_sna
 from tests.helpers.hostile_experiment import BASE, base_raw
 from tests.helpers.processes import Processes
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.hostile]
 WAIT_S = 240
 GRID = 8  # grid trainings of the spec below: 2 depths x 4 budgets x 1 seed
 
