@@ -1,36 +1,16 @@
-"""Shared fixtures: small spec files written on demand; processes read from /proc."""
+"""Shared fixtures (small spec files written on demand) and the tiers' one hook: tests marked
+``gpu`` are skipped where CUDA is missing. Shared helpers are in tests/helpers."""
 
 from __future__ import annotations
 
-import copy
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-# A tiny study on the simulated backend: 2 depths x 2 budgets x 2 seeds = 8 trials, each a few
-# reports long. Tests copy it and change what they need.
-SMALL_SIMULATED = {
-    "name": "small",
-    "trainer": "simulated",
-    "data": {"tokenizer": "bpe", "vocab_size": 2000, "seq_len": 128},
-    "model": {"heads": 2, "width_multiple": 8},
-    "space": {"depths": [6, 12], "budgets": [1e6, 1e7], "seeds": 2},
-    "train": {"steps": 400, "batch_size": 8, "eval_every": 100},
-    "resources": {"cpu": 0.5, "retries": 0},
-}
-
-
-def small_simulated(**sections: dict) -> dict:
-    """SMALL_SIMULATED with some sections updated (``name=...`` replaces the name)."""
-    raw = copy.deepcopy(SMALL_SIMULATED)
-    for key, value in sections.items():
-        if isinstance(value, dict):
-            raw.setdefault(key, {}).update(value)
-        else:
-            raw[key] = value
-    return raw
+from tests.helpers.specs import small_simulated
 
 
 @pytest.fixture(scope="session")
@@ -51,47 +31,40 @@ def simulated_raw():
     return small_simulated
 
 
-class Processes:
-    """This machine's processes, read from /proc (Linux), to find and stop what a test started."""
+@pytest.fixture(scope="session")
+def watched_run(write_spec, simulated_raw, tmp_path_factory):
+    """`dwtune run` of the small study (about 1 s a trial) in its own process with its own Ray,
+    the listening sockets of its process tree sampled while it ran:
+    ``(storage, completed process, listeners, ss -ltnp lines)``. Every `dwtune run` starts Ray,
+    so the tests that only read one such run share it."""
+    from tests.helpers.drivers import run_command
+    from tests.helpers.listeners import watch
 
-    @staticmethod
-    def table() -> dict[int, tuple[int, str]]:
-        """pid -> (parent pid, command line)."""
-        table = {}
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:  # exited while we looked
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            table[int(entry.name)] = (ppid, cmdline.decode(errors="replace"))
-        return table
+    storage = tmp_path_factory.mktemp("watched")
+    spec = write_spec(simulated_raw(name="cli", simulated={"seconds_per_step": 0.002}))
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    out, err = storage / "stdout.txt", storage / "stderr.txt"  # files: a full pipe never blocks
+    with out.open("w") as stdout, err.open("w") as stderr:
+        driver = subprocess.Popen(run_command(spec, storage), env=env, stdout=stdout, stderr=stderr)
+        seen, ss_lines = watch(driver)
+        driver.wait(timeout=60)
+    done = subprocess.CompletedProcess(
+        driver.args, driver.returncode, out.read_text(), err.read_text()
+    )
+    return storage, done, seen, ss_lines
 
-    @staticmethod
-    def descendants(roots: set[int], table: dict[int, tuple[int, str]]) -> list[int]:
-        """``roots`` and every process below them."""
-        found, frontier = set(roots), set(roots)
-        while frontier:
-            frontier = {pid for pid, (ppid, _) in table.items() if ppid in frontier} - found
-            found |= frontier
-        return sorted(found)
 
-    @staticmethod
-    def alive(pid: int) -> bool:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return False
-        return state != "Z"
+@pytest.hookimpl(trylast=True)  # after -m has deselected: torch is imported only if needed
+def pytest_collection_modifyitems(config, items):
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if gpu and not _cuda_available():
+        for item in gpu:
+            item.add_marker(pytest.mark.skip(reason="needs CUDA"))
 
-    @classmethod
-    def children_named(cls, prefix: str, root: int | None = None) -> list[int]:
-        """Live processes below ``root`` (default: this one) whose command line starts so."""
-        table = cls.table()
-        below = cls.descendants({root or os.getpid()}, table)
-        return [
-            pid for pid in below if table.get(pid, (0, ""))[1].startswith(prefix) and cls.alive(pid)
-        ]
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()

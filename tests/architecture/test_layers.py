@@ -1,4 +1,6 @@
-"""The layer contracts in pyproject.toml hold, and they catch a pure module importing torch."""
+"""The layer contracts in pyproject.toml bite: a planted forbidden import breaks its contract.
+
+That the shipped tree keeps them is checked by `lint-imports` in the README's test command."""
 
 from __future__ import annotations
 
@@ -29,12 +31,6 @@ def _copy_of_the_package(tmp_path: Path) -> Path:
     shutil.copytree(REPO / "dwtune", root / "dwtune", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
     return root
-
-
-def test_the_shipped_tree_keeps_every_contract():
-    result = _lint(REPO)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "0 broken" in result.stdout
 
 
 @pytest.mark.parametrize(

@@ -111,6 +111,7 @@ def test_bundled_shakespeare_char_corpus_is_cached_once(tmp_path):
     assert "".join(chars[i] for i in first.val()[:5]) == "".join(chars[i] for i in second.val()[:5])
 
 
+@pytest.mark.slow  # trains a BPE tokenizer
 def test_bpe_with_vocabulary_2000_is_trained_once(tmp_path):
     cfg = config(tmp_path, tokenizer="bpe", vocab_size=2000)
     first = prepare_corpus(cfg)

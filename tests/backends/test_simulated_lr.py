@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import small_simulated
 
 from dwtune.backends.simulated import final_loss, lr_optimum, mean_loss
 from dwtune.core.records import make_request, request_spec
 from dwtune.core.spec import spec_from_dict
+from tests.helpers.specs import small_simulated
 
 PENALTY = {"lr_penalty": 0.02, "surface": "lr_mistuned", "lr_opt": 3e-3, "lr_base_width": 256}
 

@@ -88,6 +88,7 @@ def losses(reports: list[dict]) -> list[tuple]:
 # --------------------------------------------------------------------------- learning
 
 
+@pytest.mark.slow  # real training: 300 steps
 def test_loss_decreases_on_the_bundled_corpus(cache_dir):
     spec = make_spec(
         cache_dir,
@@ -189,6 +190,7 @@ def test_a_checkpoint_of_another_trial_is_refused(cache_dir, tmp_path):
 # --------------------------------------------------------------------------- stopping
 
 
+@pytest.mark.slow  # two real trainings
 def test_early_stopping_after_patience_steps_without_improvement(cache_dir):
     # lr 1e-30: updates vanish below float32 resolution, so validation never improves
     frozen = {"lr": 1e-30, "schedule": "constant", "warmup_steps": 0, "steps": 100}

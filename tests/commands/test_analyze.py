@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from analysis_tables import TOKENS, WANDB_COLUMNS, rounded_width, single_run_suite, sweep
 
 from dwtune.cli import main
 from dwtune.core.analysis import analyse_pair, select_checkpoints, size_groups
@@ -21,6 +20,13 @@ from dwtune.outputs.runs_table import table_from_frame
 from dwtune.outputs.tables import export_experiment
 from dwtune.storage.store import ExperimentStore
 from dwtune.study import refine as refine_stage
+from tests.helpers.analysis_tables import (
+    TOKENS,
+    WANDB_COLUMNS,
+    rounded_width,
+    single_run_suite,
+    sweep,
+)
 
 PLANTED = 2e7
 # 25 sizes over 3 decades (0.29 e-folds apart), where the estimator's interval covered the
@@ -237,6 +243,7 @@ def test_experiment_directory_checkpoints_come_from_its_curves(capsys, study_dir
     assert picked["rows"] == len(curves)  # every evaluation of every finished trial
 
 
+@pytest.mark.slow  # a fit and its bootstrap on a whole study
 def test_three_crossing_pairs_give_the_fit_and_a_study_fit_is_a_reference(capsys, study_dir):
     from dwtune.study.fit_stage import write_fit
 

@@ -121,6 +121,7 @@ def run_script(args: list[str], **env: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # trains with both trainers
 def test_bench_vs_reference_runs_both_on_cpu():
     done = run_script(
         [

@@ -8,12 +8,18 @@ import signal
 import optuna
 import pandas as pd
 import pytest
-from conftest import Processes
-from test_run_cli import _leftovers, _run, _snapshot, _start, _wait_for_records
 
 from dwtune.cli import main
 from dwtune.core.lr_search import SearchOutcome, best_rate
 from dwtune.storage.store import ExperimentStore
+from tests.helpers.drivers import (
+    leftovers,
+    run_driver,
+    start_driver,
+    trials_snapshot,
+    wait_for_records,
+)
+from tests.helpers.processes import Processes
 
 TRIALS = 4  # per cell: two rounds of two
 SEARCH = {"search": "log", "min": 1e-4, "max": 3e-2, "trials": TRIALS, "fidelity": 0.5}
@@ -44,19 +50,19 @@ def _journal_trials(root) -> list:
 @pytest.mark.slow
 def test_a_driver_killed_during_the_search_resumes_with_every_search_trial_once(search_study):
     spec, storage, store = search_study
-    driver = _start(spec, storage)
-    _wait_for_records(store, 2, driver)
+    driver = start_driver(spec, storage)
+    wait_for_records(store, 2, driver)
     table = Processes.table()
     ray_processes = Processes.descendants({driver.pid}, table)
     driver.send_signal(signal.SIGKILL)
     driver.communicate(timeout=30)
-    assert _leftovers(ray_processes, table) == []
-    before = _snapshot(store)
+    assert leftovers(ray_processes, table) == []
+    before = trials_snapshot(store)
     assert 2 <= len(before) < 4 * TRIALS  # killed during the search
 
-    done = _run(spec, storage, "--grid-only")
+    done = run_driver(spec, storage, "--grid-only")
     assert done.returncode == 0, done.stderr
-    after = _snapshot(store)
+    after = trials_snapshot(store)
     assert {k: after[k] for k in before} == before  # nothing finished was trained again
     trials = pd.read_parquet(store.root / "trials.parquet")
     search = trials[trials.stage == "lr_search"]
@@ -75,9 +81,9 @@ def test_a_driver_killed_during_the_search_resumes_with_every_search_trial_once(
         ]
         assert rows.lr.iloc[0] == pytest.approx(best_rate(outcomes, cell.steps.max()))
 
-    again = _run(spec, storage, "--grid-only")  # a rerun trains nothing
+    again = run_driver(spec, storage, "--grid-only")  # a rerun trains nothing
     assert again.returncode == 0 and "training" not in again.stderr
-    assert _snapshot(store) == after
+    assert trials_snapshot(store) == after
 
 
 def _one_line(capsys) -> str:

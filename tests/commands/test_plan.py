@@ -54,34 +54,46 @@ def test_simulated_plan_is_labelled_simulated(capsys):
     assert "SIMULATED" in capsys.readouterr().out.splitlines()[0]
 
 
+PURE_MODULES = [
+    "core.spec",
+    "core.budget",
+    "core.records",
+    "core.units",
+    "core.vocabulary",
+    "core.transitions",
+    "core.fit",
+    "core.projection",
+    "storage.store",
+    "backends.simulated",
+]
+# One fresh interpreter imports each module in turn, then plans. sys.modules only grows, so a
+# module that loads a heavy library shows it at its own step and at every step after it.
 PURE_IMPORT_CHECK = """
-import sys
-import dwtune.{modules}
+import contextlib, importlib, io, json, sys
+HEAVY = ("torch", "ray", "optuna", "matplotlib")
+loaded = {{}}
+for module in {modules!r}:
+    importlib.import_module("dwtune." + module)
+    loaded[module] = sorted(m for m in HEAVY if m in sys.modules)
 from dwtune.cli import main
-main({argv!r})
-heavy = sorted(m for m in ("torch", "ray", "optuna", "matplotlib") if m in sys.modules)
-print("HEAVY=" + ",".join(heavy))
+with contextlib.redirect_stdout(io.StringIO()):
+    main({argv!r})
+loaded["plan"] = sorted(m for m in HEAVY if m in sys.modules)
+print(json.dumps(loaded))
 """
 
 
-@pytest.mark.parametrize(
-    "module",
-    [
-        "core.spec",
-        "core.budget",
-        "core.records",
-        "core.units",
-        "core.vocabulary",
-        "core.transitions",
-        "core.fit",
-        "core.projection",
-        "storage.store",
-        "backends.simulated",
-    ],
-)
-def test_pure_modules_and_plan_import_no_torch_ray_or_optuna(module):
-    code = PURE_IMPORT_CHECK.format(modules=module, argv=["plan", str(PAPER), "--json"])
+@pytest.fixture(scope="module")
+def heavy_loaded() -> dict[str, list[str]]:
+    """step -> the heavy libraries in sys.modules after it (the pure modules, then plan)."""
+    code = PURE_IMPORT_CHECK.format(modules=PURE_MODULES, argv=["plan", str(PAPER), "--json"])
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
-    assert result.stdout.strip().splitlines()[-1] == "HEAVY="
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("module", PURE_MODULES)
+def test_pure_modules_and_plan_import_no_torch_ray_or_optuna(module, heavy_loaded):
+    assert heavy_loaded[module] == []
+    assert heavy_loaded["plan"] == []

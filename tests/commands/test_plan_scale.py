@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from dwtune.cli import main
@@ -69,6 +70,7 @@ def test_a_prepared_corpus_is_counted_from_its_manifest(tmp_path, capsys):
     assert "1.48e+05 training tokens (prepared manifest)" in line  # 0.9 x 163,999 chars
 
 
+@pytest.mark.slow  # --cost simulates the paper's refine stage
 def test_paper_plan_costs_the_study_without_its_corpus(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(planning, "BENCH_RESULTS", tmp_path / "no_bench.jsonl")
     assert main(["plan", str(PAPER), "--cost", "--device", "h100", "--gpus", "64"]) == 0

@@ -8,81 +8,21 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import Processes
 
 from dwtune.cli import main
 from dwtune.storage.store import ExperimentStore
-
-WAIT_S = 120
-
-
-def _env() -> dict:
-    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-
-
-def _command(spec: Path, storage: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "dwtune", "run", str(spec), "--storage", str(storage), *extra]
-
-
-def _run(spec: Path, storage: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        _command(spec, storage, *extra), capture_output=True, text=True, env=_env(), timeout=300
-    )
-
-
-def _terminal_sigint() -> None:
-    """In the child: Ctrl-C handled as in a terminal's foreground job, even when the test run
-    itself is a background job (which starts with SIGINT ignored, and children inherit that)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _start(spec: Path, storage: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        _command(spec, storage, "--grid-only"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(),
-        preexec_fn=_terminal_sigint,
-    )
-
-
-def _wait_for_records(store: ExperimentStore, count: int, driver: subprocess.Popen) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while len(list(store.trials_dir.glob("*.json"))) < count:
-        assert driver.poll() is None, driver.communicate()
-        assert time.monotonic() < deadline, "no trial finished in time"
-        time.sleep(0.1)
-
-
-def _snapshot(store) -> dict:
-    return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in store.trials_dir.iterdir()}
-
-
-# Ray's node agents outlive a SIGKILLed driver for a while (they retry the dead GCS before
-# exiting); everything that computes or holds memory (GCS, raylet, trial workers) must not.
-SLOW_TO_EXIT = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
-
-
-def _leftovers(pids: list[int], table: dict) -> list[str]:
-    """Wait for the driver's processes to exit; kill (by pid) and name any that did not."""
-    deadline = time.monotonic() + WAIT_S / 4
-    while any(Processes.alive(p) for p in pids) and time.monotonic() < deadline:
-        if all(table[p][1].startswith(SLOW_TO_EXIT) for p in pids if Processes.alive(p)):
-            break
-        time.sleep(0.2)
-    now = Processes.table()
-    # Same command line: still the process we saw (a pid is reused only after it exited).
-    left = [p for p in pids if Processes.alive(p) and now.get(p, (0, ""))[1] == table[p][1]]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    return [table[p][1].split()[0] for p in left if not table[p][1].startswith(SLOW_TO_EXIT)]
+from tests.helpers.drivers import (
+    leftovers,
+    run_driver,
+    start_driver,
+    trials_snapshot,
+    wait_for_records,
+)
+from tests.helpers.processes import Processes
 
 
 @pytest.fixture
@@ -96,10 +36,10 @@ def slow_study(write_spec, simulated_raw, tmp_path):
 
 
 @pytest.mark.ray
-def test_run_trains_the_grid_exports_and_shows_progress(write_spec, simulated_raw, tmp_path):
-    done = _run(write_spec(simulated_raw(name="cli")), tmp_path)
+def test_run_trains_the_grid_exports_and_shows_progress(watched_run):
+    storage, done, _, _ = watched_run  # shared with tests/study/test_embedded_ray.py
     assert done.returncode == 0, done.stderr
-    root = tmp_path / "cli"
+    root = storage / "cli"
     trials = pd.read_parquet(root / "trials.parquet")
     assert len(trials) == 8 and set(trials.status) == {"finished"}
     assert len(pd.read_parquet(root / "curves.parquet")) == 8 * 4
@@ -113,13 +53,13 @@ def _signal_driver_after(study, records: int, sig: int, timeout: float):
     """Start `dwtune run`, send ``sig`` once ``records`` trials are recorded; return its exit
     code, stderr and the Ray processes it started that are still alive."""
     spec, storage, store = study
-    driver = _start(spec, storage)
-    _wait_for_records(store, records, driver)
+    driver = start_driver(spec, storage)
+    wait_for_records(store, records, driver)
     table = Processes.table()
     ray_processes = Processes.descendants({driver.pid}, table)
     driver.send_signal(sig)
     _, err = driver.communicate(timeout=timeout)
-    return driver.returncode, err, _leftovers(ray_processes, table)
+    return driver.returncode, err, leftovers(ray_processes, table)
 
 
 @pytest.mark.ray
@@ -128,13 +68,13 @@ def test_a_killed_driver_resumes_without_repeating_finished_trials(slow_study):
     spec, storage, store = slow_study
     _, _, leftovers = _signal_driver_after(slow_study, 2, signal.SIGKILL, timeout=30)
     assert leftovers == []  # Ray's reaper stops what the driver started
-    before = _snapshot(store)
+    before = trials_snapshot(store)
 
-    done = _run(spec, storage, "--grid-only")
+    done = run_driver(spec, storage, "--grid-only")
     assert done.returncode == 0, done.stderr
     assert f"{len(before)} trial(s) already recorded" in done.stderr
     assert f"training {8 - len(before)} trial(s)" in done.stderr
-    after = _snapshot(store)
+    after = trials_snapshot(store)
     assert {k: after[k] for k in before} == before
     trials = pd.read_parquet(store.root / "trials.parquet")
     assert len(trials) == trials.trial_id.nunique() == 8
@@ -153,7 +93,7 @@ def test_ctrl_c_keeps_finished_work_and_says_how_to_resume(slow_study):
 
 @pytest.mark.ray
 def test_a_trial_size_no_node_offers_exits_2_at_once(write_spec, simulated_raw, tmp_path):
-    done = _run(write_spec(simulated_raw(name="gpu", resources={"gpu": 1})), tmp_path)
+    done = run_driver(write_spec(simulated_raw(name="gpu", resources={"gpu": 1})), tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [done.stderr.strip().splitlines()[-1]]
     assert "resources: each trial asks for cpu=0.5, gpu=1 but no node" in done.stderr
@@ -347,13 +287,14 @@ def test_a_corrupt_spec_file_in_the_experiment_dir_exits_2(
     assert "spec.yaml: corrupt" in _one_line_error(capsys)
 
 
+@pytest.mark.slow  # a `dwtune run` process
 def test_a_missing_corpus_exits_2_before_ray_starts(tmp_path):
     spec = tmp_path / "nocorpus.yaml"
     spec.write_text(
         "name: nocorpus\ndata: {corpus: /nonexistent/plays.txt}\n"
         "space: {depths: [1], budgets: [1e5]}\ntrain: {steps: 5}\n"
     )
-    done = _run(spec, tmp_path / "experiments")
+    done = run_driver(spec, tmp_path / "experiments")
     assert done.returncode == 2
     assert "data.corpus: /nonexistent/plays.txt does not exist" in done.stderr
     assert "Ray:" not in done.stderr + done.stdout  # failed before connecting to Ray

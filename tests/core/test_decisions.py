@@ -8,8 +8,8 @@ import pytest
 from dwtune.core import pair_points, transitions, vocabulary
 from dwtune.core.pair_points import SizeTrend
 from dwtune.core.spec import RefineConfig
-from tests.core.test_transitions import REFINE as SCANNING
-from tests.core.test_transitions import point, record
+from tests.helpers.refine_points import REFINE as SCANNING
+from tests.helpers.refine_points import point, record
 
 REFINE = dataclasses.replace(SCANNING, scan_spacing=0)  # these tests are about decisions
 

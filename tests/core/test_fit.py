@@ -20,7 +20,7 @@ from dwtune.core.fit import (
     residual_z,
     z_value,
 )
-from tests.core.fit_sim import rule_coverage
+from tests.helpers.fit_sim import rule_coverage
 
 PAPER_DEPTHS = np.array([12.0, 18.0, 24.0, 30.0, 36.0])
 A, B = 5.039, 0.0555

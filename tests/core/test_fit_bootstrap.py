@@ -17,7 +17,7 @@ from dwtune.core.fit.bootstrap import (
     resample_seeds,
     study_replicate,
 )
-from tests.core.fit_sim import PAIRS, A, B, planted_log_n
+from tests.helpers.fit_sim import PAIRS, A, B, planted_log_n
 
 SEEDS = tuple(range(8))
 LOG_SIZES = np.linspace(-1.5, 1.5, 7)  # ln N − ln N*: a pair's points around its transition

@@ -11,7 +11,7 @@ from scipy import optimize, stats
 from dwtune.core.errors import InputError
 from dwtune.core.fit import TransitionObservation, fit_law, fit_transitions
 from dwtune.core.fit.censored import linear_design, negative_log_likelihood, prepare
-from tests.core.fit_sim import A, B, planted_log_n, rule_coverage, simulate_study
+from tests.helpers.fit_sim import A, B, planted_log_n, rule_coverage, simulate_study
 
 # ln N of the top of the simulated range: pair 36-48's N* (ln ≈ 21.8) lies above it about half
 # the time and pair 30-36's (ln ≈ 21.0) about 1% of the time.

@@ -12,7 +12,7 @@ from dwtune.core.fit.forms import LINEAR, POWER, QUADRATIC, compare_forms, fit_f
 from dwtune.core.fit.loo import leave_one_pair_out
 from dwtune.core.projection import LEVINE2020
 from dwtune.core.projection import optimal_depth as lambert_depth
-from tests.core.fit_sim import PAIRS, planted_log_n, simulate_study
+from tests.helpers.fit_sim import PAIRS, planted_log_n, simulate_study
 
 MANY_PAIRS = tuple((d - 6, d) for d in (12, 18, 24, 30, 36, 42, 48))
 

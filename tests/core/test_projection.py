@@ -20,7 +20,7 @@ from dwtune.core.projection import (
     reference,
     transition_size,
 )
-from tests.core.fit_sim import rule_coverage
+from tests.helpers.fit_sim import rule_coverage
 
 # The paper's published projections (Levine et al. 2020, section 5).
 PUBLISHED_TOLERANCE = 0.02

@@ -6,13 +6,13 @@ import copy
 import dataclasses
 
 import pytest
-from conftest import SMALL_SIMULATED
 
 from dwtune.cli import main
 from dwtune.core.budget import flops_per_token
 from dwtune.core.errors import InputError
 from dwtune.core.records import grid_requests, request_spec, trial_identity
 from dwtune.core.spec import spec_from_dict
+from tests.helpers.specs import SMALL_SIMULATED
 
 SEARCH = {"search": "log", "min": 1e-4, "max": 3e-2, "trials": 4, "fidelity": 0.25}
 

@@ -11,61 +11,8 @@ import pytest
 from dwtune.core import crossing, pair_points, transitions
 from dwtune.core.errors import InputError
 from dwtune.core.pair_points import Decision, PairPoint
-from dwtune.core.records import TrialRecord
 from dwtune.core.spec import RefineConfig
-
-REFINE = RefineConfig(
-    pairs=((6, 12),), tolerance=0.05, seeds=1, max_seeds=4, max_rounds=8
-)
-
-
-def point(
-    log_n: float,
-    mean: float,
-    *,
-    decided: bool = True,
-    n: int = 1,
-    kind: str = "grid",
-    se: float = 0.001,
-    verified: bool = True,
-) -> PairPoint:
-    return PairPoint(
-        budget=math.exp(log_n),
-        log_n=log_n,
-        width_deep=int(100 * log_n),
-        width_shallow=int(120 * log_n),
-        seeds=tuple(range(n)),
-        deltas=(mean,) * n,
-        decision=Decision(mean, se, 0.002, decided),
-        kind=kind,
-        requested=n,
-        verified=verified,
-    )
-
-
-def record(
-    depth: int,
-    budget: float,
-    params: int,
-    seed: int,
-    loss: float,
-    *,
-    total: int | None = None,
-    status: str = "finished",
-) -> TrialRecord:
-    return TrialRecord(
-        trial_id=f"{depth}-{budget}-{seed}",
-        stage="grid",
-        depth=depth,
-        width=int(math.sqrt(params / (12 * depth))),
-        heads=2,
-        budget=budget,
-        params_non_embedding=params,
-        params_total=params if total is None else total,
-        seed=seed,
-        status=status,
-        best_val_loss=loss,
-    )
+from tests.helpers.refine_points import REFINE, point, record
 
 
 def _spread(log_n: float, mean: float, sd: float, n: int) -> PairPoint:

@@ -1,6 +1,6 @@
 """A killed driver and a full disk, on real Ray: each rerun ends with the trial set of an
 uninterrupted run (computed here in-process: the simulated backend is deterministic), none
-trained twice. The SIGKILL helpers are those of tests/commands/test_run_cli.py."""
+trained twice. The SIGKILL helpers are in tests/helpers/drivers.py."""
 
 from __future__ import annotations
 
@@ -17,18 +17,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from hostile_experiment import BASE, base_raw
 
 from dwtune.backends import simulated
 from dwtune.core.spec import spec_from_dict
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.refine import refine_in_process
+from tests.helpers.drivers import driver_env, leftovers, run_command, trials_snapshot
+from tests.helpers.hostile_experiment import BASE, base_raw
+from tests.helpers.processes import Processes
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "commands"))
-from conftest import Processes
-from test_run_cli import _command, _env, _leftovers, _snapshot
-
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.hostile]
 WAIT_S = 240
 GRID = 8  # grid trainings of the spec below: 2 depths x 4 budgets x 1 seed
 
@@ -67,7 +65,7 @@ def _kill_when(driver: subprocess.Popen, ready, what: str) -> list[str]:
     pids = Processes.descendants({driver.pid}, table)
     driver.send_signal(signal.SIGKILL)
     driver.communicate(timeout=30)
-    return _leftovers(pids, table)
+    return leftovers(pids, table)
 
 
 def _stages(store: ExperimentStore) -> list[str]:
@@ -80,10 +78,10 @@ def _stages(store: ExperimentStore) -> list[str]:
 
 def _rerun_and_compare(spec, storage, store, expected: set[str], before: dict) -> None:
     done = subprocess.run(
-        _command(spec, storage), capture_output=True, text=True, env=_env(), timeout=600
+        run_command(spec, storage), capture_output=True, text=True, env=driver_env(), timeout=600
     )
     assert done.returncode == 0, done.stderr
-    after = _snapshot(store)
+    after = trials_snapshot(store)
     assert {k: after[k] for k in before} == before  # nothing finished was trained again
     trials = pd.read_parquet(store.root / "trials.parquet")
     assert len(trials) == trials.trial_id.nunique()
@@ -92,7 +90,7 @@ def _rerun_and_compare(spec, storage, store, expected: set[str], before: dict) -
 
 def _driver(spec: Path, storage: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        _command(spec, storage), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env()
+        run_command(spec, storage), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=driver_env()
     )
 
 
@@ -105,7 +103,7 @@ def _kill_export_and_report(store: ExperimentStore) -> None:
             [sys.executable, "-m", "dwtune", command, str(store.root)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=_env(),
+            env=driver_env(),
         )
 
         def writing(root=store.root, marker=marker, stamp=stamp) -> bool:
@@ -128,16 +126,16 @@ def test_sigkill_in_the_grid_then_in_the_refine_stage_then_during_report(tmp_pat
     assert left == []
     assert set(_stages(store)) == {"grid"}
 
-    before = _snapshot(store)
+    before = trials_snapshot(store)
     refine = _driver(spec, tmp_path / "exp")
     left = _kill_when(refine, lambda: "refine" in _stages(store), "a refine record")
     assert left == []
     assert len(_stages(store)) < len(expected)  # killed before the stage was done
-    after = _snapshot(store)
+    after = trials_snapshot(store)
     assert {k: after[k] for k in before} == before  # the grid's records were not redone
 
     _rerun_and_compare(spec, tmp_path / "exp", store, expected, after)
-    finished = _snapshot(store)
+    finished = trials_snapshot(store)
     _kill_export_and_report(store)
     _rerun_and_compare(spec, tmp_path / "exp", store, expected, finished)
     for command in ("export", "report"):
@@ -145,7 +143,7 @@ def test_sigkill_in_the_grid_then_in_the_refine_stage_then_during_report(tmp_pat
             [sys.executable, "-m", "dwtune", command, str(store.root)],
             capture_output=True,
             text=True,
-            env=_env(),
+            env=driver_env(),
             timeout=300,
         )
         assert done.returncode == 0, done.stderr
@@ -174,7 +172,7 @@ def test_a_full_disk_is_one_clear_line_and_the_experiment_resumes(tmp_path):
         filler = disk / "filler"
         filler.write_bytes(b"\0" * (TMPFS_BYTES - FREE_BYTES))
         full = subprocess.run(
-            _command(spec, disk), capture_output=True, text=True, env=_env(), timeout=600
+            run_command(spec, disk), capture_output=True, text=True, env=driver_env(), timeout=600
         )
         filler.unlink()
         kept = tmp_path / "kept"
@@ -187,6 +185,6 @@ def test_a_full_disk_is_one_clear_line_and_the_experiment_resumes(tmp_path):
     assert "Traceback" not in full.stderr
     store = ExperimentStore(kept / BASE["name"])
     store.records()  # every record written is whole
-    before = _snapshot(store)
+    before = trials_snapshot(store)
     expected = _uninterrupted_ids(tmp_path, spec)
     _rerun_and_compare(spec, kept, store, expected, before)

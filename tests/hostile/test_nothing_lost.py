@@ -19,10 +19,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from cases import EXP, SPEC
-from hostile_experiment import built_experiment, experiment, trials_digest  # noqa: F401
 
 from dwtune.cli import main
+from tests.helpers.hostile_cases import EXP, SPEC
+from tests.helpers.hostile_experiment import trials_digest
 
 pytestmark = pytest.mark.hostile
 MAX_LINE = 400  # characters: paths of the test's temporary folders make up most of a line
@@ -197,7 +197,7 @@ def _run_cli(argv: list[str], capfd) -> tuple[int, list[str]]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_refused_in_one_line_and_nothing_lost(case, experiment, capfd):  # noqa: F811
+def test_refused_in_one_line_and_nothing_lost(case, experiment, capfd):
     case.setup(experiment)
     before = _state(experiment)
     code, lines = _run_cli(case.argv(experiment), capfd)
@@ -214,7 +214,7 @@ def _chattr(flag: str, path: Path) -> bool:
     return done.returncode == 0
 
 
-def test_an_immutable_trials_folder_gets_advice_that_clears_the_attribute(experiment, capfd):  # noqa: F811
+def test_an_immutable_trials_folder_gets_advice_that_clears_the_attribute(experiment, capfd):
     trials = _trials(experiment)
     if shutil.which("chattr") is None or not _chattr("+i", trials):
         pytest.skip("cannot set the immutable attribute here (needs root and ext4/xfs/btrfs)")

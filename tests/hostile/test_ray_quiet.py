@@ -17,13 +17,11 @@ import grpc
 import pandas as pd
 import pytest
 import yaml
-from hostile_experiment import BASE, base_raw
 from ray.core.generated import gcs_service_pb2_grpc
 
 from dwtune.storage.store import ExperimentStore
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest import Processes
+from tests.helpers.hostile_experiment import BASE, base_raw
+from tests.helpers.processes import Processes
 
 pytestmark = [pytest.mark.hostile, pytest.mark.slow]
 WAIT_S = 240

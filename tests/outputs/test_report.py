@@ -144,9 +144,22 @@ def assert_png(path: Path) -> None:
 SPEC = "name: synthetic\nfit:\n  budgets: [1e9, 1.75e11, 1T]\n"
 
 
-def test_full_study_writes_every_file(tmp_path):
-    exp = make_study(tmp_path / "exp", spec=SPEC)
-    files = fit_and_report(exp)
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory) -> tuple[Path, ReportFiles]:
+    """The study with SPEC, fitted and reported once, for the tests that only read it."""
+    exp = make_study(tmp_path_factory.mktemp("reported") / "exp", spec=SPEC)
+    return exp, fit_and_report(exp)
+
+
+@pytest.fixture(scope="module")
+def reported_without_spec(tmp_path_factory) -> tuple[Path, ReportFiles]:
+    """The study without a spec.yaml, fitted and reported once, for the tests that only read it."""
+    exp = make_study(tmp_path_factory.mktemp("reported") / "exp")
+    return exp, fit_and_report(exp)
+
+
+def test_full_study_writes_every_file(reported):
+    exp, files = reported
     assert files.report == exp / "report.md"
     # A fitted study also gets the law checks (forms, leave-one-pair-out) figure.
     assert [p.name for p in files.figures] == [*FIGURE_NAMES, "6_law_checks.png"]
@@ -155,9 +168,8 @@ def test_full_study_writes_every_file(tmp_path):
     assert not list(exp.rglob(".*.tmp-*")), "temporary files must be renamed or removed"
 
 
-def test_fit_json_holds_the_fit_and_planted_law_is_inside(tmp_path):
-    exp = make_study(tmp_path / "exp")
-    fit_and_report(exp)
+def test_fit_json_holds_the_fit_and_planted_law_is_inside(reported_without_spec):
+    exp, _ = reported_without_spec
     record = json.loads((exp / "fit.json").read_text())
     assert record["status"] == "fitted"
     assert record["n_points"] == 4 and record["dof"] == 2
@@ -168,9 +180,8 @@ def test_fit_json_holds_the_fit_and_planted_law_is_inside(tmp_path):
     assert "numpy" in record["metadata"]["dwtune.versions"]
 
 
-def test_projections_parquet_schema_metadata_and_values(tmp_path):
-    exp = make_study(tmp_path / "exp", spec=SPEC)
-    fit_and_report(exp)
+def test_projections_parquet_schema_metadata_and_values(reported):
+    exp, _ = reported
     table = pq.read_table(exp / "projections.parquet")
     assert table.schema.remove_metadata() == PROJECTION_SCHEMA
     meta = table.schema.metadata
@@ -185,9 +196,8 @@ def test_projections_parquet_schema_metadata_and_values(tmp_path):
     assert frame["n_params"].max() == pytest.approx(1e13)
 
 
-def test_report_numbers_match_the_records(tmp_path):
-    exp = make_study(tmp_path / "exp", spec=SPEC)
-    fit_and_report(exp)
+def test_report_numbers_match_the_records(reported):
+    exp, _ = reported
     text = (exp / "report.md").read_text()
     record = json.loads((exp / "fit.json").read_text())
     assert f"{record['a']:.4f}" in text and f"{record['b']:.5f}" in text
@@ -212,9 +222,8 @@ def test_report_numbers_match_the_records(tmp_path):
     assert f"{record['points'][worst]['label']} at {z[worst]:+.1f}σ" in text
 
 
-def test_simulated_data_is_flagged(tmp_path):
-    exp = make_study(tmp_path / "exp", simulated=True)
-    fit_and_report(exp)
+def test_simulated_data_is_flagged(reported_without_spec):
+    exp, _ = reported_without_spec  # simulated=True
     text = (exp / "report.md").read_text()
     assert "SIMULATED DATA" in text.splitlines()[2]  # right under the title
     assert pd.read_parquet(exp / "projections.parquet").query("law == 'study'")["simulated"].all()

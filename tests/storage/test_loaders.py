@@ -5,13 +5,8 @@ from __future__ import annotations
 import json
 import os
 import stat
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hostile"))
-from hostile_experiment import base_raw
 
 from dwtune.cli import main
 from dwtune.core.errors import InputError
@@ -19,6 +14,7 @@ from dwtune.core.spec import spec_from_dict
 from dwtune.storage import loaders
 from dwtune.storage.store import ExperimentStore, atomic_write_text
 from dwtune.study.refine import InProcessRunner, refine_in_process, run_refine, study_path
+from tests.helpers.hostile_experiment import base_raw
 
 
 def _refined(tmp_path):

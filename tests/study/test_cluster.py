@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import Processes
 
 from dwtune.storage.store import ExperimentStore
+from tests.helpers.processes import Processes
 
 REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -234,10 +234,12 @@ def _dwtune_run(
 
 
 @pytest.fixture(scope="module")
-def two_nodes(tmp_path_factory):
-    cluster = LocalCluster(tmp_path_factory.mktemp("two_nodes"))
+def local_cluster(tmp_path_factory):
+    """One cluster for the module: a token-authenticated head with a dashboard (which
+    ``ray job submit`` talks to) and a second node."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"))
     try:
-        cluster.start_head(num_cpus=1)
+        cluster.start_head(num_cpus=1, dashboard=True)
         cluster.add_node(num_cpus=1, resources={"dwtune_second_node": 1})
         yield cluster
     finally:
@@ -247,10 +249,10 @@ def two_nodes(tmp_path_factory):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_a_study_runs_across_two_nodes_through_address(
-    two_nodes, tmp_path, write_spec, simulated_raw
+    local_cluster, tmp_path, write_spec, simulated_raw
 ):
     spec = _study(write_spec, simulated_raw, "twonodes", [6, 12])
-    done = _dwtune_run(spec, tmp_path, ["--address", two_nodes.address], two_nodes.env())
+    done = _dwtune_run(spec, tmp_path, ["--address", local_cluster.address], local_cluster.env())
     assert done.returncode == 0, done.stderr
     assert "2 node(s)" in done.stderr
     records = ExperimentStore(tmp_path / "twonodes").records()
@@ -272,16 +274,6 @@ def test_an_unreachable_address_is_refused_at_once(tmp_path, write_spec, simulat
 # --------------------------------------------------------------------------- ray job submit
 
 
-@pytest.fixture(scope="module")
-def token_head(tmp_path_factory):
-    cluster = LocalCluster(tmp_path_factory.mktemp("token_head"))
-    try:
-        cluster.start_head(num_cpus=2, dashboard=True)
-        yield cluster
-    finally:
-        cluster.stop()
-
-
 def _submit(cluster: LocalCluster, entrypoint: list[str], token: bool):
     command = [RAY, "job", "submit", "--address", cluster.dashboard, "--", *entrypoint]
     return subprocess.run(
@@ -292,7 +284,7 @@ def _submit(cluster: LocalCluster, entrypoint: list[str], token: bool):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_ray_job_submit_runs_a_study_on_a_token_authenticated_head(
-    token_head, tmp_path, write_spec, simulated_raw
+    local_cluster, tmp_path, write_spec, simulated_raw
 ):
     spec = _study(write_spec, simulated_raw, "jobstudy", [6])
     entrypoint = [
@@ -305,7 +297,7 @@ def test_ray_job_submit_runs_a_study_on_a_token_authenticated_head(
         str(tmp_path),
         "--grid-only",
     ]
-    done = _submit(token_head, entrypoint, token=True)
+    done = _submit(local_cluster, entrypoint, token=True)
     assert done.returncode == 0, done.stdout + done.stderr
     records = ExperimentStore(tmp_path / "jobstudy").records()
     assert len(records) == 2 and all(r.completed for r in records)
@@ -313,9 +305,9 @@ def test_ray_job_submit_runs_a_study_on_a_token_authenticated_head(
 
 
 @pytest.mark.ray
-def test_ray_job_submit_without_the_token_is_refused(token_head, tmp_path):
+def test_ray_job_submit_without_the_token_is_refused(local_cluster, tmp_path):
     marker = tmp_path / "ran"
-    done = _submit(token_head, ["touch", str(marker)], token=False)
+    done = _submit(local_cluster, ["touch", str(marker)], token=False)
     assert done.returncode != 0
     assert "401" in done.stdout + done.stderr or "Unauthorized" in done.stdout + done.stderr
     assert not marker.exists()

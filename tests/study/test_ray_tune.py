@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import signal
 import threading
 import time
 
 import pandas as pd
 import pytest
-from conftest import Processes
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from dwtune.core import vocabulary
@@ -25,6 +25,7 @@ from dwtune.outputs import tables
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.ray_tune import TuneRunner
+from tests.helpers.processes import Processes
 
 pytestmark = pytest.mark.ray
 
@@ -38,6 +39,19 @@ def ray_up(tmp_path_factory, simulated_raw):
     store = ExperimentStore.for_spec(tmp_path_factory.mktemp("outer"), spec)
     with TuneRunner(spec, store) as runner:
         yield runner
+
+
+@pytest.fixture(scope="module")
+def trained(ray_up, tmp_path_factory, simulated_raw):
+    """The small study trained once through Tune: ``(spec, store, records)``. Tests work on a
+    copy of its directory (``_copy``), so none sees another's changes."""
+    spec, store = _study(tmp_path_factory.mktemp("trained"), simulated_raw())
+    return spec, store, _run(spec, store)
+
+
+def _copy(store, tmp_path) -> ExperimentStore:
+    shutil.copytree(store.root, tmp_path / store.root.name, symlinks=True)
+    return ExperimentStore(tmp_path / store.root.name)
 
 
 def _study(tmp_path, raw: dict):
@@ -61,12 +75,10 @@ def _tune_runs(store) -> list[str]:
     return sorted(p.name for p in (store.root / "ray").iterdir())
 
 
-def test_a_small_study_records_every_trial_with_its_curve_events_and_parquet(
-    ray_up, tmp_path, simulated_raw
-):
-    spec, store = _study(tmp_path, simulated_raw())
+def test_a_small_study_records_every_trial_with_its_curve_events_and_parquet(trained, tmp_path):
+    spec, trained_store, records = trained
+    store = _copy(trained_store, tmp_path)
     requests = grid_requests(spec)
-    records = _run(spec, store)
     assert [r.trial_id for r in records] == [q.trial_id for q in requests]
     assert all(r.status == vocabulary.STATUS_FINISHED and r.simulated for r in records)
     assert all([p[vocabulary.STEP] for p in r.curve] == [100, 200, 300, 400] for r in records)
@@ -96,9 +108,9 @@ def test_a_small_study_records_every_trial_with_its_curve_events_and_parquet(
     assert len(pd.read_parquet(curves_path)) == 4 * len(requests)
 
 
-def test_running_the_same_study_again_trains_nothing(ray_up, tmp_path, simulated_raw):
-    spec, store = _study(tmp_path, simulated_raw())
-    first = _run(spec, store)
+def test_running_the_same_study_again_trains_nothing(trained, tmp_path):
+    spec, trained_store, first = trained
+    store = _copy(trained_store, tmp_path)
     before, runs = _snapshot(store), _tune_runs(store)
     out = io.StringIO()
     again = _run(spec, store, stream=out)
@@ -107,9 +119,8 @@ def test_running_the_same_study_again_trains_nothing(ray_up, tmp_path, simulated
     assert "8 trial(s) already recorded" in out.getvalue()
 
 
-def test_adding_a_budget_trains_only_the_new_cells(ray_up, tmp_path, simulated_raw):
-    spec, store = _study(tmp_path, simulated_raw())
-    _run(spec, store)
+def test_adding_a_budget_trains_only_the_new_cells(trained, tmp_path, simulated_raw):
+    store = _copy(trained[1], tmp_path)
     before = _snapshot(store)
     grown, store = _study(tmp_path, simulated_raw(space={"budgets": [1e6, 1e7, 3e7]}))
     records = _run(grown, store)

@@ -205,6 +205,7 @@ def test_transitions_parquet_has_exactly_the_documented_columns(tmp_path):
     assert b"dwtune.core.spec" in table.schema.metadata
 
 
+@pytest.mark.slow  # a whole simulated study
 def test_simulated_yaml_recovers_every_planted_transition_within_its_uncertainty(tmp_path):
     spec = load_spec(SIMULATED_YAML)
     store = grid_done(tmp_path, spec)

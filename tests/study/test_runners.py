@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from conftest import small_simulated
 
 from dwtune.backends import trial
 from dwtune.backends.simulated import simulate_training
@@ -15,6 +14,7 @@ from dwtune.core.vocabulary import TrialStatus
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.runners.base import Runner, reusable_record
 from dwtune.study.runners.local import LocalRunner
+from tests.helpers.specs import small_simulated
 
 
 def _store(tmp_path):

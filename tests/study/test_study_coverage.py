@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from benchmarks import study_coverage
+from dwtune.core.spec import load_spec
 
-from benchmarks import study_coverage  # noqa: E402
-from dwtune.core.spec import load_spec  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 SIMULATED = ROOT / "search_spaces" / "simulated.yaml"
 
@@ -26,6 +24,7 @@ def test_realisations_have_their_own_seeds_and_none_is_the_spec_itself():
     assert max(first) + spec.refine.max_seeds < min(second)
 
 
+@pytest.mark.slow  # a whole simulated study
 def test_one_study_is_measured_against_its_planted_transitions_and_law():
     spec = study_coverage.realisation(load_spec(SIMULATED), 0)
     result = study_coverage.run_study(spec)

@@ -1,15 +1,13 @@
-"""One small simulated experiment, built once per session (no Ray), copied per case.
+"""One small simulated experiment (no Ray): its spec, how to build it, a digest of its records.
 
-Not a conftest.py: tests/conftest.py owns that module name; test modules import these."""
+tests/hostile/conftest.py builds it once per session and gives each case a copy."""
 
 from __future__ import annotations
 
 import copy
 import hashlib
-import shutil
 from pathlib import Path
 
-import pytest
 import yaml
 
 from dwtune.cli import main
@@ -36,10 +34,8 @@ def base_raw() -> dict:
     return copy.deepcopy(BASE)
 
 
-@pytest.fixture(scope="session")
-def built_experiment(tmp_path_factory) -> Path:
-    """Grid and refine stages done in-process, exported and reported."""
-    root = tmp_path_factory.mktemp("hostile-base")
+def build_experiment(root: Path) -> Path:
+    """Grid and refine stages done in-process under ``root``, exported and reported."""
     spec = spec_from_dict(base_raw())
     store = ExperimentStore.for_spec(root / "experiments", spec)
     store.initialise(spec)
@@ -50,14 +46,6 @@ def built_experiment(tmp_path_factory) -> Path:
     assert main(["report", str(store.root)]) == 0
     (root / "hostile.yaml").write_text(yaml.safe_dump(base_raw(), sort_keys=False))
     return root
-
-
-@pytest.fixture
-def experiment(built_experiment, tmp_path) -> Path:
-    """A private copy of the built experiment: ``<copy>/experiments/hostile`` and the spec."""
-    copy_root = tmp_path / "case"
-    shutil.copytree(built_experiment, copy_root, symlinks=True)
-    return copy_root
 
 
 def trials_digest(trials_dir: Path) -> dict[str, str]:

@@ -11,7 +11,7 @@ with ``D`` summing, over the planted pairs up to depth L, ``GAP·tanh((ln N*_j �
 ``late(t) = 0.3·(1 − t/T)`` at checkpoint t of T tokens. The N* of the checkpoints before the
 last are ``early_factor`` times the final ones, so picking the wrong checkpoint moves N*.
 
-Run as a script to write one: ``python tests/commands/analysis_tables.py sweep.csv``.
+Run as a script to write one: ``python tests/helpers/analysis_tables.py sweep.csv``.
 """
 
 from __future__ import annotations

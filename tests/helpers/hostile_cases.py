@@ -15,7 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
-from hostile_experiment import base_raw
+
+from tests.helpers.hostile_experiment import base_raw
 
 EXP = Path("experiments/hostile")
 SPEC = Path("hostile.yaml")
