@@ -316,7 +316,7 @@ class RefineConfig:
     # a guess of the paired-Δ sd (nats), worth noise_prior_dof pseudo-observations: the seeds
     # outweigh it as they come in (core/noise.py); it is never taken as known
     noise_prior: float = 0.003
-    noise_prior_dof: float = 0.5
+    noise_prior_dof: float = 0.25
     # Scan for a second sign change (dwtune.core.transitions): once a pair is bracketed, probe
     # every gap wider than scan_spacing e-folds of N within scan_reach e-folds of the bracket.
     # A dip of Δ narrower than the spacing can slip between probes; 0 turns the scan off.
