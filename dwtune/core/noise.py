@@ -103,7 +103,7 @@ def sums_of_squares(groups: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarra
 
 
 def estimate_noise(
-    log_n: Sequence[float], groups: Sequence[np.ndarray], prior: NoisePrior
+    log_n: Sequence[float] | np.ndarray, groups: Sequence[np.ndarray], prior: NoisePrior
 ) -> Noise:
     """The noise model of the module doc from each point's usable Δ (``groups``) at ``log_n``."""
     x = np.asarray(log_n, dtype=float)
