@@ -102,9 +102,12 @@ def test_with_noise_seeds_are_added_only_near_the_transition(tmp_path):
     first = transitions.decide_seeds(spec.refine)  # what a point starts with (scan probes: 1)
     extra = [p for p in points if p.requested > first and not p.verified]
     assert extra, "this setting should need extra seeds somewhere"
-    # |Δ| = 0.05·tanh(d/0.5) is 0.017 at d = 0.17: well above any undecided 2-seed mean there.
-    assert all(abs(p.log_n - planted) < 0.17 for p in extra)
-    far = [p for p in points if abs(p.log_n - planted) > 0.3 and not p.verified]
+    # The noise is learned from the pair's own seeds (a prior worth 0.25 observations), so
+    # while only the grid's bracket ends have two seeds its t boundary is wide: the end 0.26
+    # e-folds from N* (Δ = 0.022, about 18 se) may need a third seed before the noise is known.
+    # Beyond 0.3 e-folds no point gets one (|Δ| > 0.025 there, and the noise is known by then).
+    assert all(abs(p.log_n - planted) < 0.3 for p in extra)
+    far = [p for p in points if abs(p.log_n - planted) >= 0.3 and not p.verified]
     assert far and all(p.requested <= first for p in far)
     assert t.status == "bracketed" and t.seeds == max(p.n for p in points) > 1
     assert abs(math.log(t.n_star) - planted) <= t.log_n_sigma
