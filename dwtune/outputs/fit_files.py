@@ -31,6 +31,7 @@ from dwtune.core.vocabulary import (
 )
 from dwtune.storage import loaders
 from dwtune.storage.provenance import provenance, read_parquet_checked, write_parquet_atomic
+from dwtune.storage.schemas import PROJECTION_SCHEMA
 from dwtune.storage.store import ExperimentStore, atomic_write_text
 
 TRANSITION_COLUMNS = ("status", "depth_deep", "width_deep", "width_deep_err")
@@ -433,25 +434,6 @@ def metadata_json(spec: dict | None) -> dict:
     """The Parquet provenance (resolved spec, versions, git revision) as plain JSON."""
     raw = {key.decode(): value.decode() for key, value in provenance(spec).items()}
     return {key: value if key == GIT_KEY else json.loads(value) for key, value in raw.items()}
-
-
-PROJECTION_SCHEMA = pa.schema(
-    [
-        pa.field("law", pa.string(), nullable=False),  # "study" or a reference name
-        pa.field("query", pa.string(), nullable=False),  # "budget" or "depth": the given input
-        pa.field("n_params", pa.float64()),  # budget, or transition size N* (12·L·dx²)
-        pa.field("n_params_lo", pa.float64()),
-        pa.field("n_params_hi", pa.float64()),
-        pa.field("depth", pa.float64()),  # optimal depth (layers), or the given depth
-        pa.field("depth_lo", pa.float64()),
-        pa.field("depth_hi", pa.float64()),
-        pa.field("width", pa.float64()),  # dx at the projection
-        pa.field("width_lo", pa.float64()),
-        pa.field("width_hi", pa.float64()),
-        pa.field("level", pa.float64()),  # confidence level of every _lo/_hi pair
-        pa.field("simulated", pa.bool_(), nullable=False),
-    ]
-)
 
 
 def projection_row(p: BudgetProjection | DepthProjection, simulated: bool) -> dict:

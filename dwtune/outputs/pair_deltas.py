@@ -25,22 +25,8 @@ from dwtune.core.crossing import DeltaPoint
 from dwtune.core.fit.bootstrap import PairPoints
 from dwtune.core.vocabulary import PAIR_DELTAS_FILE
 from dwtune.storage.provenance import read_parquet_checked, write_parquet_atomic
+from dwtune.storage.schemas import PAIR_DELTAS_REQUIRED, PAIR_DELTAS_SCHEMA
 
-PAIR_DELTAS_SCHEMA = pa.schema(
-    [
-        pa.field("pair", pa.string(), nullable=False),
-        pa.field("depth_shallow", pa.int64(), nullable=False),
-        pa.field("depth_deep", pa.int64(), nullable=False),
-        pa.field("n", pa.float64(), nullable=False),
-        pa.field("seed", pa.int64()),
-        pa.field("delta", pa.float64()),
-        pa.field("extra_sd", pa.float64()),
-        pa.field("simulated", pa.bool_(), nullable=False),
-        pa.field("failures_deep", pa.int64()),
-        pa.field("failures_shallow", pa.int64()),
-        pa.field("unstable", pa.string()),
-    ]
-)
 __all__ = ["PAIR_DELTAS_FILE", "read_pair_deltas", "write_pair_deltas"]
 
 
@@ -90,7 +76,7 @@ def _failures(at) -> dict:
 
 def read_pair_deltas(path: Path) -> list[PairPoints]:
     """Per pair (in the table's order) its DeltaPoints sorted by size."""
-    frame = read_parquet_checked(path, tuple(PAIR_DELTAS_SCHEMA.names[:6])).to_pandas()
+    frame = read_parquet_checked(path, PAIR_DELTAS_REQUIRED).to_pandas()
     pairs = []
     for label, rows in frame.groupby("pair", sort=False):
         points = []

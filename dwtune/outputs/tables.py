@@ -24,8 +24,8 @@ import pyarrow as pa
 from dwtune.core import vocabulary
 from dwtune.core.records import TrialRecord
 from dwtune.core.vocabulary import CURVES_FILE, TB_DIR, TRIALS_FILE
-from dwtune.outputs.schemas import CURVE_COLUMNS, CURVES_SCHEMA, TRIALS_SCHEMA
 from dwtune.storage.provenance import refuse_losing_trials, write_parquet_atomic
+from dwtune.storage.schemas import CURVE_COLUMNS, CURVES_SCHEMA, TRIALS_SCHEMA
 from dwtune.storage.store import ExperimentStore
 
 # TensorBoard: losses also plotted against tokens seen, under these tags.

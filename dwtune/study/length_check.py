@@ -23,8 +23,8 @@ from dwtune.core.records import TrialRecord, TrialRequest, make_request
 from dwtune.core.spec import ExperimentSpec
 from dwtune.core.transitions import Transition, noise_prior, sign_rule
 from dwtune.core.vocabulary import LENGTH_CHECK_FILE, LR_SOURCE_SPEC, Stage, TransitionStatus
-from dwtune.outputs.schemas import LENGTH_CHECK_SCHEMA
 from dwtune.storage.provenance import write_parquet_atomic
+from dwtune.storage.schemas import LENGTH_CHECK_SCHEMA
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.refine import PairRefiner, RefineStage, decided_points
 from dwtune.study.runners.base import reusable_record

@@ -51,8 +51,8 @@ from dwtune.core.vocabulary import (
     TransitionStatus,
 )
 from dwtune.outputs.pair_deltas import write_pair_deltas
-from dwtune.outputs.schemas import TRANSITION_SCHEMA
 from dwtune.storage.provenance import write_parquet_atomic
+from dwtune.storage.schemas import TRANSITION_SCHEMA
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.journal import (
     POINT_ATTR,

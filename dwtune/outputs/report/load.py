@@ -2,7 +2,7 @@
 
 Nothing here computes the fit: ``fit.json`` and ``projections.parquet`` are written once by the
 pipeline's fit stage (:mod:`dwtune.study.fit_stage`) and read back here, so the report, the
-console and the files never disagree. Column names come from :mod:`dwtune.outputs.schemas`.
+console and the files never disagree. Column names come from :mod:`dwtune.storage.schemas`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from dwtune.core.vocabulary import (
     TRIALS_FILE,
 )
 from dwtune.outputs.fit_files import (
-    PROJECTION_SCHEMA,
     FitInput,
     fit_from_dict,
     no_projection_reason,
@@ -41,11 +40,13 @@ from dwtune.outputs.fit_files import (
     read_fit_json,
     read_table,
 )
-from dwtune.outputs.schemas import (
+from dwtune.storage.schemas import (
     CURVES_SCHEMA,
     LENGTH_CHECK_SCHEMA,
+    PROJECTION_SCHEMA,
     TRANSITION_SCHEMA,
     TRIALS_SCHEMA,
+    columns,
 )
 
 LEVEL = 0.95
@@ -55,14 +56,6 @@ DEFAULT_BUDGETS = (1.75e11, 1e12, 1e13)
 GPT3 = {"budget": 1.75e11, "depth": 96, "width": 12288}
 CURVE_MAX = 1e13  # parameters; figure 4 runs up to here
 CURVE_STEPS_PER_DECADE = 8
-
-
-def columns(schema, *names: str) -> tuple[str, ...]:
-    """``names``, each checked to be a column of ``schema`` (a renamed column fails at import)."""
-    unknown = [n for n in names if n not in schema.names]
-    if unknown:
-        raise AssertionError(f"not columns of the schema: {unknown}")
-    return names
 
 
 # The columns the report needs from each table.
