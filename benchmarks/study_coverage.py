@@ -49,7 +49,7 @@ from dwtune.core.projection import DepthWidthLaw, optimal_depth, project_budget 
 from dwtune.core.spec import ExperimentSpec, load_spec  # noqa: E402
 from dwtune.core.vocabulary import TransitionStatus  # noqa: E402
 from dwtune.outputs.report.load import load_study  # noqa: E402
-from dwtune.outputs.tables import export_experiment  # noqa: E402
+from dwtune.storage.experiment import export_experiment  # noqa: E402
 from dwtune.storage.store import ExperimentStore  # noqa: E402
 from dwtune.study.fit_stage import fit_record, fit_study  # noqa: E402
 from dwtune.study.refine import refine_in_process  # noqa: E402

@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dwtune.outputs.tables import export_experiment
+    from dwtune.storage.experiment import export_experiment
     from dwtune.storage.store import ExperimentStore
 
     store = ExperimentStore(args.experiment)

@@ -56,7 +56,7 @@ def _rebuild_unreadable_exports(exp_dir: Path) -> None:
     """A damaged trials/curves.parquet is rebuilt from the records before the report reads it."""
     from dwtune.commands.export import say_rebuilt, unreadable_exports
     from dwtune.core.errors import InputError
-    from dwtune.outputs.tables import export_experiment
+    from dwtune.storage.experiment import export_experiment
     from dwtune.storage.store import ExperimentStore
 
     store = ExperimentStore(exp_dir)

@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
 
 from dwtune.core.errors import InputError, shown
 from dwtune.core.fit import (
@@ -24,14 +23,13 @@ from dwtune.core.fit import (
     fit_law,
     fit_transitions,
 )
-from dwtune.core.projection import BudgetProjection, DepthProjection, DepthWidthLaw
+from dwtune.core.projection import DepthWidthLaw
 from dwtune.core.vocabulary import (
     TRANSITIONS_FILE,
     TransitionStatus,
 )
 from dwtune.storage import loaders
-from dwtune.storage.provenance import provenance, read_parquet_checked, write_parquet_atomic
-from dwtune.storage.schemas import PROJECTION_SCHEMA
+from dwtune.storage.provenance import provenance, read_parquet_checked
 from dwtune.storage.store import ExperimentStore, atomic_write_text
 
 TRANSITION_COLUMNS = ("status", "depth_deep", "width_deep", "width_deep_err")
@@ -434,34 +432,3 @@ def metadata_json(spec: dict | None) -> dict:
     """The Parquet provenance (resolved spec, versions, git revision) as plain JSON."""
     raw = {key.decode(): value.decode() for key, value in provenance(spec).items()}
     return {key: value if key == GIT_KEY else json.loads(value) for key, value in raw.items()}
-
-
-def projection_row(p: BudgetProjection | DepthProjection, simulated: bool) -> dict:
-    """One row of projections.parquet; the given input has NaN bounds (it is not estimated)."""
-    nan = math.nan
-    if isinstance(p, BudgetProjection):
-        n, n_lo, n_hi, query = p.budget, nan, nan, "budget"
-        depth, d_lo, d_hi = p.depth, p.depth_lo, p.depth_hi
-    else:
-        n, n_lo, n_hi, query = p.n_star, p.n_lo, p.n_hi, "depth"
-        depth, d_lo, d_hi = p.depth, nan, nan
-    return {
-        "law": p.law,
-        "query": query,
-        "n_params": n,
-        "n_params_lo": n_lo,
-        "n_params_hi": n_hi,
-        "depth": depth,
-        "depth_lo": d_lo,
-        "depth_hi": d_hi,
-        "width": p.width,
-        "width_lo": p.width_lo,
-        "width_hi": p.width_hi,
-        "level": p.level,
-        "simulated": simulated,
-    }
-
-
-def write_projections(path: Path, rows: list[dict], spec: dict | None) -> Path:
-    """projections.parquet with the explicit schema and the shared provenance metadata."""
-    return write_parquet_atomic(pa.Table.from_pylist(rows, schema=PROJECTION_SCHEMA), path, spec)

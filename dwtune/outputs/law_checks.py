@@ -1,8 +1,9 @@
 """The law's checks for the report and fit.json: alternative forms, leave-one-pair-out, bootstrap.
 
-Orchestration layer (matplotlib for the figure, pyarrow through :mod:`.pair_deltas`). The report
-calls :func:`law_checks` once; what it returns goes to fit.json (``law_checks``), to a section of
-report.md and to ``figures/6_law_checks.png``. All numbers come from :mod:`dwtune.core.fit`:
+Orchestration layer (matplotlib for the figure; pair_deltas.parquet read by
+:mod:`dwtune.storage.tables`). The report calls :func:`law_checks` once; what it returns goes
+to fit.json (``law_checks``), to a section of report.md and to ``figures/6_law_checks.png``.
+All numbers come from :mod:`dwtune.core.fit`:
 
 - forms (:mod:`dwtune.core.fit.forms`): linear, quadratic and power law on the same censored
   likelihood, AIC/AICc/BIC and the likelihood-ratio test of curvature;
@@ -30,7 +31,7 @@ from dwtune.core.fit.loo import LOO_BUDGETS, leave_one_pair_out
 from dwtune.core.units import format_size
 from dwtune.core.vocabulary import PAIR_DELTAS_FILE, TransitionStatus
 from dwtune.outputs.fit_files import json_ready
-from dwtune.outputs.pair_deltas import read_pair_deltas
+from dwtune.storage.tables import read_pair_deltas
 
 BRACKETED = TransitionStatus.BRACKETED
 CENSORED_HIGH = TransitionStatus.CENSORED_HIGH

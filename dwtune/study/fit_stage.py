@@ -16,7 +16,7 @@ import pandas as pd
 
 from dwtune.core.errors import InputError
 from dwtune.core.projection import LEVINE2020, DepthWidthLaw, project_budget, project_depth
-from dwtune.core.vocabulary import FIT_FILE, PROJECTIONS_FILE, TRANSITIONS_FILE
+from dwtune.core.vocabulary import FIT_FILE, TRANSITIONS_FILE
 from dwtune.outputs import law_checks
 from dwtune.outputs.fit_files import (
     FitInput,
@@ -25,9 +25,7 @@ from dwtune.outputs.fit_files import (
     no_fit_dict,
     no_projection_reason,
     points_from_transitions,
-    projection_row,
     write_json_atomic,
-    write_projections,
 )
 from dwtune.outputs.report.load import (
     CURVE_MAX,
@@ -39,6 +37,9 @@ from dwtune.outputs.report.load import (
     study_depths,
     table_budgets,
 )
+from dwtune.storage.experiment import ExperimentWriter
+from dwtune.storage.store import ExperimentStore
+from dwtune.storage.tables import projection_row
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +109,6 @@ def write_fit(exp_dir: str | Path) -> FitFiles:
     if checks is not None:
         record["law_checks"] = checks.record
     fit_json = write_json_atomic(study.exp_dir / FIT_FILE, record)
-    projections = write_projections(
-        study.exp_dir / PROJECTIONS_FILE, rows.to_dict("records"), study.spec
-    )
+    writer = ExperimentWriter(ExperimentStore(study.exp_dir), study.spec)
+    projections = writer.projections(rows.to_dict("records"))
     return FitFiles(fit_json, projections)

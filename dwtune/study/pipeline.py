@@ -36,7 +36,7 @@ from dwtune.core.vocabulary import (
     TRIALS_FILE,
 )
 from dwtune.outputs.fit_files import law_from_json
-from dwtune.outputs.tables import export_experiment
+from dwtune.storage.experiment import export_experiment
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.fit_stage import write_fit
 from dwtune.study.progress import StudyProgress

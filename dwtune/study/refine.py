@@ -31,10 +31,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Generator, Sequence
-from pathlib import Path
 
 import optuna
-import pyarrow as pa
 from optuna.trial import TrialState
 
 from dwtune.core import pair_points, transitions, vocabulary
@@ -45,14 +43,11 @@ from dwtune.core.records import TrialRecord, TrialRequest, grid_requests, make_r
 from dwtune.core.spec import ExperimentSpec, RefineConfig
 from dwtune.core.transitions import Step, Transition
 from dwtune.core.vocabulary import (
-    TRANSITIONS_FILE,
     Stage,
     StepKind,
     TransitionStatus,
 )
-from dwtune.outputs.pair_deltas import write_pair_deltas
-from dwtune.storage.provenance import write_parquet_atomic
-from dwtune.storage.schemas import TRANSITION_SCHEMA
+from dwtune.storage.experiment import ExperimentWriter
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.journal import (
     POINT_ATTR,
@@ -380,13 +375,10 @@ class RefineStage:
                 mine, records = records[: len(requests)], records[len(requests) :]
                 _advance(index, rounds, mine, waiting, done)
         transitions = [done[index] for index in range(len(self.refiners))]
-        write_transitions(transitions, self.store.root / TRANSITIONS_FILE, self.spec)
-        write_pair_deltas(
-            [r.pair_points() for r in self.refiners],
-            self.store.root / vocabulary.PAIR_DELTAS_FILE,
-            self.spec.to_dict(),
-            self.spec.trainer == "simulated",
-        )
+        writer = ExperimentWriter(self.store, self.spec.to_dict())
+        writer.transitions(transitions)
+        pairs = [r.pair_points() for r in self.refiners]
+        writer.pair_deltas(pairs, self.spec.trainer == "simulated")
         return transitions
 
 
@@ -429,19 +421,6 @@ def _say(progress) -> Progress:
     if progress is None:
         return lambda _line: None
     return getattr(progress, "note", progress)
-
-
-def transitions_table(transitions: Sequence[Transition]) -> pa.Table:
-    names = TRANSITION_SCHEMA.names
-    rows = [
-        {name: t.pair if name == "pair" else getattr(t, name) for name in names}
-        for t in transitions
-    ]
-    return pa.Table.from_pylist(rows, schema=TRANSITION_SCHEMA)
-
-
-def write_transitions(transitions: Sequence[Transition], path: Path, spec: ExperimentSpec) -> Path:
-    return write_parquet_atomic(transitions_table(transitions), path, spec.to_dict())
 
 
 # The in-process runner moved to dwtune.study.runners.local; the old name keeps working.

@@ -38,7 +38,7 @@ def _copy_of_the_package(tmp_path: Path) -> Path:
     [
         ("core/fit/wls.py", "import torch", "The pure core imports none of"),
         ("core/budget.py", "import dwtune.study.refine", "Layers:"),
-        ("outputs/tables.py", "import ray", "Only the Ray runner imports ray"),
+        ("outputs/tensorboard.py", "import ray", "Only the Ray runner imports ray"),
         ("study/progress.py", "import torch", "Only the PyTorch backend imports torch"),
     ],
 )

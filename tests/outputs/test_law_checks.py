@@ -11,7 +11,9 @@ from dwtune.core.fit import TransitionObservation, fit_law
 from dwtune.core.fit.bootstrap import PairPoints, observation_from_estimate
 from dwtune.core.vocabulary import PAIR_DELTAS_FILE
 from dwtune.outputs import law_checks
-from dwtune.outputs.pair_deltas import read_pair_deltas, write_pair_deltas
+from dwtune.storage.experiment import ExperimentWriter
+from dwtune.storage.store import ExperimentStore
+from dwtune.storage.tables import read_pair_deltas
 
 A, B = 5.039, 0.0555
 PAIRS = ((6, 12), (12, 18), (18, 24), (24, 30), (30, 36), (36, 48))
@@ -36,7 +38,7 @@ def _study(rng) -> list[PairPoints]:
 
 def test_pair_deltas_round_trip(tmp_path):
     pairs = _study(np.random.default_rng(1))
-    write_pair_deltas(pairs, tmp_path / PAIR_DELTAS_FILE, None, simulated=True)
+    ExperimentWriter(ExperimentStore(tmp_path), None).pair_deltas(pairs, simulated=True)
     back = read_pair_deltas(tmp_path / PAIR_DELTAS_FILE)
     assert [p.label for p in back] == [p.label for p in pairs]
     assert back[2].points[4].deltas == pairs[2].points[4].deltas
@@ -49,7 +51,7 @@ def _observations(pairs) -> list[TransitionObservation]:
 
 def test_law_checks_record_has_forms_loo_and_a_bootstrap(tmp_path):
     pairs = _study(np.random.default_rng(2))
-    write_pair_deltas(pairs, tmp_path / PAIR_DELTAS_FILE, None, simulated=True)
+    ExperimentWriter(ExperimentStore(tmp_path), None).pair_deltas(pairs, simulated=True)
     checks = law_checks.law_checks(tmp_path, _observations(pairs), [1e13], replicates=100)
     record = checks.record
     assert [f["form"] for f in record["forms"]["forms"]] == ["linear", "quadratic", "power"]

@@ -15,7 +15,7 @@ from dwtune.cli import main
 from dwtune.core.records import grid_requests, trial_identity
 from dwtune.core.spec import spec_from_dict
 from dwtune.core.vocabulary import LENGTH_CHECK_FILE, REPORT_FILE, Stage
-from dwtune.outputs.tables import export_experiment
+from dwtune.storage.experiment import export_experiment
 from dwtune.storage.store import ExperimentStore
 from dwtune.study import refine as refine_stage
 from dwtune.study.length_check import run_length_check

@@ -13,6 +13,8 @@ from dwtune.core import transitions
 from dwtune.core.errors import InputError
 from dwtune.core.records import grid_requests
 from dwtune.core.spec import load_spec, spec_from_dict
+from dwtune.core.vocabulary import TRANSITIONS_FILE
+from dwtune.storage.schemas import TRANSITION_SCHEMA
 from dwtune.storage.store import ExperimentStore
 from dwtune.study import refine as refine_stage
 
@@ -197,8 +199,8 @@ def test_transitions_parquet_has_exactly_the_documented_columns(tmp_path):
     spec = make_spec()
     store = grid_done(tmp_path, spec)
     [t] = refine_stage.run_refine(spec, store, refine_stage.InProcessRunner(spec, store).run)
-    table = pq.read_table(store.root / refine_stage.TRANSITIONS_FILE)
-    assert table.schema.remove_metadata() == refine_stage.TRANSITION_SCHEMA
+    table = pq.read_table(store.root / TRANSITIONS_FILE)
+    assert table.schema.remove_metadata() == TRANSITION_SCHEMA
     row = table.to_pylist()[0]
     assert row["pair"] == "6-12" and row["status"] == "bracketed" and row["simulated"] is True
     assert row["width_deep"] == t.width_deep and row["trials"] == t.trials
@@ -231,7 +233,7 @@ def test_simulated_yaml_recovers_every_planted_transition_within_its_uncertainty
 def test_pair_deltas_parquet_holds_every_paired_delta_of_every_point(tmp_path):
     from dwtune.core import pair_points as core_points
     from dwtune.core.vocabulary import PAIR_DELTAS_FILE
-    from dwtune.outputs.pair_deltas import read_pair_deltas
+    from dwtune.storage.tables import read_pair_deltas
 
     spec = make_spec(simulated={"noise": 0.002})
     store = grid_done(tmp_path, spec)

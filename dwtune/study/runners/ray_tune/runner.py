@@ -20,7 +20,7 @@ from dwtune.core.budget import flops_per_token
 from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord, TrialRequest, record_from_result
 from dwtune.core.spec import ExperimentSpec
-from dwtune.outputs import tables
+from dwtune.outputs import tensorboard
 from dwtune.storage.store import ExperimentStore, user_write_error
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.base import reusable_records
@@ -116,7 +116,7 @@ class TuneRunner:
         self.spec, self.store, self.progress = spec, store, progress
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self.trial_spec = trial_spec(spec)
-        self.tensorboard = tables.tensorboard_problem() is None
+        self.tensorboard = tensorboard.tensorboard_problem() is None
         self._failed_here: set[str] = set()  # failed in this driver: not retried again here
         self._corpus_ready = False
 
@@ -162,7 +162,7 @@ class TuneRunner:
             f"{resources.get('CPU', 0):g} CPU, {resources.get('GPU', 0):g} GPU; each trial "
             f"uses {self.spec.resources.cpu:g} CPU, {self.spec.resources.gpu:g} GPU"
         )
-        problem = tables.tensorboard_problem()
+        problem = tensorboard.tensorboard_problem()
         self.progress.note(problem or f"TensorBoard: tensorboard --logdir {self.store.root}")
 
     # ------------------------------------------------------------------ batches

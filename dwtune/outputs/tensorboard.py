@@ -1,15 +1,10 @@
-"""Derived artefacts of an experiment: Parquet tables and TensorBoard event files.
+"""TensorBoard event files of every trial, drawn from its curve and its record.
 
-Everything here is computed from the trial records of
-:class:`~dwtune.storage.store.ExperimentStore`,
-so it can be rebuilt at any time (``dwtune export``) and is never the only copy of a result.
-
-- ``trials.parquet``: one row per trial, exactly the :class:`~dwtune.core.records.TrialRecord`
-  fields except the curve.
-- ``curves.parquet``: one row per report of every trial (step, tokens, losses, lr, time).
-- ``tb/<trial name>/``: TensorBoard scalars of every trial (each key of
-  :data:`dwtune.core.vocabulary.CURVE_SCALARS` against step, train and validation loss also against
-  tokens) and its HParams entry (depth, width, budget, seed -> final validation loss).
+``tb/<trial name>/``: TensorBoard scalars of every trial (each key of
+:data:`dwtune.core.vocabulary.CURVE_SCALARS` against step, train and validation loss also
+against tokens) and its HParams entry (depth, width, budget, seed -> final validation loss).
+A live trial's points are added as it reports; a finished trial's board is rewritten from its
+record, so it can be rebuilt at any time and is never the only copy of a result.
 """
 
 from __future__ import annotations
@@ -19,14 +14,9 @@ import math
 import shutil
 from pathlib import Path
 
-import pyarrow as pa
-
 from dwtune.core import vocabulary
 from dwtune.core.records import TrialRecord
-from dwtune.core.vocabulary import CURVES_FILE, TB_DIR, TRIALS_FILE
-from dwtune.storage.provenance import refuse_losing_trials, write_parquet_atomic
-from dwtune.storage.schemas import CURVE_COLUMNS, CURVES_SCHEMA, TRIALS_SCHEMA
-from dwtune.storage.store import ExperimentStore
+from dwtune.core.vocabulary import TB_DIR
 
 # TensorBoard: losses also plotted against tokens seen, under these tags.
 BY_TOKENS = {
@@ -47,47 +37,6 @@ HPARAMS = (
 )
 HPARAM_METRICS = ("final_val_loss", "best_val_loss")
 
-
-# --------------------------------------------------------------------------- Parquet
-
-
-def trials_table(records: list[TrialRecord]) -> pa.Table:
-    rows = [{name: getattr(r, name) for name in TRIALS_SCHEMA.names} for r in records]
-    return pa.Table.from_pylist(rows, schema=TRIALS_SCHEMA)
-
-
-def _curve_value(point: dict, key: str, integer: bool) -> float | int | None:
-    value = point.get(key)
-    if value is None:
-        return None
-    return int(value) if integer else float(value)
-
-
-def curves_table(records: list[TrialRecord]) -> pa.Table:
-    integer = {f.name for f in CURVES_SCHEMA if pa.types.is_integer(f.type)}
-    rows = [
-        {"trial_id": r.trial_id}
-        | {
-            column: _curve_value(point, key, column in integer)
-            for column, key in CURVE_COLUMNS.items()
-        }
-        for r in records
-        for point in r.curve
-    ]
-    return pa.Table.from_pylist(rows, schema=CURVES_SCHEMA)
-
-
-def export_experiment(store: ExperimentStore) -> tuple[Path, Path]:
-    """Write ``trials.parquet`` and ``curves.parquet`` of every recorded trial."""
-    spec_dict = store.load_spec_dict()
-    records = store.records()
-    refuse_losing_trials(store.root / TRIALS_FILE, {r.trial_id for r in records})
-    trials_path = write_parquet_atomic(trials_table(records), store.root / TRIALS_FILE, spec_dict)
-    curves_path = write_parquet_atomic(curves_table(records), store.root / CURVES_FILE, spec_dict)
-    return trials_path, curves_path
-
-
-# --------------------------------------------------------------------------- TensorBoard
 
 
 def tensorboard_problem() -> str | None:
