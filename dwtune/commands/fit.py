@@ -58,7 +58,8 @@ def format_fit(fit, level: float, simulated: bool, source: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from dwtune.core.errors import numeric_input
     from dwtune.core.fit import z_value
-    from dwtune.outputs.fit_files import fit_to_dict, load_fit_input
+    from dwtune.storage.fit_json import fit_to_dict
+    from dwtune.storage.fit_points import load_fit_input
 
     z_value(args.level)  # a bad --level fails before any file is read
     points = load_fit_input(args.target)

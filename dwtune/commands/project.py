@@ -47,7 +47,8 @@ def _law(args: argparse.Namespace):
 def _study_law(path: Path):
     from dwtune.core.errors import numeric_input
     from dwtune.core.projection import DepthWidthLaw
-    from dwtune.outputs.fit_files import law_from_json, load_fit_input
+    from dwtune.storage.fit_json import law_from_json
+    from dwtune.storage.fit_points import load_fit_input
 
     if path.suffix == ".json":
         return law_from_json(path)
@@ -135,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     from dwtune.core.errors import InputError, numeric_input
     from dwtune.core.fit import z_value
     from dwtune.core.projection import parse_budget, project_budget, project_depth
-    from dwtune.outputs.fit_files import json_ready
+    from dwtune.storage.fit_json import json_ready
 
     z_value(args.level)  # a bad --level fails before any file is read
     budgets = [parse_budget(b, field="--budget") for b in args.budget]

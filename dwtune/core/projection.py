@@ -73,6 +73,13 @@ class DepthWidthLaw:
         return interval_quantile(level, self.chi2_red, self.dof)
 
 
+def no_projection_reason(fit: FitResult) -> str:
+    """Why a fit gives no projection ("" when it does): the slope must be positive."""
+    if fit.b > 0:
+        return ""
+    return f"fitted slope b = {fit.b:.3g} is not positive: no optimal depth to project"
+
+
 # Levine et al. 2020 (arXiv 2006.12467), published constants, natural log; no covariance given.
 LEVINE2020 = DepthWidthLaw(
     name="levine2020",

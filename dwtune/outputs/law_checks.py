@@ -30,7 +30,7 @@ from dwtune.core.fit.forms import FORMS, compare_forms, transition_log_n
 from dwtune.core.fit.loo import LOO_BUDGETS, leave_one_pair_out
 from dwtune.core.units import format_size
 from dwtune.core.vocabulary import PAIR_DELTAS_FILE, TransitionStatus
-from dwtune.outputs.fit_files import json_ready
+from dwtune.storage.fit_json import json_ready
 from dwtune.storage.tables import read_pair_deltas
 
 BRACKETED = TransitionStatus.BRACKETED

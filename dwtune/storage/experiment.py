@@ -1,9 +1,8 @@
 """The one writer of an experiment folder's derived files.
 
 :class:`~dwtune.storage.store.ExperimentStore` keeps the records, the spec and the driver lock;
-everything derived from them (the Parquet tables) is written here, each file inside the folder
-(a symlink out is refused), with its schema from :mod:`.schemas`, the provenance metadata and
-an atomic write (:mod:`.tables`).
+everything derived from them (the Parquet tables, ``fit.json``) is written here, each file
+inside the folder (a symlink out is refused), atomically, with the provenance metadata.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from dwtune.core.length_check import LengthShift
 from dwtune.core.transitions import Transition
 from dwtune.core.vocabulary import (
     CURVES_FILE,
+    FIT_FILE,
     LENGTH_CHECK_FILE,
     PAIR_DELTAS_FILE,
     PROJECTIONS_FILE,
@@ -23,6 +23,7 @@ from dwtune.core.vocabulary import (
     TRIALS_FILE,
 )
 from dwtune.storage import tables
+from dwtune.storage.fit_json import fit_json_text
 from dwtune.storage.provenance import refuse_losing_trials, write_parquet_atomic
 from dwtune.storage.schemas import (
     LENGTH_CHECK_SCHEMA,
@@ -30,7 +31,7 @@ from dwtune.storage.schemas import (
     PROJECTION_SCHEMA,
     TRANSITION_SCHEMA,
 )
-from dwtune.storage.store import ExperimentStore
+from dwtune.storage.store import ExperimentStore, atomic_write_text
 
 
 class ExperimentWriter:
@@ -73,6 +74,12 @@ class ExperimentWriter:
 
     def projections(self, rows: Sequence[dict]) -> Path:
         return tables.write_table(rows, PROJECTION_SCHEMA, self.path(PROJECTIONS_FILE), self.spec)
+
+    def fit(self, record: dict) -> Path:
+        """``fit.json``: the fit stage's ``record`` (NaN and inf written as null)."""
+        path = self.path(FIT_FILE)
+        atomic_write_text(path, fit_json_text(record))
+        return path
 
 
 def export_experiment(store: ExperimentStore) -> tuple[Path, Path]:

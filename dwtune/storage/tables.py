@@ -13,7 +13,8 @@ metadata and the atomic write of :mod:`.provenance`), so no table is written by 
   without it (older folders, published tables) gets no bootstrap;
 - ``projections.parquet``: one row per projection of the fit stage.
 
-``is_simulated`` is the one rule for "does this table hold simulated results".
+``is_simulated`` is the one rule for "does this table hold simulated results"; ``read_table``
+reads a Parquet (or CSV) table with the columns a reader needs, or says in one line why not.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pandas as pd
 import pyarrow as pa
 
 from dwtune.core.crossing import DeltaPoint
+from dwtune.core.errors import InputError
 from dwtune.core.fit.bootstrap import PairPoints
 from dwtune.core.length_check import LengthShift
 from dwtune.core.projection import BudgetProjection, DepthProjection
@@ -47,6 +49,31 @@ SIMULATED_COLUMN = "simulated"  # every table of results carries it
 def write_table(rows: Iterable[dict], schema: pa.Schema, path: Path, spec: dict | None) -> Path:
     """``rows`` as a Parquet file of ``schema`` at ``path``, with the provenance metadata."""
     return write_parquet_atomic(pa.Table.from_pylist(list(rows), schema=schema), path, spec)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def read_table(path: Path, required: tuple[str, ...], hint: str) -> pd.DataFrame:
+    """A Parquet or CSV file with ``required`` columns; anything else is one-line InputError."""
+    if path.suffix != ".csv":
+        return read_parquet_checked(path, required).to_pandas()
+    if not path.is_file():
+        raise InputError(f"{path}: no such file; pass an experiment directory, a Parquet or CSV")
+    try:
+        frame = pd.read_csv(path, skipinitialspace=True)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise InputError(f"{path}: cannot read it as CSV ({_first_line(exc)})") from exc
+    require_columns(frame, required, path, hint)
+    return frame
+
+
+def require_columns(frame: pd.DataFrame, columns: tuple[str, ...], path: Path, hint: str) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)}; {hint}")
 
 
 def is_simulated(frame: pd.DataFrame | None) -> bool:
@@ -189,4 +216,3 @@ def projection_row(p: BudgetProjection | DepthProjection, simulated: bool) -> di
         "level": p.level,
         SIMULATED_COLUMN: simulated,
     }
-

@@ -15,18 +15,15 @@ import numpy as np
 import pandas as pd
 
 from dwtune.core.errors import InputError
-from dwtune.core.projection import LEVINE2020, DepthWidthLaw, project_budget, project_depth
-from dwtune.core.vocabulary import FIT_FILE, TRANSITIONS_FILE
-from dwtune.outputs import law_checks
-from dwtune.outputs.fit_files import (
-    FitInput,
-    fit_to_dict,
-    metadata_json,
-    no_fit_dict,
+from dwtune.core.projection import (
+    LEVINE2020,
+    DepthWidthLaw,
     no_projection_reason,
-    points_from_transitions,
-    write_json_atomic,
+    project_budget,
+    project_depth,
 )
+from dwtune.core.vocabulary import TRANSITIONS_FILE
+from dwtune.outputs import law_checks
 from dwtune.outputs.report.load import (
     CURVE_MAX,
     CURVE_STEPS_PER_DECADE,
@@ -38,6 +35,8 @@ from dwtune.outputs.report.load import (
     table_budgets,
 )
 from dwtune.storage.experiment import ExperimentWriter
+from dwtune.storage.fit_json import fit_to_dict, metadata_json, no_fit_dict
+from dwtune.storage.fit_points import FitInput, points_from_transitions
 from dwtune.storage.store import ExperimentStore
 from dwtune.storage.tables import projection_row
 
@@ -108,7 +107,7 @@ def write_fit(exp_dir: str | Path) -> FitFiles:
     checks = law_checks.for_report(study.exp_dir, observations, outcome.fit is not None, budgets)
     if checks is not None:
         record["law_checks"] = checks.record
-    fit_json = write_json_atomic(study.exp_dir / FIT_FILE, record)
     writer = ExperimentWriter(ExperimentStore(study.exp_dir), study.spec)
+    fit_json = writer.fit(record)
     projections = writer.projections(rows.to_dict("records"))
     return FitFiles(fit_json, projections)

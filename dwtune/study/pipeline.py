@@ -35,8 +35,8 @@ from dwtune.core.vocabulary import (
     TRANSITIONS_FILE,
     TRIALS_FILE,
 )
-from dwtune.outputs.fit_files import law_from_json
 from dwtune.storage.experiment import export_experiment
+from dwtune.storage.fit_json import law_from_json
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.fit_stage import write_fit
 from dwtune.study.progress import StudyProgress

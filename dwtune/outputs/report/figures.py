@@ -20,7 +20,6 @@ from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 from dwtune.core.fit import FitResult
 from dwtune.core.projection import LEVINE2020
 from dwtune.core.vocabulary import CURVES_FILE, FIGURES_DIR, TransitionStatus
-from dwtune.outputs.fit_files import FitInput, censored_pair, read_table
 from dwtune.outputs.report.load import (
     CURVE_COLUMNS,
     CURVE_MAX,
@@ -31,7 +30,9 @@ from dwtune.outputs.report.load import (
     delta_table,
     depth_pairs,
 )
+from dwtune.storage.fit_points import FitInput, censored_pair
 from dwtune.storage.store import atomic_write_bytes
+from dwtune.storage.tables import read_table
 
 # ---------------------------------------------------------------- figures
 

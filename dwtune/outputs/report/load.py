@@ -18,7 +18,7 @@ import yaml
 
 from dwtune.core.errors import InputError
 from dwtune.core.fit import FitResult
-from dwtune.core.projection import DepthWidthLaw
+from dwtune.core.projection import DepthWidthLaw, no_projection_reason
 from dwtune.core.units import parse_size
 from dwtune.core.vocabulary import (
     COMPLETED_STATUSES,
@@ -32,14 +32,8 @@ from dwtune.core.vocabulary import (
     TRANSITIONS_FILE,
     TRIALS_FILE,
 )
-from dwtune.outputs.fit_files import (
-    FitInput,
-    fit_from_dict,
-    no_projection_reason,
-    points_from_transitions,
-    read_fit_json,
-    read_table,
-)
+from dwtune.storage.fit_json import fit_from_dict, read_fit_json
+from dwtune.storage.fit_points import FitInput, points_from_transitions
 from dwtune.storage.schemas import (
     CURVES_SCHEMA,
     LENGTH_CHECK_SCHEMA,
@@ -48,6 +42,7 @@ from dwtune.storage.schemas import (
     TRIALS_SCHEMA,
     columns,
 )
+from dwtune.storage.tables import read_table
 
 LEVEL = 0.95
 TB_FIT = Path(TB_DIR) / TB_FIT_DIR

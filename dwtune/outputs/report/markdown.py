@@ -13,7 +13,6 @@ from dwtune.core.projection import LEVINE2020
 from dwtune.core.units import format_size
 from dwtune.core.vocabulary import FIT_FILE, PROJECTIONS_FILE, TransitionStatus
 from dwtune.outputs import law_checks
-from dwtune.outputs.fit_files import GIT_KEY, censored_pair
 from dwtune.outputs.report.limits import limits_section
 from dwtune.outputs.report.load import (
     LEVEL,
@@ -24,6 +23,8 @@ from dwtune.outputs.report.load import (
     best_depth_table,
     study_depths,
 )
+from dwtune.storage.fit_json import GIT_KEY
+from dwtune.storage.fit_points import censored_pair
 
 # ---------------------------------------------------------------- markdown
 
