@@ -1,4 +1,4 @@
-"""TensorBoard event files of every trial, drawn from its curve and its record.
+"""TensorBoard event files of every trial, drawn from its curve and its record, and the fit's.
 
 ``tb/<trial name>/``: TensorBoard scalars of every trial (each key of
 :data:`dwtune.core.vocabulary.CURVE_SCALARS` against step, train and validation loss also
@@ -16,7 +16,8 @@ from pathlib import Path
 
 from dwtune.core import vocabulary
 from dwtune.core.records import TrialRecord
-from dwtune.core.vocabulary import TB_DIR
+from dwtune.core.vocabulary import TB_DIR, TB_FIT_DIR
+from dwtune.storage.fit_json import is_fitted
 
 # TensorBoard: losses also plotted against tokens seen, under these tags.
 BY_TOKENS = {
@@ -36,7 +37,8 @@ HPARAMS = (
     "simulated",
 )
 HPARAM_METRICS = ("final_val_loss", "best_val_loss")
-
+FIT_BOARD = Path(TB_DIR) / TB_FIT_DIR  # under the experiment: the fit's text and scalars
+FIT_SCALARS = ("a", "b", "se_a", "se_b", "r2", "chi2_red", "dof", "n_points")
 
 
 def tensorboard_problem() -> str | None:
@@ -109,3 +111,22 @@ def write_trial_board(store_root: Path, name: str, record: TrialRecord) -> Path:
             add_point(writer, point)
         _add_hparams(writer, record)
     return path
+
+
+def write_fit_board(root: Path, record: dict, fit_text: str) -> Path | None:
+    """The fit as text and scalars under ``<root>/tb/fit`` (replacing earlier events); None
+    without tensorboardX."""
+    try:
+        from dwtune.outputs.event_files import EventFile
+    except ImportError:  # no tensorboardX
+        return None
+    folder = root / FIT_BOARD
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("events.out.tfevents.*"):
+        old.unlink()  # one summary per report, not a history of reruns
+    with EventFile(folder) as writer:
+        writer.add_text("fit/summary", fit_text, 0)
+        if is_fitted(record):
+            for key in FIT_SCALARS:
+                writer.add_scalar(f"fit/{key}", float(record[key]), 0)
+    return folder

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dwtune.core.errors import InputError
@@ -19,11 +19,33 @@ from dwtune.core.projection import DepthWidthLaw
 from dwtune.storage import loaders
 from dwtune.storage.fit_points import FitInput
 from dwtune.storage.provenance import provenance
+from dwtune.storage.schemas import GPT3
 
+FITTED = "fitted"  # fit.json's status where it holds a law
 GIT_KEY = "dwtune.git_revision"  # the provenance key that is plain text, not JSON
 FIT_JSON_ADVICE = "rewrite it with `dwtune fit --json` or `dwtune report`"
 
 MAX_LAW_ABS = 1e3  # |a|, |b| and |cov| of any plausible law of ln dx* (published: a≈5, b≈0.05)
+
+
+@dataclass(frozen=True)
+class FitOutcome:
+    """An experiment's fit: its points, the fit and its law, or why there is none."""
+
+    points: FitInput | None
+    fit: FitResult | None
+    law: DepthWidthLaw | None  # None when there is no fit or the slope is not positive
+    reason: str  # why there is no fit / no projection ("" when there is)
+
+    def depths(self) -> list[float]:
+        """The depths projected to a transition size: the measured ones and GPT-3's."""
+        measured = set(self.points.depths) if self.points is not None else set()
+        return sorted(measured | {float(GPT3["depth"])})
+
+
+def is_fitted(record: dict) -> bool:
+    """Whether a fit.json record holds a law."""
+    return record.get("status") == FITTED
 
 
 def _first_line(exc: BaseException) -> str:
@@ -44,7 +66,7 @@ def _check_law_numbers(law) -> None:
 def law_from_json(path: Path) -> tuple[DepthWidthLaw, bool]:
     """(law, simulated) from a ``fit.json`` written by :func:`fit_to_dict` (status 'fitted')."""
     data = loaders.read_json(path, FIT_JSON_ADVICE)
-    if not isinstance(data, dict) or data.get("status") != "fitted":
+    if not isinstance(data, dict) or not is_fitted(data):
         reason = data.get("reason", "no 'status': 'fitted'") if isinstance(data, dict) else ""
         raise InputError(f"{path}: holds no fit ({reason}); collect more transitions first")
     try:
@@ -128,7 +150,7 @@ def fit_to_dict(
     """Everything ``dwtune fit --json`` prints and ``fit.json`` holds (NaN -> null)."""
     return json_ready(
         {
-            "status": "fitted",
+            "status": FITTED,
             "model": "ln dx* = a + b*L (natural log; N = 12*L*dx^2)",
             "source": source,
             "simulated": simulated,

@@ -113,6 +113,15 @@ PROJECTION_SCHEMA = pa.schema(
     ]
 )
 
+# What projections.parquet holds: every law at budgets log-spaced from the study's smallest size
+# (or 1e6) to CURVE_MAX, CURVE_STEPS_PER_DECADE per decade (figure 4's curve), and at the
+# budgets tabulated (the spec's fit.budgets, else DEFAULT_BUDGETS: GPT-3, 1T, the curve's end);
+# the transition size of every measured depth and of GPT-3's.
+CURVE_MAX = 1e13  # parameters
+CURVE_STEPS_PER_DECADE = 8
+DEFAULT_BUDGETS = (1.75e11, 1e12, 1e13)
+GPT3 = {"budget": 1.75e11, "depth": 96, "width": 12288}
+
 
 def columns(schema: pa.Schema, *names: str) -> tuple[str, ...]:
     """``names``, each checked to be a column of ``schema`` (a renamed column fails at import)."""

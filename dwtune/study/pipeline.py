@@ -16,27 +16,24 @@ something is left to train).
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
 from dwtune.core.errors import InputError
-from dwtune.core.projection import BudgetProjection, project_budget
+from dwtune.core.projection import DEFAULT_LEVEL, BudgetProjection, project_budget
 from dwtune.core.records import grid_requests
 from dwtune.core.spec import ExperimentSpec, load_spec
 from dwtune.core.transitions import Transition
 from dwtune.core.units import parse_size
 from dwtune.core.vocabulary import (
     CURVES_FILE,
-    FIT_FILE,
     REPORT_FILE,
     TRANSITIONS_FILE,
     TRIALS_FILE,
 )
-from dwtune.storage.experiment import export_experiment
-from dwtune.storage.fit_json import law_from_json
+from dwtune.storage.experiment import ExperimentReader, export_experiment
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.fit_stage import write_fit
 from dwtune.study.progress import StudyProgress
@@ -44,20 +41,20 @@ from dwtune.study.runners.base import reusable_records
 from dwtune.study.runners.cluster_address import check_address
 
 DEFAULT_STORAGE = "experiments"
-LEVEL = 0.95  # of the projection intervals
 
 
 class StudyResults:
-    """What an experiment directory holds, handed out as DataFrames and dicts (read on access)."""
+    """What an experiment directory holds, handed out as DataFrames and dicts (read on access,
+    through the store's reader)."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
+        self._reader = ExperimentReader(root)
 
     def _table(self, name: str) -> pd.DataFrame:
-        path = self.root / name
-        if not path.is_file():
-            raise InputError(f"{path}: no such file; run the study (`Study.run`) first")
-        return pd.read_parquet(path)
+        if not self._reader.has(name):
+            raise InputError(f"{self.root / name}: no such file; run the study (`Study.run`) first")
+        return self._reader.table(name)
 
     @property
     def trials(self) -> pd.DataFrame:
@@ -74,15 +71,15 @@ class StudyResults:
     @property
     def fit(self) -> dict:
         """fit.json: ``status`` 'fitted' with a, b, their errors and intervals, or the reason."""
-        return json.loads((self.root / FIT_FILE).read_text())
+        return self._reader.fit_record()
 
     @property
     def report(self) -> Path:
         return self.root / REPORT_FILE
 
-    def project(self, budget: float | str, level: float = LEVEL) -> BudgetProjection:
+    def project(self, budget: float | str, level: float = DEFAULT_LEVEL) -> BudgetProjection:
         """Optimal depth and width at ``budget`` (parameters, or a size such as '175B')."""
-        law, _ = law_from_json(self.root / FIT_FILE)
+        law, _ = self._reader.law()
         return project_budget(law, parse_size(budget, field="budget"), level)
 
 

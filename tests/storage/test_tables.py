@@ -1,5 +1,5 @@
 """The tables of an experiment folder: trials and curves from the records, their schemas,
-and `dwtune export` rebuilding a damaged one."""
+`dwtune export` rebuilding a damaged one, the refine stage's paired Δs read back."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
@@ -15,9 +16,18 @@ from dwtune.cli import main
 from dwtune.core import vocabulary
 from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord
+from dwtune.core.vocabulary import PAIR_DELTAS_FILE
 from dwtune.storage import schemas
-from dwtune.storage.experiment import export_experiment
+from dwtune.storage.experiment import (
+    PAIR_DELTAS_MISSING,
+    ExperimentReader,
+    ExperimentWriter,
+    export_experiment,
+)
 from dwtune.storage.provenance import read_parquet_checked
+from dwtune.storage.store import ExperimentStore
+from dwtune.storage.tables import read_pair_deltas
+from tests.helpers.paired_deltas import paired_study
 from tests.helpers.recorded import recorded_store
 
 
@@ -98,3 +108,20 @@ def test_export_command_names_a_corrupt_record(store, capsys):
     assert main(["export", str(store.root)]) == 2
     err = capsys.readouterr().err
     assert victim.name in err and "corrupt trial record" in err
+
+
+def test_pair_deltas_round_trip(tmp_path):
+    pairs = paired_study(np.random.default_rng(1))
+    ExperimentWriter(ExperimentStore(tmp_path), None).pair_deltas(pairs, simulated=True)
+    back = read_pair_deltas(tmp_path / PAIR_DELTAS_FILE)
+    assert [p.label for p in back] == [p.label for p in pairs]
+    assert back[2].points[4].deltas == pairs[2].points[4].deltas
+    assert back[2].points[4].seeds == (0, 1, 2, 3)
+
+
+def test_a_missing_pair_deltas_table_is_said_and_a_damaged_one_named(tmp_path):
+    store = ExperimentStore(tmp_path)
+    assert ExperimentReader(tmp_path).pair_deltas() == (None, PAIR_DELTAS_MISSING)
+    (tmp_path / PAIR_DELTAS_FILE).write_bytes(b"not parquet")
+    pairs, why = ExperimentReader(store.root).pair_deltas()
+    assert pairs is None and PAIR_DELTAS_FILE in why and "not a readable Parquet file" in why

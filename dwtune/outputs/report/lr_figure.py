@@ -1,6 +1,6 @@
 """The report's learning-rate figure: the best rate a per-shape search found, against width,
-one line per depth (log-log), read from trials.parquet (the rate each grid and refine trial
-trained with, where its source is a search or an interpolation of searches).
+one line per depth (log-log), from the trials the store read (the rate each grid and refine
+trial trained with, where its source is a search or an interpolation of searches).
 
 Under standard parametrisation the best Adam rate is expected to fall roughly as 1/width;
 under μP to stay flat. The slope per depth is printed in the legend. Nothing is drawn for a
@@ -19,6 +19,8 @@ import pandas as pd
 
 from dwtune.core import vocabulary
 from dwtune.core.lr_search import ln_slope
+from dwtune.core.vocabulary import FIGURES_DIR
+from dwtune.storage.experiment import Experiment
 
 FIGURE_NAME = "6_best_lr_vs_width.png"
 SEARCHED = (vocabulary.LR_SOURCE_SEARCH, vocabulary.LR_SOURCE_INTERPOLATED)
@@ -32,13 +34,12 @@ def best_rates(trials: pd.DataFrame) -> pd.DataFrame:
     return used.groupby(["depth", "width", "lr_source"], as_index=False)["lr"].first()
 
 
-def plot_best_lr(exp_dir: Path, figures: tuple[Path, ...]) -> tuple[Path, ...]:
+def plot_best_lr(experiment: Experiment, figures: tuple[Path, ...]) -> tuple[Path, ...]:
     """``figures`` plus the best-rate figure when the study searched rates."""
-    path = Path(exp_dir) / "trials.parquet"
-    rates = best_rates(pd.read_parquet(path)) if path.is_file() else pd.DataFrame()
+    rates = best_rates(experiment.trials)
     if rates.empty:
         return figures
-    simulated = bool(pd.read_parquet(path, columns=["simulated"]).simulated.any())
+    simulated = experiment.simulated
     fig, ax = plt.subplots(figsize=(6, 4))
     for depth, rows in rates.groupby("depth"):
         rows = rows.sort_values("width")
@@ -52,7 +53,7 @@ def plot_best_lr(exp_dir: Path, figures: tuple[Path, ...]) -> tuple[Path, ...]:
         "Best rate per shape (o searched, x interpolated)" + (" SIMULATED" if simulated else "")
     )
     ax.legend(fontsize=7, title="depth (ln-ln slope)")
-    out = Path(exp_dir) / "figures" / FIGURE_NAME
+    out = experiment.root / FIGURES_DIR / FIGURE_NAME
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
