@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from dwtune.core.units import parse_size
     from dwtune.outputs.analysis import analyse, load_reference, parse_alpha, parse_window
     from dwtune.outputs.analysis_text import format_analysis
-    from dwtune.outputs.runs_table import load_runs, parse_columns
+    from dwtune.storage.runs import load_runs, parse_columns
 
     mapping = parse_columns(args.columns)
     tokens = parse_size(args.tokens, field="--tokens") if args.tokens else None

@@ -49,8 +49,8 @@ from dwtune.core.projection import (
     transition_size,
 )
 from dwtune.core.vocabulary import FIT_FILE
-from dwtune.outputs.runs_table import LoadedRuns
 from dwtune.storage.fit_json import fit_to_dict, json_ready, law_from_json
+from dwtune.storage.runs import LoadedRuns
 
 LEVEL = 0.95
 PROJECTION_BUDGETS = (1.75e11, 1e12, 1e13)  # parameters: GPT-3, 1T, 10T (as a study's report)

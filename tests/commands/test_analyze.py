@@ -16,8 +16,8 @@ from dwtune.cli import main
 from dwtune.core.analysis import analyse_pair, select_checkpoints, size_groups
 from dwtune.core.records import grid_requests
 from dwtune.core.spec import spec_from_dict
-from dwtune.outputs.runs_table import table_from_frame
 from dwtune.storage.experiment import export_experiment
+from dwtune.storage.runs import table_from_frame
 from dwtune.storage.store import ExperimentStore
 from dwtune.study import refine as refine_stage
 from tests.helpers.analysis_tables import (
