@@ -22,6 +22,7 @@ from dwtune.storage.provenance import provenance
 from dwtune.storage.schemas import GPT3
 
 FITTED = "fitted"  # fit.json's status where it holds a law
+INSUFFICIENT = "insufficient"  # where it holds what was found instead
 GIT_KEY = "dwtune.git_revision"  # the provenance key that is plain text, not JSON
 FIT_JSON_ADVICE = "rewrite it with `dwtune fit --json` or `dwtune report`"
 
@@ -186,7 +187,7 @@ def no_fit_dict(points: FitInput, reason: str) -> dict:
     """``fit.json`` when there is nothing to fit: what was found instead."""
     return json_ready(
         {
-            "status": "insufficient",
+            "status": INSUFFICIENT,
             "reason": reason,
             "source": points.source,
             "simulated": points.simulated,

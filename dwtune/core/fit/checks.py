@@ -13,6 +13,7 @@ The record holds NaN where a number is undefined; fit.json writes it as null.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from dwtune.core.errors import InputError
 from dwtune.core.fit.bootstrap import PairPoints, bootstrap_fit, build_replicates
@@ -41,7 +42,7 @@ def _bootstrap(
     budgets: Sequence[float],
     replicates: int,
     points: bool,
-) -> dict:
+) -> dict[str, Any]:
     """The bootstrap's record, or why it was not run (``missing``: why there are no pairs)."""
     if pairs is None:
         return {"status": BOOTSTRAP_NOT_RUN, "reason": missing}
@@ -60,12 +61,12 @@ def law_checks(
     budgets: Sequence[float] = (),
     replicates: int = BOOTSTRAP_REPLICATES,
     missing: str = "",
-) -> dict:
+) -> dict[str, Any]:
     """Forms, leave-one-pair-out and the bootstrap of a study's fit (each says why if it
     cannot); ``pairs``: the refine stage's paired Δs per pair, None (``missing`` says why)
     where there are none."""
     wanted = sorted({*LOO_BUDGETS, *(float(b) for b in budgets)})
-    record: dict = {"budgets": wanted}
+    record: dict[str, Any] = {"budgets": wanted}
     record["forms"] = compare_forms(observations, wanted).to_dict()
     try:
         rows = leave_one_pair_out(observations, LOO_BUDGETS)
