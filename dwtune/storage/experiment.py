@@ -33,6 +33,7 @@ from dwtune.core.vocabulary import (
     PROJECTIONS_FILE,
     SPEC_FILE,
     TRANSITIONS_FILE,
+    TRIAL_RECORDS_DIR,
     TRIALS_FILE,
 )
 from dwtune.storage import loaders, tables
@@ -235,6 +236,24 @@ class ExperimentReader:
             return None, f"{TRANSITIONS_FILE} not found: no refine stage results yet"
         return self.table(TRANSITIONS_FILE, PAIR_COLUMNS), ""
 
+    # ------------------------------------------------------------------ staleness and damage
+
+    def fit_is_stale(self) -> bool:
+        """True when fit.json or projections.parquet is missing or older than a table it
+        uses (written by `dwtune export`, or by a dwtune before the fit stage existed)."""
+        outputs = [self.path(FIT_FILE), self.path(PROJECTIONS_FILE)]
+        if not all(p.is_file() for p in outputs):
+            return True
+        inputs = [p for p in (self.path(TRANSITIONS_FILE), self.path(TRIALS_FILE)) if p.is_file()]
+        oldest_output = min(p.stat().st_mtime for p in outputs)
+        return any(p.stat().st_mtime > oldest_output for p in inputs)
+
+    def unreadable_exports(self) -> dict[Path, str]:
+        """The exports (trials, curves) that exist but cannot be read: path -> why. They are
+        rebuilt from the records, the source of truth."""
+        paths = [self.path(name) for name in (TRIALS_FILE, CURVES_FILE)]
+        return {path: problem for path in paths if (problem := loaders.parquet_problem(path))}
+
     def _length_check(self) -> pd.DataFrame | None:
         return (
             self.table(LENGTH_CHECK_FILE, LENGTH_COLUMNS) if self.has(LENGTH_CHECK_FILE) else None
@@ -287,6 +306,11 @@ class ExperimentWriter:
         path = self.path(FIT_FILE)
         atomic_write_text(path, fit_json_text(record))
         return path
+
+
+def rebuilt_note(path: Path, problem: str) -> str:
+    """The line that says an unreadable export was rebuilt from the records."""
+    return f"{path}: could not be read ({problem}); rebuilt it from {TRIAL_RECORDS_DIR}/"
 
 
 def export_experiment(store: ExperimentStore) -> tuple[Path, Path]:
