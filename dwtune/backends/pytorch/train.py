@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dwtune.backends.pytorch.data import eval_batches, prepare_corpus, train_batch
+from dwtune.backends.data import eval_batches, prepare_corpus, train_batch
 from dwtune.backends.pytorch.loss import chunked_cross_entropy
 from dwtune.backends.pytorch.model import GPT, build_model, check_shape, compile_blocks
 from dwtune.backends.pytorch.perf import Peak, mfu, peak_flops, synchronize, tune_cpu_allocator

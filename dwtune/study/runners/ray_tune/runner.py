@@ -94,7 +94,7 @@ def _init_ray(address: str | None) -> None:
 
 def trial_spec(spec: ExperimentSpec) -> ExperimentSpec:
     """The spec trials receive: data paths made absolute (Tune changes trials' cwd)."""
-    from dwtune.backends.pytorch.data import resolve_data_config
+    from dwtune.backends.data import resolve_data_config
 
     return dataclasses.replace(spec, data=resolve_data_config(spec.data))
 
@@ -207,7 +207,7 @@ class TuneRunner:
         """Tokenize once on the driver, so concurrent trials find the cache ready."""
         if self._corpus_ready or self.spec.trainer != "torch":
             return
-        from dwtune.backends.pytorch.data import prepare_corpus
+        from dwtune.backends.data import prepare_corpus
 
         say = {"say": self.progress.note} if self.progress else {}  # else on stderr
         prepare_corpus(self.trial_spec.data, progress=None, **say)  # bars on a terminal only
