@@ -34,7 +34,7 @@ def interval_quantile(level: float, chi2_red: float, dof: int) -> float:
 
 
 def line_with_se(
-    a: float, b: float, cov: np.ndarray, depths: Sequence[float] | np.ndarray
+    a: float, b: float, cov: np.ndarray, depths: float | Sequence[float] | np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """``a + b·L`` and its standard error ``sqrt([1, L] cov [1, L]ᵀ)`` at each depth."""
     depth = np.asarray(depths, dtype=float)

@@ -114,6 +114,9 @@ def length_shift(
     low, high = nan, nan
     shift, half, moved = nan, nan, False
     if estimate.status == TransitionStatus.BRACKETED:
+        # a bracketed estimate carries N* and its interval
+        assert estimate.n_star is not None and estimate.n_star_low is not None
+        assert estimate.n_star_high is not None
         low, high = estimate.n_star_low, estimate.n_star_high
         shift = math.log(estimate.n_star / t.n_star)
         half = _half_interval(t, shift)

@@ -40,13 +40,15 @@ from dwtune.core import vocabulary
 
 DEFAULT_NOISE_PRIOR = 0.003  # nats: a paired-difference sd guess (the paper: "stable to the
 # third digit"); real suites measured 0.0004-0.015
-# Pseudo-observations the guess is worth: half a degree of freedom. Measured (the refine loop
-# at a true Δ of 0 beside single-seed grid points, 4 looks, α = 5%, 1,500 points each; false
-# sign with the true sd 0.5 / 1 / 2 / 5 × the guess): ν₀ = 2 gave 0.0 / 1.1 / 6.3 / 15.7%,
-# ν₀ = 1 gave 0.0 / 1.3 / 3.3 / 9.0%, ν₀ = 0.5 gave 0.0 / 1.3 / 2.3 / 4.7%. A guess five times
-# too small only keeps its error control when the first seeds' one degree of freedom outweighs
-# it, so the guess mostly steadies the sd while the seeds set it.
-DEFAULT_PRIOR_DOF = 0.5
+# Pseudo-observations the guess is worth: a quarter of a degree of freedom. Measured: the
+# refine loop at a true Δ of 0 beside single-seed grid points (4 looks, α = 5%, 1,500 points
+# each) gave a sign, with the true sd 0.5 / 1 / 2 / 5 × the guess, 0.0 / 1.1 / 6.3 / 15.7% of
+# the time at ν₀ = 2, 0.0 / 1.3 / 3.3 / 9.0% at ν₀ = 1 and 0.0 / 1.3 / 2.3 / 4.7% at ν₀ = 0.5;
+# on benchmarks/coverage.py's surfaces with the guess 5× too small (600 points each), ν₀ = 0.5
+# still gave 5.3% (lr_mistuned) and 6.2% (size_noise), ν₀ = 0.25 at most 4.3%. A guess five
+# times too small keeps the error control only when the first seeds' degree of freedom
+# outweighs it: the guess steadies the sd, the seeds set it.
+DEFAULT_PRIOR_DOF = 0.25
 NOISE_BANDWIDTH = 1.0  # e-folds of N: the sd of the Gaussian kernel that pools variances locally
 SHRINK_DOF = 4.0  # degrees of freedom the pair-wide pool weighs in each local variance
 # An unstable training: its final loss exceeds its twins' (same shape, other seeds) by more
@@ -101,7 +103,7 @@ def sums_of_squares(groups: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarra
 
 
 def estimate_noise(
-    log_n: Sequence[float], groups: Sequence[np.ndarray], prior: NoisePrior
+    log_n: Sequence[float] | np.ndarray, groups: Sequence[np.ndarray], prior: NoisePrior
 ) -> Noise:
     """The noise model of the module doc from each point's usable Δ (``groups``) at ``log_n``."""
     x = np.asarray(log_n, dtype=float)

@@ -49,8 +49,9 @@ Sizes follow ``model.size_convention``: ``params_non_embedding`` (the paper's 12
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -132,11 +133,11 @@ class PairPoint:
             unstable=unstable if any(unstable) else (),
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, raw: dict) -> PairPoint:
+    def from_dict(cls, raw: Mapping[str, Any]) -> PairPoint:
         """A point from a journal; fields added since (with defaults) may be absent."""
         raw = dict(raw)
         raw["decision"] = Decision(**raw["decision"])
@@ -233,7 +234,7 @@ def paired_eval_error(deep: Sequence[TrialRecord], shallow: Sequence[TrialRecord
     complete = sum(_usable(d) and _usable(s) for d, s in zip(deep, shallow, strict=True))
     if not rows or len(rows) < complete or rows[0].size < 2:
         return _quadrature_eval_error(deep) + _quadrature_eval_error(shallow)
-    per_window = np.mean(rows, axis=0)  # the mean Δ's share of each window
+    per_window: np.ndarray = np.mean(rows, axis=0)  # the mean Δ's share of each window
     return float(np.var(per_window, ddof=1)) / per_window.size
 
 
@@ -372,7 +373,9 @@ class PairGrid:
         return f"{self.depth_shallow}-{self.depth_deep}"
 
 
-def _sizes_of(deep: dict[int, TrialRecord], shallow: dict[int, TrialRecord], convention: str):
+def _sizes_of(
+    deep: dict[int, TrialRecord], shallow: dict[int, TrialRecord], convention: str
+) -> tuple[float, int, int]:
     any_deep, any_shallow = next(iter(deep.values())), next(iter(shallow.values()))
     return math.log(size_of(any_deep, convention)), any_deep.width, any_shallow.width
 

@@ -27,6 +27,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dwtune.core.budget import ModelShape
+    from dwtune.core.spec import ModelConfig
 
 INIT_STD = 0.02  # GPT-2 initialisation at the base width
 
@@ -44,12 +49,18 @@ class Parametrization:
     @property
     def width_mult(self) -> float:
         """m = width / base_width (1 under sp)."""
-        return 1.0 if self.name == "sp" else self.width / self.base_width
+        if self.name == "sp":
+            return 1.0
+        assert self.base_width is not None  # ModelConfig requires it for mup and completep
+        return self.width / self.base_width
 
     @property
     def depth_mult(self) -> float:
         """m_L = depth / base_depth (1 unless completep)."""
-        return self.depth / self.base_depth if self.name == "completep" else 1.0
+        if self.name != "completep":
+            return 1.0
+        assert self.base_depth is not None  # ModelConfig requires it for completep
+        return self.depth / self.base_depth
 
     def hidden_init_std(self) -> float:
         return INIT_STD / math.sqrt(self.width_mult)
@@ -84,6 +95,7 @@ class Parametrization:
         """Attention-logit scale: None (SDPA's 1/√K) under sp; √K_base/K otherwise."""
         if self.name == "sp":
             return None
+        assert self.base_head_dim is not None  # parametrization_for always sets it
         return math.sqrt(self.base_head_dim) / self.head_dim
 
 
@@ -112,7 +124,7 @@ def parametrization_for(
     )
 
 
-def for_shape(model: object, shape: object) -> Parametrization:
+def for_shape(model: ModelConfig, shape: ModelShape) -> Parametrization:
     """The rules of ``model`` (a ModelConfig: parametrization, base_width, base_depth,
     head_dim) for one ModelShape."""
     return parametrization_for(

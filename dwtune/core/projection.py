@@ -33,6 +33,7 @@ A law without covariance (the published reference) has NaN intervals.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -178,7 +179,7 @@ def optimal_depth(law: DepthWidthLaw, budget: float) -> float:
     return float(special.lambertw(z, 0).real) / (2.0 * law.b)
 
 
-def _log_n_and_se(law: DepthWidthLaw, depth: float | np.ndarray):
+def _log_n_and_se(law: DepthWidthLaw, depth: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``ln N*(L)`` and its standard error (0 without covariance)."""
     cov = np.array(law.cov if law.cov is not None else np.zeros((2, 2)), dtype=float)
     line, se = line_with_se(law.a, law.b, cov, depth)
@@ -207,17 +208,21 @@ def project_depth(
     )
 
 
-def _band_edge(law: DepthWidthLaw, budget: float, z: float, sign: float):
+def _band_edge(
+    law: DepthWidthLaw, budget: float, z: float, sign: float
+) -> Callable[[float | np.ndarray], np.ndarray]:
     """``ln N*(L) + sign·z·se(L) - ln N`` (vectorised): the depth set's ends are its zeros."""
 
-    def edge(depth):
+    def edge(depth: float | np.ndarray) -> np.ndarray:
         log_n, se = _log_n_and_se(law, depth)
         return log_n + sign * z * se - math.log(budget)
 
     return edge
 
 
-def _first_crossing(edge, low: float, high: float) -> float:
+def _first_crossing(
+    edge: Callable[[float | np.ndarray], np.ndarray], low: float, high: float
+) -> float:
     """Smallest depth in [low, high] where ``edge`` turns non-negative (``edge(high) > 0``).
 
     A log-spaced scan first, so that with a weak slope, where ``edge`` need not be monotone,
@@ -244,6 +249,7 @@ def _depth_interval(
     if float(_log_n_and_se(law, best)[1]) == 0.0:
         return best, best  # an exact law (zero covariance): the interval is the point
     lower = _first_crossing(_band_edge(law, budget, z, +1.0), best * 1e-12, best)
+    assert law.cov is not None  # without a covariance se is 0: returned above
     if law.b <= z * math.sqrt(law.cov[1][1]):
         return lower, math.inf
     upper_edge = _band_edge(law, budget, z, -1.0)  # < 0 at best, increasing

@@ -14,10 +14,11 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dwtune.core import vocabulary
 from dwtune.core.budget import GridCell, ModelShape
-from dwtune.core.spec import ExperimentSpec, TrainConfig
+from dwtune.core.spec import DataConfig, ExperimentSpec, TrainConfig
 from dwtune.core.vocabulary import Stage
 
 IDENTITY_VERSION = 1  # bump when the trainer changes what a given identity produces
@@ -73,6 +74,7 @@ def scaled_length(train: TrainConfig, factor: float) -> TrainConfig:
         return dataclasses.replace(train, steps=max(1, round(train.steps * factor)))
     if train.tokens is not None:
         return dataclasses.replace(train, tokens=max(1, round(train.tokens * factor)))
+    assert train.tokens_per_param is not None  # TrainConfig sets exactly one of the three
     return dataclasses.replace(train, tokens_per_param=train.tokens_per_param * factor)
 
 
@@ -86,7 +88,7 @@ def _trial_train(
     length check's scaled length."""
     if length_factor is not None:
         train = scaled_length(train, length_factor)
-    changes: dict = {}
+    changes: dict[str, Any] = {}
     if lr is not None:
         changes.update(lr=float(lr), lr_search=None)
     if search_steps is not None:
@@ -112,7 +114,7 @@ _DATA_NOT_IDENTITY = ("cache_dir", "max_epochs")
 _DATA_ADDED_DEFAULTS = {"bpe_sample_mb": 100.0}
 
 
-def data_identity(data) -> dict:
+def data_identity(data: DataConfig) -> dict[str, Any]:
     payload = {k: v for k, v in dataclasses.asdict(data).items() if k not in _DATA_NOT_IDENTITY}
     for name, default in _DATA_ADDED_DEFAULTS.items():
         if payload.get(name) == default:
@@ -221,7 +223,7 @@ class TrialRecord:
     compare: str = "params"
     tokens_per_param: float = float("nan")
     # One dict per report: metric name -> value (metrics vocabulary); not a trials.parquet column.
-    curve: list[dict] = field(default_factory=list, repr=False)
+    curve: list[dict[str, Any]] = field(default_factory=list, repr=False)
     # Loss of each held-out window at the best evaluation (vocabulary.VAL_WINDOWS): the paired
     # evaluation error of Δ (dwtune.core.pair_points); not a trials.parquet column.
     val_windows: list[float] = field(default_factory=list, repr=False)
@@ -230,7 +232,7 @@ class TrialRecord:
     def completed(self) -> bool:
         return self.status in vocabulary.COMPLETED_STATUSES
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
@@ -244,7 +246,7 @@ class TrialRecord:
         }
 
     @classmethod
-    def from_json(cls, raw: dict) -> TrialRecord:
+    def from_json(cls, raw: Mapping[str, Any]) -> TrialRecord:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in raw.items() if k in names})
 
@@ -252,7 +254,7 @@ class TrialRecord:
 def record_from_result(
     request: TrialRequest,
     spec: ExperimentSpec,
-    curve: list[dict],
+    curve: list[dict[str, Any]],
     status: str,
     wall_time_s: float,
     node: str = "",

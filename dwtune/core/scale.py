@@ -70,7 +70,7 @@ def tokens_per_trial(spec: ExperimentSpec) -> int:
 
 
 def epochs(spec: ExperimentSpec, corpus: CorpusSize) -> float | None:
-    if corpus.missing:
+    if corpus.train_tokens is None:  # corpus.missing, spelled so that the type narrows
         return None
     return tokens_per_trial(spec) / max(corpus.train_tokens, 1.0)
 
@@ -81,6 +81,7 @@ def epoch_problem(spec: ExperimentSpec, corpus: CorpusSize) -> str | None:
     limit = spec.data.max_epochs
     if seen is None or seen <= limit:
         return None
+    assert corpus.train_tokens is not None  # epochs() is None for a missing corpus
     need = tokens_per_trial(spec) / limit
     steps = max(
         1, math.floor(limit * corpus.train_tokens / (spec.train.batch_size * spec.data.seq_len))
@@ -107,7 +108,7 @@ def check_epochs(spec: ExperimentSpec, corpus: CorpusSize) -> None:
 def study_pairs(spec: ExperimentSpec) -> list[tuple[int, int]]:
     """The refine pairs, or consecutive depths of the grid when none are configured."""
     if spec.refine.pairs:
-        return [tuple(p) for p in spec.refine.pairs]
+        return [(shallow, deep) for shallow, deep in spec.refine.pairs]
     depths = sorted(spec.space.depths)
     return list(itertools.pairwise(depths))
 

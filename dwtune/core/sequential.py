@@ -50,7 +50,9 @@ def boundaries(max_looks: int, alpha: float) -> tuple[float, ...]:
             density = np.convolve(density, kernel, mode="same")
         target = spent(alpha, k / max_looks) - spent(alpha, (k - 1) / max_looks)
 
-        def excess(c: float, density=density, k=k, target=target) -> float:
+        def excess(
+            c: float, density: np.ndarray = density, k: int = k, target: float = target
+        ) -> float:
             return float(density[np.abs(s) > c * math.sqrt(k)].sum()) - target
 
         c = optimize.brentq(excess, 0.1, reach / math.sqrt(k) - 1e-6, xtol=1e-6)

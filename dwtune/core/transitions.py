@@ -42,6 +42,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -362,7 +363,7 @@ class SignedPoint:
         return f"{self.mean:+.3f} ± {self.se:.3f} at {self.n:.3g}"
 
 
-def signed_points(points: Sequence[crossing.DeltaPoint], refine: RefineConfig) -> list:
+def signed_points(points: Sequence[crossing.DeltaPoint], refine: RefineConfig) -> list[SignedPoint]:
     """Every point's mean Δ, se and sign by the one rule (what the statement quotes)."""
     points = sorted((p for p in points if p.deltas), key=lambda p: p.n)
     if not points:
@@ -379,7 +380,12 @@ def _listed(points: Sequence[SignedPoint]) -> str:
     return ", ".join(p.text() for p in points)
 
 
-def statement(pair: tuple[int, int], estimate, points: Sequence[SignedPoint], alpha: float) -> str:
+def statement(
+    pair: tuple[int, int],
+    estimate: crossing.CrossingEstimate,
+    points: Sequence[SignedPoint],
+    alpha: float,
+) -> str:
     """The pair's answer in one sentence, decided by the one rule: a bracketed N* with its 95%
     interval, a one-sided bound, or why there is none (what run prints first, and report.md)."""
     shallow, deep = pair
@@ -439,7 +445,7 @@ def make_transition(
         measured, prior=noise_prior(refine), rule=sign_rule(refine)
     )
     said = statement(pair, estimate, signed_points(measured, refine), refine.alpha)
-    common = dict(
+    common: dict[str, Any] = dict(  # the fields of a Transition that every status sets
         depth_shallow=shallow,
         depth_deep=deep,
         status=estimate.status,
@@ -467,6 +473,10 @@ def make_transition(
             width_shallow=math.nan,
             **common,
         )
+    # a bracketed estimate carries N*, its 95% and 68% intervals and σ(ln N*)
+    assert estimate.n_star is not None and estimate.sigma_ln is not None
+    assert estimate.n_star_low is not None and estimate.n_star_high is not None
+    assert estimate.n_star_low_68 is not None and estimate.n_star_high_68 is not None
     log_star = math.log(estimate.n_star)
     width_deep = width_at(points, log_star, deep, convention)
     return Transition(

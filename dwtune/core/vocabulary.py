@@ -148,7 +148,7 @@ NOISE_CHECKPOINT_JITTER = "checkpoint_jitter"
 ANALYSIS_CROSSES = "crosses"
 ANALYSIS_DEEPER_WINS = "deeper_wins_throughout"
 ANALYSIS_DEEPER_LOSES = "deeper_loses_throughout"
-ANALYSIS_STATUS = {
+ANALYSIS_STATUS: dict[str, str] = {
     TransitionStatus.BRACKETED: ANALYSIS_CROSSES,
     TransitionStatus.CENSORED_LOW: ANALYSIS_DEEPER_WINS,
     TransitionStatus.CENSORED_HIGH: ANALYSIS_DEEPER_LOSES,

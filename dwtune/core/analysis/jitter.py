@@ -105,7 +105,8 @@ class JitterModel:
     order: str  # tokens or step: what the curve was fitted in (ln of it)
     depths: tuple[DepthJitter, ...]
     overall: DepthJitter  # every depth's kept runs: for depths without a measured run
-    by_row: dict  # source row number of a used checkpoint -> (variance, dof)
+    # source row number of a used checkpoint -> (variance, dof)
+    by_row: dict[int, tuple[float, float]]
     runs_measured: int
     runs_total: int
 
@@ -116,10 +117,10 @@ class JitterModel:
         for deep, shallow in rows:
             if len(deep) != 1 or len(shallow) != 1:
                 return None
-            parts = [self.by_row.get(deep[0]), self.by_row.get(shallow[0])]
-            if None in parts:
+            deep_part, shallow_part = self.by_row.get(deep[0]), self.by_row.get(shallow[0])
+            if deep_part is None or shallow_part is None:
                 return None
-            variance, nu = _welch(parts)
+            variance, nu = _welch([deep_part, shallow_part])
             sd.append(math.sqrt(variance))
             dof.append(nu)
         if not sd:
@@ -170,7 +171,9 @@ def _history(table: RunTable, index: list[int], order: np.ndarray, used: int) ->
     return rows[-keep:] if len(rows) >= JITTER_MIN_POINTS else []
 
 
-def run_jitter(table: RunTable, tokens: float | None = None) -> tuple[str, list, list[RunJitter]]:
+def run_jitter(
+    table: RunTable, tokens: float | None = None
+) -> tuple[str, list[int], list[RunJitter]]:
     """(ordering column, every run's used row index, the measured runs' jitter) of a
     validated table; the ordering column is "" (nothing measured) without tokens or steps."""
     name, order = checkpoint_order(table)
@@ -219,11 +222,13 @@ def jitter_model(table: RunTable, tokens: float | None = None) -> JitterModel | 
     depths = {d: pool(runs, d) for d, runs in sorted(by_depth.items())}
     flagged = {r.row for d in depths.values() for r in d.flagged}
     overall = pool([r for r in measured if r.row not in flagged], math.nan)
-    by_row = {}
+    by_row: dict[int, tuple[float, float]] = {}
     own = {r.row: r for r in measured}
     for i in used:
         row, depth = int(table.row[i]), float(table.depth[i])
         shared = depths.get(depth, overall)
-        run = own.get(row)
-        by_row[row] = (run.variance, run.dof) if row in flagged else (shared.sd**2, shared.dof)
+        if row in flagged:  # a flagged run is measured: it keeps its own jitter
+            by_row[row] = (own[row].variance, own[row].dof)
+        else:
+            by_row[row] = (shared.sd**2, shared.dof)
     return JitterModel(name, tuple(depths.values()), overall, by_row, len(measured), len(used))

@@ -8,8 +8,10 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
+from numpy.typing import NDArray
 
 from dwtune.core.analysis.table import RunTable
 from dwtune.core.crossing import DeltaPoint
@@ -39,15 +41,15 @@ class SizeGroup:
         return math.log(self.params)
 
     @property
-    def ok(self) -> np.ndarray:
-        return np.isfinite(np.asarray(self.losses, dtype=float))
+    def ok(self) -> NDArray[np.bool_]:
+        return np.isfinite(np.asarray(self.losses, dtype=np.float64))
 
     @property
     def failed_seeds(self) -> set[int]:
         return {s for s, ok in zip(self.seeds or (), self.ok, strict=False) if not ok}
 
     @property
-    def finite(self) -> np.ndarray:
+    def finite(self) -> NDArray[np.float64]:
         return np.asarray(self.losses, dtype=float)[self.ok]
 
 
@@ -105,7 +107,9 @@ def parse_pairs(text: str) -> tuple[tuple[float, float], ...]:
     return tuple(pairs)
 
 
-def choose_pairs(depths: Sequence[float], requested=None) -> tuple[tuple[float, float], ...]:
+def choose_pairs(
+    depths: Sequence[float], requested: Sequence[tuple[float, float]] | None = None
+) -> tuple[tuple[float, float], ...]:
     """The requested pairs (each depth must be present), else every adjacent pair."""
     present = sorted(set(depths))
     shown = ", ".join(f"{d:g}" for d in present)
@@ -126,7 +130,9 @@ def choose_pairs(depths: Sequence[float], requested=None) -> tuple[tuple[float, 
     return tuple(itertools.pairwise(present))
 
 
-def match_sizes(deep: Sequence[SizeGroup], shallow: Sequence[SizeGroup], window: float):
+def match_sizes(
+    deep: Sequence[SizeGroup], shallow: Sequence[SizeGroup], window: float
+) -> list[tuple[SizeGroup, SizeGroup]]:
     """(deeper group, shallower group) pairs within ``window`` e-folds, closest first, each
     group used once, sorted by size; InputError naming the nearest sizes if none."""
     candidates = sorted(
@@ -179,7 +185,7 @@ def _least_squares(design: np.ndarray, y: np.ndarray) -> tuple[float, float] | N
     return float(coef[-1]), float(math.sqrt(max(cov[-1, -1], 0.0)))
 
 
-def _rows(groups_by_depth: Sequence[Sequence[SizeGroup]], x_mid: float):
+def _rows(groups_by_depth: Sequence[Sequence[SizeGroup]], x_mid: float) -> np.ndarray:
     """(depth index, x, ln loss) of every finite run of the groups."""
     out = []
     for k, groups in enumerate(groups_by_depth):
@@ -188,7 +194,9 @@ def _rows(groups_by_depth: Sequence[Sequence[SizeGroup]], x_mid: float):
     return np.array(out, dtype=float).reshape(-1, 3)
 
 
-def fit_trend(own: Sequence[SizeGroup], every: Sequence[Sequence[SizeGroup]], x_mid: float):
+def fit_trend(
+    own: Sequence[SizeGroup], every: Sequence[Sequence[SizeGroup]], x_mid: float
+) -> Trend | None:
     """The own trend where the depth's runs allow one, else the pooled one (module doc)."""
     rows = _rows([_near(own, x_mid)], x_mid)
     fitted = _least_squares(np.column_stack([np.ones(len(rows)), rows[:, 1]]), rows[:, 2])
@@ -221,6 +229,7 @@ class MatchedPoint:
 
 def _with_failures(group: SizeGroup) -> dict[int, float]:
     """seed -> loss; a failed seed takes the worst loss its group completed (inf if none)."""
+    assert group.seeds is not None  # only groups with a seed column are paired
     worst = float(group.finite.max()) if group.finite.size else math.inf
     return {
         seed: loss if math.isfinite(loss) else worst
@@ -228,7 +237,9 @@ def _with_failures(group: SizeGroup) -> dict[int, float]:
     }
 
 
-def _paired(deep: SizeGroup, shallow: SizeGroup, factor: float):
+def _paired(
+    deep: SizeGroup, shallow: SizeGroup, factor: float
+) -> tuple[tuple[int, ...], tuple[float, ...]]:
     """Seeds both sides have, and Δ per seed with failures as outcomes (package doc)."""
     d, s = _with_failures(deep), _with_failures(shallow)
     both_failed = deep.failed_seeds & shallow.failed_seeds  # no sign: dropped
@@ -242,7 +253,9 @@ def _paired(deep: SizeGroup, shallow: SizeGroup, factor: float):
     return tuple(seeds), tuple(deltas)
 
 
-def _unpaired(deep: SizeGroup, shallow: SizeGroup, factor: float):
+def _unpaired(
+    deep: SizeGroup, shallow: SizeGroup, factor: float
+) -> tuple[tuple[float, ...], float]:
     """Δ of each deeper run against the moved shallower mean, and that mean's se (nats)."""
     moved = shallow.finite * factor
     if moved.size == 0 or deep.finite.size == 0:
@@ -252,6 +265,11 @@ def _unpaired(deep: SizeGroup, shallow: SizeGroup, factor: float):
     return tuple(float(v) for v in deep.finite - moved.mean()), se
 
 
+class _Failures(TypedDict):
+    failures_deep: int
+    failures_shallow: int
+
+
 def delta_point(deep: SizeGroup, shallow: SizeGroup, trend: Trend) -> MatchedPoint:
     """Δ at the deeper size with the trend's uncertainty in ``extra_sd`` (module doc)."""
     shift = deep.x - shallow.x
@@ -259,7 +277,9 @@ def delta_point(deep: SizeGroup, shallow: SizeGroup, trend: Trend) -> MatchedPoi
     level = float(np.mean(shallow.finite)) if shallow.finite.size else 0.0
     trend_sd = level * factor * trend.slope_se * abs(shift)
     common = set(deep.seeds or ()) & set(shallow.seeds or ())
-    failures = dict(failures_deep=int((~deep.ok).sum()), failures_shallow=int((~shallow.ok).sum()))
+    failures = _Failures(
+        failures_deep=int((~deep.ok).sum()), failures_shallow=int((~shallow.ok).sum())
+    )
     if common:
         seeds, deltas = _paired(deep, shallow, factor)
         point = DeltaPoint(deep.params, deltas, trend_sd, seeds, **failures)
@@ -279,7 +299,9 @@ def delta_point(deep: SizeGroup, shallow: SizeGroup, trend: Trend) -> MatchedPoi
     )
 
 
-def pair_points(groups: dict[float, list[SizeGroup]], pair, window: float) -> list[MatchedPoint]:
+def pair_points(
+    groups: dict[float, list[SizeGroup]], pair: tuple[float, float], window: float
+) -> list[MatchedPoint]:
     """Every matched Δ point of a pair, sorted by size."""
     shallow_depth, deep_depth = pair
     every = list(groups.values())

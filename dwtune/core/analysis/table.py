@@ -5,7 +5,9 @@ See :mod:`dwtune.core.analysis` for the conventions."""
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -31,20 +33,20 @@ class RunTable:
     step: np.ndarray | None = None
     run: np.ndarray | None = None  # run ids (any hashable)
     failed: np.ndarray | None = None  # bool: a training that diverged or failed
-    names: dict = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.depth.size)
 
     def take(self, index: np.ndarray) -> RunTable:
         """The rows at ``index``, every column alike."""
-        picked = {
+        picked: dict[str, Any] = {  # arrays, None for an absent optional column
             name: (None if value is None else np.asarray(value)[index])
             for name, value in self._columns().items()
         }
         return replace(self, **picked)
 
-    def _columns(self) -> dict:
+    def _columns(self) -> dict[str, np.ndarray | None]:
         names = ("depth", "width", "params", "loss", "row", "seed", "tokens", "step", "run")
         return {name: getattr(self, name) for name in (*names, "failed")}
 
@@ -55,7 +57,9 @@ class RunTable:
         return self.names.get(role, role)
 
 
-def _check_column(table: RunTable, role: str, values: np.ndarray, ok: np.ndarray, want: str):
+def _check_column(
+    table: RunTable, role: str, values: np.ndarray, ok: np.ndarray, want: str
+) -> None:
     bad = np.flatnonzero(~ok)
     if bad.size:
         i = int(bad[0])
@@ -111,7 +115,7 @@ class Checkpoints:
         return f"{self.runs} runs in {self.rows} rows: each run's {which}{picked}"
 
 
-def run_keys(table: RunTable) -> list:
+def run_keys(table: RunTable) -> list[Hashable]:
     """One key per row naming its run: the run column; else, where tokens or steps order
     checkpoints, depth, width, params and seed; else every row is a run of its own."""
     if table.run is not None:
@@ -122,9 +126,9 @@ def run_keys(table: RunTable) -> list:
     return list(zip(table.depth, table.width, table.params, seeds, strict=True))
 
 
-def run_groups(table: RunTable) -> dict:
+def run_groups(table: RunTable) -> dict[Hashable, list[int]]:
     """run key -> the indices of its rows (its checkpoints), in table order."""
-    groups: dict = {}
+    groups: dict[Hashable, list[int]] = {}
     for i, key in enumerate(run_keys(table)):
         groups.setdefault(key, []).append(i)
     return groups
@@ -141,7 +145,9 @@ def pick_checkpoint(index: list[int], order: np.ndarray, target: float | None) -
     """The used row of one run: the last checkpoint, or the one nearest ``target`` tokens."""
     if target is None:
         return max(index, key=lambda i: (order[i], i))
-    return min(index, key=lambda i: (abs(math.log(max(order[i], 1e-300) / target)), -order[i]))
+    return min(
+        index, key=lambda i: (abs(math.log(max(float(order[i]), 1e-300) / target)), -order[i])
+    )
 
 
 def select_checkpoints(

@@ -14,7 +14,7 @@ from scipy import stats
 
 from dwtune.core import vocabulary
 from dwtune.core.analysis.jitter import JitterModel
-from dwtune.core.analysis.matching import MatchedPoint, pair_points
+from dwtune.core.analysis.matching import MatchedPoint, SizeGroup, pair_points
 from dwtune.core.crossing import CrossingEstimate, estimate_crossing, pair_noise, point_signs
 from dwtune.core.decision import SignRule
 from dwtune.core.errors import InputError
@@ -80,8 +80,8 @@ def choose_noise(
 
 
 def analyse_pair(
-    groups,
-    pair,
+    groups: dict[float, list[SizeGroup]],
+    pair: tuple[float, float],
     window: float,
     *,
     rule: SignRule | None = None,

@@ -37,6 +37,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -51,6 +52,11 @@ from dwtune.core.fit.censored import (
 )
 from dwtune.core.projection import DepthWidthLaw, optimal_depth
 
+if TYPE_CHECKING:  # the estimator is imported where it is used (_default_estimator)
+    from dwtune.core.crossing import CrossingEstimate, DeltaPoint
+    from dwtune.core.decision import SignRule
+    from dwtune.core.noise import NoisePrior
+
 BOOTSTRAP_LEVEL = 0.95
 INNER_BOOT = 200  # estimate_crossing's own bootstrap per replicate: only σ(ln N*) needs it
 SIGMA_FLOOR = 0.1  # share of a replicate's median σ(ln N*) below which a pair's σ is raised
@@ -63,10 +69,10 @@ class PairPoints:
     label: str
     depth_shallow: float
     depth_deep: float
-    points: tuple  # of DeltaPoint
+    points: tuple[DeltaPoint, ...]
 
 
-def _by_seed(point) -> tuple[tuple[float, ...], tuple[int, ...]]:
+def _by_seed(point: DeltaPoint) -> tuple[tuple[float, ...], tuple[int, ...]]:
     """The point's Δs and seed ids sorted by seed id (positions stand in for missing ids)."""
     seeds = tuple(point.seeds) if len(point.seeds) == len(point.deltas) else ()
     ids = seeds or tuple(range(len(point.deltas)))
@@ -74,7 +80,7 @@ def _by_seed(point) -> tuple[tuple[float, ...], tuple[int, ...]]:
     return tuple(point.deltas[i] for i in order), tuple(ids[i] for i in order)
 
 
-def resample_seeds(point, uniforms: np.ndarray):
+def resample_seeds(point: DeltaPoint, uniforms: np.ndarray) -> DeltaPoint:
     """The point with its seeds resampled by the shared ``uniforms`` (module doc, step 1)."""
     deltas, ids = _by_seed(point)
     m = len(deltas)
@@ -85,7 +91,7 @@ def resample_seeds(point, uniforms: np.ndarray):
     return dataclasses.replace(point, deltas=tuple(deltas[i] for i in picks), seeds=seeds)
 
 
-def resample_points(points: Sequence, rng: np.random.Generator) -> list:
+def resample_points(points: Sequence[DeltaPoint], rng: np.random.Generator) -> list[DeltaPoint]:
     """Points drawn with replacement; a point drawn r times has its Δs repeated r times."""
     counts = Counter(rng.integers(0, len(points), size=len(points)).tolist())
     drawn = []
@@ -103,7 +109,7 @@ def study_replicate(
     *,
     joint: bool = True,
     points: bool = False,
-) -> list[list]:
+) -> list[list[DeltaPoint]]:
     """One resampled study: per pair, its resampled DeltaPoints (module doc).
 
     ``joint=False`` draws the seeds of each pair independently of the other pairs (the
@@ -120,7 +126,7 @@ def study_replicate(
 
 
 def observation_from_estimate(
-    pair: PairPoints, estimate, points: Sequence
+    pair: PairPoints, estimate: CrossingEstimate, points: Sequence[DeltaPoint]
 ) -> TransitionObservation:
     """A CrossingEstimate as the fit's observation: a bracketed N*, or the bound its decided
     signs give (a censored or undecided pair; the range end where an estimate has none)."""
@@ -135,8 +141,10 @@ def observation_from_estimate(
         log_n = math.log(low if low else max(sizes))
     elif status == CENSORED_LOW and sizes:
         log_n = math.log(high if high else min(sizes))
-    elif status == UNDECIDED and (low or high) and not (low and high):
-        log_n, direction = (math.log(low), +1) if low else (math.log(high), -1)
+    elif status == UNDECIDED and low and not high:
+        log_n, direction = math.log(low), +1
+    elif status == UNDECIDED and high and not low:
+        log_n, direction = math.log(high), -1
     else:
         log_n = math.nan
     sigma = estimate.sigma_ln if estimate.sigma_ln is not None else math.nan
@@ -147,7 +155,7 @@ def observation_from_estimate(
     )  # fmt: skip
 
 
-def _default_estimator():
+def _default_estimator() -> Callable[..., CrossingEstimate]:
     from dwtune.core.crossing import estimate_crossing
 
     return estimate_crossing
@@ -158,11 +166,11 @@ def build_replicates(
     n_replicates: int,
     *,
     seed: int = 0,
-    estimator: Callable | None = None,
+    estimator: Callable[..., CrossingEstimate] | None = None,
     joint: bool = True,
     points: bool = False,
-    prior=None,
-    rule=None,
+    prior: NoisePrior | None = None,
+    rule: SignRule | None = None,
     n_boot: int = INNER_BOOT,
 ) -> list[list[TransitionObservation]]:
     """``n_replicates`` resampled studies, each pair re-estimated by ``estimate_crossing``
@@ -222,7 +230,7 @@ class BootstrapFit:
         ab = np.array(self.coefficients, dtype=float).reshape(-1, 2)
         return float(np.std(ab[:, 0] + depth * ab[:, 1], ddof=1)) if len(ab) > 1 else math.nan
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {
             "level": self.level,
             "replicates": self.n_replicates,
@@ -236,14 +244,16 @@ class BootstrapFit:
         }
 
 
-def _projection_dict(budget: float, shapes: dict) -> dict:
+def _projection_dict(
+    budget: float, shapes: dict[str, tuple[float, float, float]]
+) -> dict[str, object]:
     names = ("median", "low", "high")
     return {"budget": budget} | {
         key: dict(zip(names, value, strict=True)) for key, value in shapes.items()
     }
 
 
-def _percentiles(values: Sequence[float], level: float) -> tuple[float, float, float]:
+def _percentiles(values: Sequence[float] | np.ndarray, level: float) -> tuple[float, float, float]:
     """Median and the percentile interval; inf (no optimal depth) counts as the largest value."""
     x = np.asarray(values, dtype=float)
     if not x.size:
@@ -271,7 +281,8 @@ def bootstrap_fit(
     level: float = BOOTSTRAP_LEVEL,
 ) -> BootstrapFit:
     """Refit every replicate; percentile intervals of a, b and each budget's projection."""
-    coefs, failures = [], Counter()
+    coefs: list[tuple[float, float]] = []
+    failures: Counter[str] = Counter()
     for observations in replicates:
         try:
             fit = fit_law(observations)
@@ -280,7 +291,7 @@ def bootstrap_fit(
             continue
         coefs.append((fit.a, fit.b))
     ab = np.array(coefs, dtype=float).reshape(-1, 2)
-    projections = {}
+    projections: dict[float, dict[str, tuple[float, float, float]]] = {}
     for budget in budgets:
         shapes = np.array([_projected(a, b, budget) for a, b in ab]).reshape(-1, 2)
         projections[float(budget)] = {

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy import optimize, special
 
 from dwtune.core import vocabulary
@@ -50,8 +51,8 @@ CENSORED_HIGH = vocabulary.TransitionStatus.CENSORED_HIGH
 NON_MONOTONE = vocabulary.TransitionStatus.NON_MONOTONE
 UNDECIDED = vocabulary.TransitionStatus.UNDECIDED
 # Direction of a censored bound: +1 means y lies above c, -1 below, 0 an estimated transition.
-DIRECTION = {BRACKETED: 0, CENSORED_HIGH: +1, CENSORED_LOW: -1}
-EXCLUDED_REASON = {
+DIRECTION: dict[str, int] = {BRACKETED: 0, CENSORED_HIGH: +1, CENSORED_LOW: -1}
+EXCLUDED_REASON: dict[str, str] = {
     NON_MONOTONE: "Δ changes sign more than once: no single N* to fit",
     UNDECIDED: "Δ within noise at every decided size: the pair bounds no N*",
 }
@@ -123,16 +124,17 @@ class TransitionObservation:
 class Prepared:
     """The fitted observations as arrays: depth, y, sd, direction (0 / +1 / -1)."""
 
-    depth: np.ndarray
-    y: np.ndarray
-    sd: np.ndarray
-    direction: np.ndarray
+    depth: NDArray[np.float64]
+    y: NDArray[np.float64]
+    sd: NDArray[np.float64]
+    direction: NDArray[np.int_]
     labels: tuple[str, ...]
     excluded: tuple[tuple[str, str], ...]
 
     @property
-    def estimated(self) -> np.ndarray:
-        return self.direction == 0
+    def estimated(self) -> NDArray[np.bool_]:
+        estimated: NDArray[np.bool_] = self.direction == 0  # ndarray's == is typed Any
+        return estimated
 
 
 def _censor_sd(observations: Sequence[TransitionObservation]) -> float:
@@ -192,7 +194,9 @@ def check_enough(data: Prepared, k: int) -> None:
 # ---------------------------------------------------------------- the likelihood
 
 
-def _censored_terms(mu, data: Prepared):
+def _censored_terms(
+    mu: np.ndarray, data: Prepared
+) -> tuple[NDArray[np.bool_], np.ndarray, np.ndarray, np.ndarray]:
     """w = direction·(μ − c)/s of the censored rows, and λ = φ(w)/Φ(w) (inverse Mills)."""
     cens = ~data.estimated
     w = data.direction[cens] * (mu[cens] - data.y[cens]) / data.sd[cens]
@@ -201,7 +205,9 @@ def _censored_terms(mu, data: Prepared):
     return cens, w, log_cdf, mills
 
 
-def negative_log_likelihood(theta: np.ndarray, design: np.ndarray, data: Prepared):
+def negative_log_likelihood(
+    theta: np.ndarray, design: np.ndarray, data: Prepared
+) -> tuple[float, np.ndarray, np.ndarray]:
     """(−log L, gradient, Hessian) in θ."""
     mu = design @ theta
     est = data.estimated
@@ -242,11 +248,19 @@ def maximise(design: np.ndarray, data: Prepared) -> LikelihoodFit:
     """The censored-normal maximum likelihood estimate of θ (see the module doc)."""
     start = _start(design, data)
     if (~data.estimated).any():
+        # named functions, not lambdas: minimize's overloads type its callbacks, and a lambda
+        # matches none of them
+        def value_and_gradient(t: np.ndarray) -> tuple[float, np.ndarray]:
+            return negative_log_likelihood(t, design, data)[:2]
+
+        def hessian(t: np.ndarray) -> np.ndarray:
+            return negative_log_likelihood(t, design, data)[2]
+
         result = optimize.minimize(
-            lambda t: negative_log_likelihood(t, design, data)[:2],
+            value_and_gradient,
             start,
             jac=True,
-            hess=lambda t: negative_log_likelihood(t, design, data)[2],
+            hess=hessian,
             method="trust-exact",
             options={"gtol": 1e-10},
         )

@@ -89,7 +89,7 @@ class FormFit:
     def bic(self) -> float:
         return self.k * math.log(self.n) - 2.0 * self.log_likelihood
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {
             "form": self.form,
             "formula": self.formula,
@@ -111,7 +111,8 @@ class FormFit:
 
 def transition_log_n(form: LawForm, theta: np.ndarray, depth: np.ndarray) -> np.ndarray:
     """``ln N*(L) = ln(12·L) + 2·y(L)`` of a fitted form."""
-    return np.log(12.0 * depth) + 2.0 * (form.design(depth) @ theta)
+    log_n: np.ndarray = np.log(12.0 * depth) + 2.0 * (form.design(depth) @ theta)
+    return log_n
 
 
 def optimal_depth(form: LawForm, theta: np.ndarray, budget: float) -> float:
@@ -133,8 +134,10 @@ def optimal_depth(form: LawForm, theta: np.ndarray, budget: float) -> float:
     return optimize.brentq(f, grid[i], grid[i + 1], xtol=1e-10)
 
 
-def _projections(form: LawForm, theta: np.ndarray, budgets: Sequence[float]):
-    out = {}
+def _projections(
+    form: LawForm, theta: np.ndarray, budgets: Sequence[float]
+) -> dict[float, tuple[float, float]]:
+    out: dict[float, tuple[float, float]] = {}
     for budget in budgets:
         depth = optimal_depth(form, theta, budget)
         width = math.sqrt(budget / (12.0 * depth)) if math.isfinite(depth) else math.nan
@@ -195,7 +198,7 @@ class FormComparison:
     def curvature_detected(self) -> bool:
         return self.lr_p_value < LR_LEVEL
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {
             "forms": [f.to_dict() for f in self.fits],
             "skipped": [{"form": n, "reason": r} for n, r in self.skipped],

@@ -32,7 +32,7 @@ class LooRow:
     projections: dict[float, tuple[float, float, float]]
     note: str = ""  # why there is no refit, or why the pair was not in the fit
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         rows = [
             {"budget": n, "depth": d, "width": w, "depth_shift": s}
             for n, (d, w, s) in self.projections.items()
@@ -48,7 +48,12 @@ def _project(a: float, b: float, budget: float) -> tuple[float, float]:
     return depth, math.sqrt(budget / (12.0 * depth))
 
 
-def _row(obs, rest, full: dict[float, tuple[float, float]], budgets) -> LooRow:
+def _row(
+    obs: TransitionObservation,
+    rest: Sequence[TransitionObservation],
+    full: dict[float, tuple[float, float]],
+    budgets: Sequence[float],
+) -> LooRow:
     if not obs.fitted:
         return LooRow(obs.label, obs.status, math.nan, math.nan, {}, obs.exclusion())
     try:

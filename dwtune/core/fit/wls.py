@@ -186,11 +186,16 @@ def chi2_tail(chi2_red: float, dof: int) -> float:
 
 
 def residual_z(
-    a: float, b: float, depths: Sequence[float], widths: Sequence[float], errs: Sequence[float]
+    a: float,
+    b: float,
+    depths: Sequence[float] | np.ndarray,
+    widths: Sequence[float] | np.ndarray,
+    errs: Sequence[float] | np.ndarray,
 ) -> np.ndarray:
     """Each transition's distance from the law in its own σ: ``(ln dx* − a − b·L)/σ(ln dx*)``."""
     depth, width, err = (np.asarray(v, dtype=float) for v in (depths, widths, errs))
-    return (np.log(width) - (a + b * depth)) / (err / width)
+    z: np.ndarray = (np.log(width) - (a + b * depth)) / (err / width)
+    return z
 
 
 def _as_array(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
@@ -211,7 +216,12 @@ def _check_positive(values: np.ndarray, name: str, labels: Sequence[str], fix: s
         )
 
 
-def _validated(depths, widths, width_errs, labels):
+def _validated(
+    depths: Sequence[float] | np.ndarray,
+    widths: Sequence[float] | np.ndarray,
+    width_errs: Sequence[float] | np.ndarray,
+    labels: Sequence[str] | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
     """Arrays of equal length with positive, finite entries; labels name points in errors."""
     depth = _as_array(depths, "depth")
     width = _as_array(widths, "width")

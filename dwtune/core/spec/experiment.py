@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import cast
 
 from dwtune.core.budget import GridCell, ModelShape, size_of, solve_width, training_flops
 from dwtune.core.errors import InputError
@@ -93,10 +94,10 @@ class ExperimentSpec:
     def grid(self) -> list[GridCell]:
         return [self.cell(d, n) for d in sorted(self.space.depths) for n in self.space.budgets]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         """Plain, YAML-safe resolved spec (every default filled in)."""
         raw = dataclasses.asdict(self)
         raw.pop("source")
         if self.model.head_dim is not None:  # heads follow the width: only head_dim is given
             raw["model"].pop("heads")
-        return as_plain(raw)
+        return cast("dict[str, object]", as_plain(raw))  # as_plain keeps a dict a dict

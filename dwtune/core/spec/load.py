@@ -13,7 +13,9 @@ import difflib
 import math
 import types
 import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
@@ -36,6 +38,13 @@ from dwtune.core.spec.sections import (
 )
 from dwtune.core.units import parse_size
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_Config = TypeVar("_Config", bound="DataclassInstance")
+# A listed key's converter: (field name for messages, raw YAML value) -> the field's value.
+_Converter = Callable[[str, object], object]
+
 # Keys that once meant something: named with what replaced them, never silently ignored.
 REMOVED_KEYS = {
     "refine.noise_z": "every sign is now decided by one rule at refine.alpha (and a guess of "
@@ -43,7 +52,7 @@ REMOVED_KEYS = {
 }
 
 
-def _check_keys(section: str, raw: dict, allowed: list[str]) -> None:
+def _check_keys(section: str, raw: Mapping[object, object], allowed: list[str]) -> None:
     for key in raw:
         removed = REMOVED_KEYS.get(f"{section}.{key}")
         if removed:
@@ -119,7 +128,12 @@ def _convert(name: str, hint: object, value: object) -> object:
     raise TypeError(f"no converter for {hint}")  # programming error, not user input
 
 
-def _build(cls: type, section: str, raw: object, special: dict | None = None) -> object:
+def _build(
+    cls: type[_Config],
+    section: str,
+    raw: object,
+    special: Mapping[str, _Converter] | None = None,
+) -> _Config:
     """Build a section's dataclass from its raw mapping; ``special`` converts listed keys."""
     if raw is None:
         raw = {}
@@ -129,7 +143,7 @@ def _build(cls: type, section: str, raw: object, special: dict | None = None) ->
     _check_keys(section, raw, list(fields))
     hints = typing.get_type_hints(cls)
     special = special or {}
-    kwargs = {}
+    kwargs: dict[str, object] = {}
     for key, value in raw.items():
         name = f"{section}.{key}"
         kwargs[key] = (
@@ -148,7 +162,7 @@ def _build(cls: type, section: str, raw: object, special: dict | None = None) ->
         raise InputError(f"{section}: missing required key(s) {', '.join(missing)}") from exc
 
 
-def _list_of(name: str, value: object) -> list:
+def _list_of(name: str, value: object) -> list[object]:
     if not isinstance(value, list):
         raise InputError(f"{name}: got {shown(value)}; expected a list")
     return value
@@ -213,18 +227,19 @@ def _lr_search(name: str, value: object) -> LrSearchConfig | None:
     return _build(LrSearchConfig, name, value)
 
 
-def _train(raw: object) -> object:
+def _train(raw: object) -> TrainConfig:
     """``train.lr`` is a number or a search mapping; a search becomes ``lr_search`` and ``lr``
     its geometric midpoint (never trained: every trial gets its own searched rate)."""
     if not isinstance(raw, dict) or not isinstance(raw.get("lr"), dict):
         return _build(TrainConfig, "train", raw, {"lr_search": _lr_search})
     raw = dict(raw)
     search = _lr_search("train.lr", raw.pop("lr"))
+    assert search is not None  # a mapping (checked above) is a search
     train = _build(TrainConfig, "train", raw)
     return dataclasses.replace(train, lr=search.midpoint, lr_search=search)
 
 
-def _model(raw: object) -> object:
+def _model(raw: object) -> ModelConfig:
     if isinstance(raw, dict) and "heads" in raw and raw.get("head_dim") is not None:
         raise InputError(
             f"model: got both heads ({shown(raw['heads'])}) and head_dim "
@@ -234,7 +249,7 @@ def _model(raw: object) -> object:
     return _build(ModelConfig, "model", raw)
 
 
-SECTIONS = {
+SECTIONS: dict[str, tuple[type[DataclassInstance], dict[str, _Converter]]] = {
     "data": (DataConfig, {}),
     "model": (ModelConfig, {}),
     "space": (SpaceConfig, {"depths": _depths, "budgets": _budgets, "seeds": _seeds}),
@@ -259,8 +274,9 @@ def spec_from_dict(raw: object, source: str = "") -> ExperimentSpec:
     for required in ("name", "space", "train"):
         if required not in raw:
             raise InputError(f"{required}: missing; every spec needs name, space and train")
-    builders = {"train": _train, "model": _model}
-    sections = {
+    builders: dict[str, Callable[[object], object]] = {"train": _train, "model": _model}
+    # each value is its key's section config, typed by ExperimentSpec's fields
+    sections: dict[str, Any] = {
         key: builders[key](raw[key]) if key in builders else _build(cls, key, raw[key], special)
         for key, (cls, special) in SECTIONS.items()
         if key in raw
@@ -331,7 +347,7 @@ def _check_length_factors(spec: ExperimentSpec) -> None:
         at_most(f"refine.length_check ({factor:g} × train length)", scaled, _length_limit(train))
 
 
-def _length_limit(train) -> float:
+def _length_limit(train: TrainConfig) -> float:
     return limits.MAX_STEPS if train.steps is not None else limits.MAX_TOKENS
 
 

@@ -122,7 +122,7 @@ class ModelConfig:
                 f"depth the rates are tuned at, an integer >= 1, e.g. base_depth: 2"
             )
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, object]:
         """The model knobs that enter a trial's identity beyond its shape: only a parametrisation
         other than sp (heads and head_dim already show in the shape)."""
         if self.parametrization == "sp":
@@ -239,12 +239,10 @@ class TrainConfig:
             )
         if self.tokens_per_param is not None:
             positive("train.tokens_per_param", self.tokens_per_param)
-        else:
-            at_least(
-                "train.steps" if self.steps is not None else "train.tokens",
-                self.steps if self.steps is not None else self.tokens,
-                1,
-            )
+        elif self.steps is not None:
+            at_least("train.steps", self.steps, 1)
+        elif self.tokens is not None:
+            at_least("train.tokens", self.tokens, 1)
         for name in ("batch_size", "eval_every", "eval_batches"):
             at_least(f"train.{name}", getattr(self, name), 1)
         at_least("train.warmup_steps", self.warmup_steps, 0)
@@ -293,7 +291,7 @@ class TrainConfig:
             raise ValueError("tokens_per_param needs the cell's size: use records.trial_spec")
         return max(1, self.tokens // (self.batch_size * seq_len))
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, object]:
         """The training config in a trial's identity: the fields added after the first
         identities only when set."""
         values = dataclasses.asdict(self)
@@ -316,7 +314,7 @@ class RefineConfig:
     # a guess of the paired-Δ sd (nats), worth noise_prior_dof pseudo-observations: the seeds
     # outweigh it as they come in (core/noise.py); it is never taken as known
     noise_prior: float = 0.003
-    noise_prior_dof: float = 0.5
+    noise_prior_dof: float = 0.25
     # Scan for a second sign change (dwtune.core.transitions): once a pair is bracketed, probe
     # every gap wider than scan_spacing e-folds of N within scan_reach e-folds of the bracket.
     # A dip of Δ narrower than the spacing can slip between probes; 0 turns the scan off.
@@ -500,7 +498,7 @@ class SimulatedConfig:
                 "expected a positive penalty in nats, e.g. lr_penalty: 0.02"
             )
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, object]:
         """The fields that name the surface in a trial's identity: the seven original ones
         always, every later one only where it differs from its default."""
         values = dataclasses.asdict(self)
