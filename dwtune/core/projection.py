@@ -43,8 +43,8 @@ from scipy import optimize, special
 from dwtune.core.errors import InputError
 from dwtune.core.intervals import interval_quantile, line_with_se
 from dwtune.core.units import parse_size
+from dwtune.core.vocabulary import LEVEL
 
-DEFAULT_LEVEL = 0.95
 # Upper end of the search for the depth interval, in layers; beyond it the end is reported inf.
 MAX_DEPTH = 1e9
 
@@ -186,9 +186,7 @@ def _log_n_and_se(law: DepthWidthLaw, depth: float | np.ndarray) -> tuple[np.nda
     return np.log(12.0 * np.asarray(depth, dtype=float)) + 2.0 * line, 2.0 * se
 
 
-def project_depth(
-    law: DepthWidthLaw, depth: float, level: float = DEFAULT_LEVEL
-) -> DepthProjection:
+def project_depth(law: DepthWidthLaw, depth: float, level: float = LEVEL) -> DepthProjection:
     """Transition size and width at ``depth``, with exact intervals (see module doc)."""
     if not (math.isfinite(depth) and depth > 0):
         raise InputError(f"--depth: got {depth!r}; expected a positive number of layers")
@@ -261,9 +259,7 @@ def _depth_interval(
     return lower, optimize.brentq(lambda d: float(upper_edge(d)), best, far)
 
 
-def project_budget(
-    law: DepthWidthLaw, budget: float, level: float = DEFAULT_LEVEL
-) -> BudgetProjection:
+def project_budget(law: DepthWidthLaw, budget: float, level: float = LEVEL) -> BudgetProjection:
     """Optimal depth and width for ``budget``, with intervals (see module doc)."""
     if not (math.isfinite(budget) and budget > 0):
         raise InputError(f"budget: got {budget!r}; expected a positive number of parameters")

@@ -20,8 +20,8 @@ from dwtune.core.analysis.table import Checkpoints
 from dwtune.core.analysis.tokens import TOKEN_TOLERANCE
 from dwtune.core.analysis.verdicts import noise_range
 from dwtune.core.decision import SignRule
-from dwtune.core.projection import DEFAULT_LEVEL
-from dwtune.storage.fit_json import INSUFFICIENT, fit_to_dict, json_ready
+from dwtune.core.vocabulary import LEVEL, FitStatus
+from dwtune.storage.fit_json import fit_to_dict, json_ready
 
 AGREES = {vocabulary.AGREEMENT_AGREES: True, vocabulary.AGREEMENT_DISAGREES: False}
 
@@ -30,7 +30,7 @@ def analysis_dict(analysis: Analysis) -> dict:
     """The whole analysis, as ``--json`` prints it."""
     result = {
         "source": analysis.source,
-        "simulated": analysis.simulated,
+        vocabulary.SIMULATED_COLUMN: analysis.simulated,
         "window": analysis.window,
         "checkpoints": checkpoints_dict(analysis.checkpoints),
         "rule": rule_dict(analysis.rule),
@@ -201,8 +201,12 @@ def pair_dict(held: AnalysedPair) -> dict:
 def fit_dict(table: TableFit) -> dict:
     """The table's fit as fit.json writes a fit, with its projections; or why there is none."""
     if table.fit is None:
-        return {"status": INSUFFICIENT, "reason": table.reason, "source": table.source}
-    record = fit_to_dict(table.fit, DEFAULT_LEVEL, table.simulated, table.source)
+        return {
+            "status": FitStatus.INSUFFICIENT.value,
+            "reason": table.reason,
+            "source": table.source,
+        }
+    record = fit_to_dict(table.fit, LEVEL, table.simulated, table.source)
     record["projections"] = [
         {
             "budget": p.budget,
@@ -212,7 +216,7 @@ def fit_dict(table: TableFit) -> dict:
             "width": p.width,
             "width_lo": p.width_lo,
             "width_hi": p.width_hi,
-            "level": DEFAULT_LEVEL,
+            "level": LEVEL,
         }
         for p in table.projections
     ]

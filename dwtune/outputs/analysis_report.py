@@ -14,8 +14,14 @@ from pathlib import Path
 import numpy as np
 
 from dwtune.core.analysis.result import AnalysedPair, Analysis
+from dwtune.core.vocabulary import (
+    FIGURES_DIR,
+    REPORT_FILE,
+    SIMULATED_BANNER,
+    SIMULATED_TITLE,
+    Figure,
+)
 from dwtune.outputs.analysis_text import (
-    SIM_BANNER,
     fit_lines,
     n_star_text,
     noise_lines,
@@ -26,9 +32,6 @@ from dwtune.outputs.analysis_text import (
 from dwtune.outputs.report.figures import new_figure, save_png
 from dwtune.storage.store import atomic_write_text
 
-REPORT_FILE = "report.md"
-FIGURES_DIR = "figures"
-DELTAS_FIGURE = "analysis_deltas.png"
 COLUMNS = 3
 
 
@@ -91,7 +94,7 @@ def plot_pair_deltas(analysis: Analysis, path: Path) -> Path:
         ax.set_axis_off()
     title = f"{Path(analysis.source).name}: Δ loss per depth pair"
     if simulated:
-        title = f"SIMULATED DATA  ·  {title}"
+        title = SIMULATED_TITLE.format(title)
     fig.suptitle(title, color="red" if simulated else "black", fontsize=12)
     return save_png(fig, path)
 
@@ -100,7 +103,7 @@ def markdown(analysis: Analysis, figure: Path, out: Path) -> str:
     ref, law = analysis.reference, reference_law(analysis)
     lines = [f"# Transition analysis of {analysis.source}", ""]
     if analysis.simulated:
-        lines += [f"**{SIM_BANNER}**", ""]
+        lines += [f"**{SIMULATED_BANNER}**", ""]
     lines += [
         f"- checkpoints: {analysis.checkpoints.describe()}",
         f"- window: |ln N_deep − ln N_shallow| ≤ {analysis.window:.3g}",
@@ -132,9 +135,9 @@ def markdown(analysis: Analysis, figure: Path, out: Path) -> str:
 
 
 def write_analysis_report(analysis: Analysis, out_dir: str | Path) -> tuple[Path, ...]:
-    """report.md and figures/analysis_deltas.png under ``out_dir``; returns their paths."""
+    """report.md and figures/``Figure.ANALYSIS_DELTAS`` under ``out_dir``; returns their paths."""
     out = Path(out_dir)
-    figure = plot_pair_deltas(analysis, out / FIGURES_DIR / DELTAS_FIGURE)
+    figure = plot_pair_deltas(analysis, out / FIGURES_DIR / Figure.ANALYSIS_DELTAS)
     report = out / REPORT_FILE
     atomic_write_text(report, markdown(analysis, figure, out))
     return report, figure

@@ -9,7 +9,6 @@ from dwtune.core import vocabulary
 from dwtune.core.analysis.result import RULE_TEST, AnalysedPair, Analysis, TableFit
 from dwtune.core.analysis.verdicts import noise_range
 
-SIM_BANNER = "SIMULATED DATA: a planted loss surface, not a measurement of any model"
 STATUS_TEXT = {
     vocabulary.ANALYSIS_CROSSES: "crosses",
     vocabulary.ANALYSIS_DEEPER_WINS: "deeper wins throughout",
@@ -180,7 +179,7 @@ def reference_law(analysis: Analysis) -> str | None:
 def format_analysis(analysis: Analysis) -> str:
     """The text `dwtune analyze` prints by default."""
     law = reference_law(analysis)
-    lines = [SIM_BANNER] if analysis.simulated else []
+    lines = [vocabulary.SIMULATED_BANNER] if analysis.simulated else []
     ratio = math.exp(analysis.window)
     lines += [
         f"source: {analysis.source}",

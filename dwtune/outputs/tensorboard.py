@@ -23,8 +23,7 @@ from dwtune.storage.fit_json import is_fitted
 BY_TOKENS = {
     key: f"{key}_by_{vocabulary.TOKENS}" for key in (vocabulary.TRAIN_LOSS, vocabulary.VAL_LOSS)
 }
-SIMULATED_SUFFIX = "-SIMULATED"
-SIMULATED_NOTE = "SIMULATED backend: a synthetic loss surface, not a measurement of a real model."
+SIMULATED_SUFFIX = f"-{vocabulary.SIMULATED_LABEL}"  # on a simulated trial's run folder
 HPARAMS = (
     "depth",
     "width",
@@ -34,7 +33,7 @@ HPARAMS = (
     "stage",
     "status",
     "params_non_embedding",
-    "simulated",
+    vocabulary.SIMULATED_COLUMN,
 )
 HPARAM_METRICS = ("final_val_loss", "best_val_loss")
 FIT_BOARD = Path(TB_DIR) / TB_FIT_DIR  # under the experiment: the fit's text and scalars
@@ -81,7 +80,7 @@ def open_writer(path: Path, simulated: bool):
 
     writer = EventFile(path)
     if simulated:
-        writer.add_text("backend", SIMULATED_NOTE, global_step=0)
+        writer.add_text("backend", vocabulary.SIMULATED_BANNER, global_step=0)
     return writer
 
 

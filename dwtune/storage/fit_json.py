@@ -16,13 +16,12 @@ from pathlib import Path
 from dwtune.core.errors import InputError
 from dwtune.core.fit import CensoredPair, FitResult
 from dwtune.core.projection import DepthWidthLaw
+from dwtune.core.vocabulary import SIMULATED_COLUMN, FitStatus
 from dwtune.storage import loaders
 from dwtune.storage.fit_points import FitInput
 from dwtune.storage.provenance import provenance
 from dwtune.storage.schemas import GPT3
 
-FITTED = "fitted"  # fit.json's status where it holds a law
-INSUFFICIENT = "insufficient"  # where it holds what was found instead
 GIT_KEY = "dwtune.git_revision"  # the provenance key that is plain text, not JSON
 FIT_JSON_ADVICE = "rewrite it with `dwtune fit --json` or `dwtune report`"
 
@@ -46,7 +45,7 @@ class FitOutcome:
 
 def is_fitted(record: dict) -> bool:
     """Whether a fit.json record holds a law."""
-    return record.get("status") == FITTED
+    return record.get("status") == FitStatus.FITTED
 
 
 def _first_line(exc: BaseException) -> str:
@@ -65,10 +64,14 @@ def _check_law_numbers(law) -> None:
 
 
 def law_from_json(path: Path) -> tuple[DepthWidthLaw, bool]:
-    """(law, simulated) from a ``fit.json`` written by :func:`fit_to_dict` (status 'fitted')."""
+    """(law, simulated) from a ``fit.json`` written by :func:`fit_to_dict` (a FitStatus.FITTED)."""
     data = loaders.read_json(path, FIT_JSON_ADVICE)
     if not isinstance(data, dict) or not is_fitted(data):
-        reason = data.get("reason", "no 'status': 'fitted'") if isinstance(data, dict) else ""
+        reason = (
+            data.get("reason", f"no 'status': '{FitStatus.FITTED}'")
+            if isinstance(data, dict)
+            else ""
+        )
         raise InputError(f"{path}: holds no fit ({reason}); collect more transitions first")
     try:
         (c00, c01), (c10, c11) = data["cov"]
@@ -82,7 +85,7 @@ def law_from_json(path: Path) -> tuple[DepthWidthLaw, bool]:
             f"{path}: a, b, cov (2x2), chi2_red or dof missing or not numbers "
             f"({_first_line(exc)}); rewrite it with `dwtune fit --json` or `dwtune report`"
         ) from exc
-    return law, bool(data.get("simulated", False))
+    return law, bool(data.get(SIMULATED_COLUMN, False))
 
 
 def read_fit_json(path: Path) -> dict:
@@ -98,7 +101,7 @@ def _number(value: object) -> float:
 
 
 def fit_from_dict(data: dict, path: Path) -> FitResult:
-    """The FitResult a ``fit.json`` of status 'fitted' was written from (:func:`fit_to_dict`)."""
+    """The FitResult a ``fit.json`` of a FitStatus.FITTED was written from (:func:`fit_to_dict`)."""
     try:
         points = data["points"]
         (c00, c01), (c10, c11) = data["cov"]
@@ -151,10 +154,10 @@ def fit_to_dict(
     """Everything ``dwtune fit --json`` prints and ``fit.json`` holds (NaN -> null)."""
     return json_ready(
         {
-            "status": FITTED,
+            "status": FitStatus.FITTED.value,
             "model": "ln dx* = a + b*L (natural log; N = 12*L*dx^2)",
             "source": source,
-            "simulated": simulated,
+            SIMULATED_COLUMN: simulated,
             "a": fit.a,
             "b": fit.b,
             "se_a": fit.se_a,
@@ -187,10 +190,10 @@ def no_fit_dict(points: FitInput, reason: str) -> dict:
     """``fit.json`` when there is nothing to fit: what was found instead."""
     return json_ready(
         {
-            "status": INSUFFICIENT,
+            "status": FitStatus.INSUFFICIENT.value,
             "reason": reason,
             "source": points.source,
-            "simulated": points.simulated,
+            SIMULATED_COLUMN: points.simulated,
             "points": points_dicts(
                 points.depths, points.widths, points.width_errs, points.labels, points.seeds
             ),

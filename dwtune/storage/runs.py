@@ -227,7 +227,9 @@ def _size_column(reader: ExperimentReader) -> str:
     without a spec.yaml, the paper's convention)."""
     spec = reader.spec() if reader.has(SPEC_FILE) else {}
     model = spec.get("model")
-    total = isinstance(model, dict) and model.get("size_convention") == "total"
+    total = (
+        isinstance(model, dict) and model.get("size_convention") == vocabulary.SizeConvention.TOTAL
+    )
     return "params_total" if total else EXPERIMENT_COLUMNS["params"]
 
 

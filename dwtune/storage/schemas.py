@@ -85,7 +85,7 @@ PAIR_DELTAS_SCHEMA = pa.schema(
         pa.field("seed", pa.int64()),
         pa.field("delta", pa.float64()),
         pa.field("extra_sd", pa.float64()),
-        pa.field("simulated", pa.bool_(), nullable=False),
+        pa.field(vocabulary.SIMULATED_COLUMN, pa.bool_(), nullable=False),
         pa.field("failures_deep", pa.int64()),
         pa.field("failures_shallow", pa.int64()),
         pa.field("unstable", pa.string()),
@@ -109,7 +109,7 @@ PROJECTION_SCHEMA = pa.schema(
         pa.field("width_lo", pa.float64()),
         pa.field("width_hi", pa.float64()),
         pa.field("level", pa.float64()),  # confidence level of every _lo/_hi pair
-        pa.field("simulated", pa.bool_(), nullable=False),
+        pa.field(vocabulary.SIMULATED_COLUMN, pa.bool_(), nullable=False),
     ]
 )
 

@@ -34,6 +34,7 @@ from dwtune.core.length_check import LengthShift
 from dwtune.core.projection import BudgetProjection, DepthProjection
 from dwtune.core.records import TrialRecord
 from dwtune.core.transitions import Transition
+from dwtune.core.vocabulary import SIMULATED_COLUMN
 from dwtune.storage.provenance import read_parquet_checked, write_parquet_atomic
 from dwtune.storage.schemas import (
     CURVE_COLUMNS,
@@ -42,8 +43,6 @@ from dwtune.storage.schemas import (
     TRANSITION_SCHEMA,
     TRIALS_SCHEMA,
 )
-
-SIMULATED_COLUMN = "simulated"  # every table of results carries it
 
 
 def write_table(rows: Iterable[dict], schema: pa.Schema, path: Path, spec: dict | None) -> Path:

@@ -21,14 +21,13 @@ import pandas as pd
 from dwtune.core.errors import InputError
 from dwtune.core.fit.checks import law_checks
 from dwtune.core.projection import (
-    DEFAULT_LEVEL,
     LEVINE2020,
     DepthWidthLaw,
     no_projection_reason,
     project_budget,
     project_depth,
 )
-from dwtune.core.vocabulary import TRANSITIONS_FILE
+from dwtune.core.vocabulary import LEVEL, TRANSITIONS_FILE
 from dwtune.storage.experiment import Experiment, ExperimentReader, ExperimentWriter
 from dwtune.storage.fit_json import FitOutcome, fit_to_dict, metadata_json, no_fit_dict
 from dwtune.storage.fit_points import FitInput
@@ -74,9 +73,9 @@ def projection_rows(
     grid = sorted(set(curve_budgets(experiment).tolist()) | set(budgets))
     rows = []
     for law, simulated in laws:
-        rows += [projection_row(project_budget(law, n, DEFAULT_LEVEL), simulated) for n in grid]
+        rows += [projection_row(project_budget(law, n, LEVEL), simulated) for n in grid]
         depths = outcome.depths()
-        rows += [projection_row(project_depth(law, d, DEFAULT_LEVEL), simulated) for d in depths]
+        rows += [projection_row(project_depth(law, d, LEVEL), simulated) for d in depths]
     return pd.DataFrame(rows)
 
 
@@ -86,7 +85,7 @@ def fit_record(experiment: Experiment, outcome: FitOutcome, meta: dict) -> dict:
     simulated = experiment.simulated
     if outcome.fit is not None:
         seeds = outcome.points.seeds if outcome.points is not None else ()
-        record = fit_to_dict(outcome.fit, DEFAULT_LEVEL, simulated, source, seeds)
+        record = fit_to_dict(outcome.fit, LEVEL, simulated, source, seeds)
     else:
         empty = FitInput((), (), (), (), (), simulated, source)
         record = no_fit_dict(outcome.points or empty, outcome.reason)

@@ -144,4 +144,3 @@ def run_length_check(
         say(describe(row))
     ExperimentWriter(store, spec.to_dict()).length_check(rows)
     return rows
-

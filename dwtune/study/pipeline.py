@@ -22,13 +22,14 @@ from pathlib import Path
 import pandas as pd
 
 from dwtune.core.errors import InputError
-from dwtune.core.projection import DEFAULT_LEVEL, BudgetProjection, project_budget
+from dwtune.core.projection import BudgetProjection, project_budget
 from dwtune.core.records import grid_requests
 from dwtune.core.spec import ExperimentSpec, load_spec
 from dwtune.core.transitions import Transition
 from dwtune.core.units import parse_size
 from dwtune.core.vocabulary import (
     CURVES_FILE,
+    LEVEL,
     REPORT_FILE,
     TRANSITIONS_FILE,
     TRIALS_FILE,
@@ -70,14 +71,14 @@ class StudyResults:
 
     @property
     def fit(self) -> dict:
-        """fit.json: ``status`` 'fitted' with a, b, their errors and intervals, or the reason."""
+        """fit.json: a, b, their errors and intervals (status FitStatus.FITTED), or the reason."""
         return self._reader.fit_record()
 
     @property
     def report(self) -> Path:
         return self.root / REPORT_FILE
 
-    def project(self, budget: float | str, level: float = DEFAULT_LEVEL) -> BudgetProjection:
+    def project(self, budget: float | str, level: float = LEVEL) -> BudgetProjection:
         """Optimal depth and width at ``budget`` (parameters, or a size such as '175B')."""
         law, _ = self._reader.law()
         return project_budget(law, parse_size(budget, field="budget"), level)

@@ -43,8 +43,10 @@ from dwtune.core.records import TrialRecord, TrialRequest, grid_requests, make_r
 from dwtune.core.spec import ExperimentSpec, RefineConfig
 from dwtune.core.transitions import Step, Transition
 from dwtune.core.vocabulary import (
+    SizeConvention,
     Stage,
     StepKind,
+    Trainer,
     TransitionStatus,
 )
 from dwtune.storage.experiment import ExperimentWriter
@@ -166,7 +168,7 @@ class PairRefiner:
                 raise RuntimeError(f"sampler proposed {log_n}, expected {step.log_n}")
             trial.set_user_attr(KIND_ATTR, str(step.kind))
         start = max(self.refine.seeds, step.seeds, step.point.requested if step.point else 0)
-        verified = step.reason == "re-verify"
+        verified = step.reverifies
         point = yield from self._evaluate(self._snap(log_n), step.kind, start, verified)
         trial.set_user_attr(POINT_ATTR, point.to_dict())
         # Optuna fails a trial told NaN; a point whose trainings all failed is still a result.
@@ -193,7 +195,7 @@ class PairRefiner:
     def _evaluate(self, budget: float, kind: str, start: int, verified: bool = False) -> Rounds:
         """Train both depths at ``budget`` with paired seeds until Δ's sign is decided."""
         cells = (self.spec.cell(self.pair[1], budget), self.spec.cell(self.pair[0], budget))
-        total = self.spec.model.size_convention == "total"
+        total = self.spec.model.size_convention == SizeConvention.TOTAL
         size = cells[0].params_total if total else cells[0].params_non_embedding
         sizes = (math.log(size), cells[0].shape.width, cells[1].shape.width)
         records: dict[int, tuple[TrialRecord, TrialRecord]] = {}
@@ -277,7 +279,7 @@ class PairRefiner:
             self.refine,
             trials=self._new_trainings(),
             rounds=bisection_rounds(self.study),
-            simulated=self.spec.trainer == "simulated",
+            simulated=self.spec.trainer == Trainer.SIMULATED,
             reason=step.reason,
             convention=self.spec.model.size_convention,
         )
@@ -378,7 +380,7 @@ class RefineStage:
         writer = ExperimentWriter(self.store, self.spec.to_dict())
         writer.transitions(transitions)
         pairs = [r.pair_points() for r in self.refiners]
-        writer.pair_deltas(pairs, self.spec.trainer == "simulated")
+        writer.pair_deltas(pairs, self.spec.trainer == Trainer.SIMULATED)
         return transitions
 
 
@@ -421,7 +423,3 @@ def _say(progress) -> Progress:
     if progress is None:
         return lambda _line: None
     return getattr(progress, "note", progress)
-
-
-# The in-process runner moved to dwtune.study.runners.local; the old name keeps working.
-InProcessRunner = LocalRunner

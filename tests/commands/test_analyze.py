@@ -20,6 +20,7 @@ from dwtune.storage.experiment import export_experiment
 from dwtune.storage.runs import table_from_frame
 from dwtune.storage.store import ExperimentStore
 from dwtune.study import refine as refine_stage
+from dwtune.study.runners.local import LocalRunner
 from tests.helpers.analysis_tables import (
     TOKENS,
     WANDB_COLUMNS,
@@ -203,7 +204,7 @@ def study_dir(tmp_path_factory) -> Path:
     spec = spec_from_dict(STUDY)
     store = ExperimentStore.for_spec(tmp_path_factory.mktemp("study"), spec)
     store.initialise(spec)
-    runner = refine_stage.InProcessRunner(spec, store)
+    runner = LocalRunner(spec, store)
     runner.run(grid_requests(spec))
     refine_stage.run_refine(spec, store, runner.run)
     export_experiment(store)

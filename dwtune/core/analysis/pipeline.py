@@ -43,12 +43,12 @@ from dwtune.core.errors import InputError
 from dwtune.core.fit import MIN_POINTS, fit_law
 from dwtune.core.noise import DEFAULT_NOISE_PRIOR, DEFAULT_PRIOR_DOF
 from dwtune.core.projection import (
-    DEFAULT_LEVEL,
     DepthWidthLaw,
     project_budget,
     project_depth,
     transition_size,
 )
+from dwtune.core.vocabulary import LEVEL
 
 PROJECTION_BUDGETS = (1.75e11, 1e12, 1e13)  # parameters: GPT-3, 1T, 10T (as a study's report)
 TABLE_FIT = "table fit"  # the name of the law fitted to the table
@@ -74,7 +74,7 @@ MIXED = "mixed"  # the noise method where pairs used different ones
 def _law_n(law: DepthWidthLaw, depth: float) -> tuple[float, float, float]:
     """The law's N* of ``depth`` and, for a fitted law, its 95% interval (NaN otherwise)."""
     if law.has_intervals:
-        p = project_depth(law, depth, DEFAULT_LEVEL)
+        p = project_depth(law, depth, LEVEL)
         return p.n_star, p.n_lo, p.n_hi
     return transition_size(law, depth), math.nan, math.nan
 
@@ -164,7 +164,7 @@ def table_fit(pairs: Sequence[PairAnalysis], source: str, simulated: bool) -> Ta
     law = DepthWidthLaw.from_fit(fit, name=TABLE_FIT, source=source)
     if not law.b > 0:
         return TableFit(source, simulated, fit)
-    projections = tuple(project_budget(law, n, DEFAULT_LEVEL) for n in PROJECTION_BUDGETS)
+    projections = tuple(project_budget(law, n, LEVEL) for n in PROJECTION_BUDGETS)
     return TableFit(source, simulated, fit, projections=projections)
 
 

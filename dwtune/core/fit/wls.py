@@ -52,7 +52,7 @@ from scipy import stats
 
 from dwtune.core.errors import InputError
 from dwtune.core.intervals import interval_quantile, line_with_se
-from dwtune.core.vocabulary import CENSORED_STATUSES, TransitionStatus
+from dwtune.core.vocabulary import CENSORED_STATUSES, LEVEL, TransitionStatus
 
 # The fit has two parameters; at least one more point is needed to test it (dof >= 1).
 MIN_POINTS = 3
@@ -160,11 +160,11 @@ class FitResult:
     def cov_matrix(self) -> np.ndarray:
         return np.array(self.cov, dtype=float)
 
-    def quantile(self, level: float = 0.95) -> float:
+    def quantile(self, level: float = LEVEL) -> float:
         """Half-width of a ``level`` interval in standard errors (see module doc)."""
         return interval_quantile(level, self.chi2_red, self.dof)
 
-    def interval(self, name: str, level: float = 0.95) -> tuple[float, float]:
+    def interval(self, name: str, level: float = LEVEL) -> tuple[float, float]:
         """Two-sided interval for ``a`` or ``b``: ``value ± quantile(level)·se``."""
         value, se = {"a": (self.a, self.se_a), "b": (self.b, self.se_b)}[name]
         half = self.quantile(level) * se

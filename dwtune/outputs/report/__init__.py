@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from dwtune.core.vocabulary import FIGURES_DIR, FIT_FILE, PROJECTIONS_FILE, REPORT_FILE
+from dwtune.core.vocabulary import FIGURES_DIR, FIT_FILE, PROJECTIONS_FILE, REPORT_FILE, Figure
 from dwtune.outputs.report import law_checks
 from dwtune.outputs.report.cells import cell_table
 from dwtune.outputs.report.figures import draw_figures, new_figure, save_png
@@ -36,11 +36,11 @@ class ReportFiles:
 def _law_checks_figure(
     experiment: Experiment, outcome: FitOutcome, record: dict
 ) -> tuple[Path, ...]:
-    """figures/6_law_checks.png from the checks the fit stage stored in fit.json."""
+    """figures/``Figure.LAW_CHECKS`` from the checks the fit stage stored in fit.json."""
     if "law_checks" not in record or outcome.points is None:
         return ()
     checks = law_checks.LawChecks(record["law_checks"], outcome.points.observations)
-    path = experiment.root / FIGURES_DIR / law_checks.FIGURE_NAME
+    path = experiment.root / FIGURES_DIR / Figure.LAW_CHECKS
     simulated = experiment.simulated
     drawn = law_checks.draw(checks, path, lambda w, h: new_figure(w, h, simulated), save_png)
     return (drawn,) if drawn is not None else ()

@@ -17,9 +17,16 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
+from dwtune.core import vocabulary
 from dwtune.core.fit import FitResult
-from dwtune.core.projection import DEFAULT_LEVEL, LEVINE2020
-from dwtune.core.vocabulary import FIGURES_DIR, TransitionStatus
+from dwtune.core.projection import LEVINE2020
+from dwtune.core.vocabulary import (
+    FIGURES_DIR,
+    LEVEL,
+    SIMULATED_LABEL,
+    SIMULATED_TITLE,
+    TransitionStatus,
+)
 from dwtune.outputs.report.cells import delta_table, depth_pairs
 from dwtune.storage.experiment import Experiment
 from dwtune.storage.fit_json import FitOutcome
@@ -38,7 +45,7 @@ def new_figure(width: float, height: float, simulated: bool) -> Figure:
         fig.text(
             0.5,
             0.5,
-            "SIMULATED",
+            SIMULATED_LABEL,
             fontsize=64,
             color="red",
             alpha=0.12,
@@ -57,7 +64,7 @@ def _new_figure(width: float, height: float, experiment: Experiment) -> Figure:
 
 def _title(fig: Figure, experiment: Experiment, text: str) -> None:
     if experiment.simulated:
-        text = f"SIMULATED DATA  ·  {text}"
+        text = SIMULATED_TITLE.format(text)
     fig.suptitle(text, color="red" if experiment.simulated else "black", fontsize=12)
 
 
@@ -223,14 +230,14 @@ def _censored_bounds(outcome: FitOutcome) -> list[tuple[int, float, str]]:
 
 def _draw_fit_line(ax, fit: FitResult, depths: np.ndarray) -> None:
     line, se = fit.line(depths)
-    half = fit.quantile(DEFAULT_LEVEL) * se
+    half = fit.quantile(LEVEL) * se
     ax.fill_between(
         depths,
         line - half,
         line + half,
         color="tab:blue",
         alpha=0.2,
-        label=f"{DEFAULT_LEVEL:.0%} band of the fit",
+        label=f"{LEVEL:.0%} band of the fit",
     )
     ax.plot(
         depths,
@@ -334,7 +341,7 @@ def _plot_law(axes, rows: pd.DataFrame, law: str, style: dict) -> None:
                 top,
                 color=style["color"],
                 alpha=0.18,
-                label=f"{style['label']}: {DEFAULT_LEVEL:.0%} interval",
+                label=f"{style['label']}: {LEVEL:.0%} interval",
             )
 
 
@@ -408,10 +415,10 @@ def draw_figures(
     folder = experiment.root / FIGURES_DIR
     pairs = depth_pairs(experiment, cells)
     paths = [
-        plot_loss_vs_size(experiment, cells, folder / "1_loss_vs_size.png"),
-        plot_deltas(experiment, cells, pairs, folder / "2_delta_per_pair.png"),
-        plot_fit(experiment, outcome, folder / "3_fit_width_vs_depth.png"),
-        plot_projection(experiment, outcome, rows, folder / "4_projection.png"),
-        plot_loss_curves(experiment, curves, folder / "5_loss_curves.png"),
+        plot_loss_vs_size(experiment, cells, folder / vocabulary.Figure.LOSS_VS_SIZE),
+        plot_deltas(experiment, cells, pairs, folder / vocabulary.Figure.DELTA_PER_PAIR),
+        plot_fit(experiment, outcome, folder / vocabulary.Figure.FIT),
+        plot_projection(experiment, outcome, rows, folder / vocabulary.Figure.PROJECTION),
+        plot_loss_curves(experiment, curves, folder / vocabulary.Figure.LOSS_CURVES),
     ]
     return tuple(p for p in paths if p is not None)

@@ -1,4 +1,4 @@
-"""The law's checks in the report: a section of report.md and ``figures/6_law_checks.png``.
+"""The law's checks in the report: a section of report.md and ``figures/`` ``Figure.LAW_CHECKS``.
 
 Both drawn from what the fit stage computed (:mod:`dwtune.core.fit.checks`) and stored in
 fit.json (``law_checks``): the law's forms with AIC/AICc/BIC and the LR test of curvature,
@@ -22,8 +22,6 @@ from dwtune.core.vocabulary import TransitionStatus
 
 BRACKETED = TransitionStatus.BRACKETED
 CENSORED_HIGH = TransitionStatus.CENSORED_HIGH
-
-FIGURE_NAME = "6_law_checks.png"
 
 
 @dataclass(frozen=True)
@@ -171,7 +169,7 @@ def _linear_depth(record: dict, budget: float) -> float | None:
 
 
 def draw(checks: LawChecks | None, path: Path, new_figure, save) -> Path | None:
-    """``figures/6_law_checks.png``; ``new_figure(w, h)`` and ``save(fig, path)`` are the
+    """``figures/`` ``Figure.LAW_CHECKS``; ``new_figure(w, h)`` and ``save(fig, path)`` are the
     report's own (SIMULATED watermark, atomic write)."""
     if checks is None or not [o for o in checks.observations if o.fitted]:
         return None

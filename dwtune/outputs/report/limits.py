@@ -16,19 +16,23 @@ from dwtune.core.vocabulary import (
     LR_SOURCE_INTERPOLATED,
     LR_SOURCE_SEARCH,
     LR_SOURCE_SPEC,
-    STAGE_LR_SEARCH,
+    Parametrization,
+    Stage,
     TransitionStatus,
 )
 from dwtune.storage.experiment import Experiment
 
-TRANSFER_PARAMETRISATIONS = {"mup", "completep"}  # one rate is meant to transfer across widths
+TRANSFER_PARAMETRISATIONS = {
+    Parametrization.MUP,
+    Parametrization.COMPLETEP,
+}  # one rate is meant to transfer across widths
 
 
 def _values(trials: pd.DataFrame, column: str) -> set:
     """The distinct recorded values of a trial column (empty when the column is absent)."""
     if column not in trials.columns:
         return set()
-    used = trials[trials["stage"] != STAGE_LR_SEARCH] if "stage" in trials.columns else trials
+    used = trials[trials["stage"] != Stage.LR_SEARCH] if "stage" in trials.columns else trials
     return {v for v in used[column].dropna().unique()}
 
 
@@ -191,8 +195,16 @@ def _noise(frame: pd.DataFrame) -> list[str]:
 
 def _bounds(frame: pd.DataFrame) -> list[str]:
     """A one-sided answer is only as good as Δ's single sign change."""
-    one_sided = frame["status"].astype(str).isin(
-        [TransitionStatus.CENSORED_HIGH, TransitionStatus.CENSORED_LOW, TransitionStatus.UNDECIDED]
+    one_sided = (
+        frame["status"]
+        .astype(str)
+        .isin(
+            [
+                TransitionStatus.CENSORED_HIGH,
+                TransitionStatus.CENSORED_LOW,
+                TransitionStatus.UNDECIDED,
+            ]
+        )
     )
     if not one_sided.any():
         return []

@@ -19,10 +19,9 @@ import pandas as pd
 
 from dwtune.core import vocabulary
 from dwtune.core.lr_search import ln_slope
-from dwtune.core.vocabulary import FIGURES_DIR
+from dwtune.core.vocabulary import FIGURES_DIR, SIMULATED_TITLE, Figure
 from dwtune.storage.experiment import Experiment
 
-FIGURE_NAME = "6_best_lr_vs_width.png"
 SEARCHED = (vocabulary.LR_SOURCE_SEARCH, vocabulary.LR_SOURCE_INTERPOLATED)
 
 
@@ -30,7 +29,7 @@ def best_rates(trials: pd.DataFrame) -> pd.DataFrame:
     """One row per (depth, width, lr_source): the rate its trials trained with."""
     if "lr_source" not in trials.columns:
         return pd.DataFrame(columns=["depth", "width", "lr", "lr_source"])
-    used = trials[trials.lr_source.isin(SEARCHED) & (trials.stage != vocabulary.STAGE_LR_SEARCH)]
+    used = trials[trials.lr_source.isin(SEARCHED) & (trials.stage != vocabulary.Stage.LR_SEARCH)]
     return used.groupby(["depth", "width", "lr_source"], as_index=False)["lr"].first()
 
 
@@ -49,11 +48,10 @@ def plot_best_lr(experiment: Experiment, figures: tuple[Path, ...]) -> tuple[Pat
         other = rows[rows.lr_source == vocabulary.LR_SOURCE_INTERPOLATED]
         ax.plot(other.width, other.lr, "x", color=line[0].get_color())
     ax.set(xscale="log", yscale="log", xlabel="width", ylabel="best learning rate")
-    ax.set_title(
-        "Best rate per shape (o searched, x interpolated)" + (" SIMULATED" if simulated else "")
-    )
+    title = "Best rate per shape (o searched, x interpolated)"
+    ax.set_title(SIMULATED_TITLE.format(title) if simulated else title)
     ax.legend(fontsize=7, title="depth (ln-ln slope)")
-    out = experiment.root / FIGURES_DIR / FIGURE_NAME
+    out = experiment.root / FIGURES_DIR / Figure.BEST_LR
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(out, dpi=110)

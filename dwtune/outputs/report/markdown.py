@@ -9,9 +9,17 @@ import numpy as np
 import pandas as pd
 
 from dwtune.core.fit import CensoredPair, chi2_tail, residual_z
-from dwtune.core.projection import DEFAULT_LEVEL, LEVINE2020
+from dwtune.core.projection import LEVINE2020
 from dwtune.core.units import format_size
-from dwtune.core.vocabulary import FIT_FILE, PROJECTIONS_FILE, TransitionStatus
+from dwtune.core.vocabulary import (
+    FIT_FILE,
+    LEVEL,
+    PROJECTIONS_FILE,
+    SIMULATED_BANNER,
+    Figure,
+    FitStatus,
+    TransitionStatus,
+)
 from dwtune.outputs.report import law_checks
 from dwtune.outputs.report.cells import best_depth_table
 from dwtune.outputs.report.limits import limits_section
@@ -19,8 +27,6 @@ from dwtune.outputs.tensorboard import FIT_BOARD
 from dwtune.storage.experiment import Experiment
 from dwtune.storage.fit_json import GIT_KEY, FitOutcome
 from dwtune.storage.fit_points import censored_pair
-
-SIM_BANNER = "SIMULATED DATA: a planted loss surface, not a measurement of any model"
 
 # ---------------------------------------------------------------- markdown
 
@@ -52,7 +58,10 @@ def _span(value: float, lo: float, hi: float, fmt: str) -> str:
 def _header(experiment: Experiment) -> list[str]:
     lines = [f"# dwtune report: {experiment.name}", ""]
     if experiment.simulated:
-        lines += [f"> **⚠ {SIM_BANNER}.** Every number below comes from the simulated trainer.", ""]
+        lines += [
+            f"> **⚠ {SIMULATED_BANNER}.** Every number below comes from the simulated trainer.",
+            "",
+        ]
     lines += [f"Experiment directory: `{experiment.root}`", ""]
     return lines + [f"- note: {n}" for n in experiment.notes] + ([""] if experiment.notes else [])
 
@@ -287,8 +296,8 @@ def _describe(censored: dict) -> str:
 
 def _fit_section(record: dict, outcome: FitOutcome) -> list[str]:
     lines = ["## Fit", ""]
-    lines += _fit_lines(record) if record["status"] == "fitted" else _no_fit_lines(record)
-    if record["status"] == "fitted" and outcome.law is None:
+    lines += _fit_lines(record) if record["status"] == FitStatus.FITTED else _no_fit_lines(record)
+    if record["status"] == FitStatus.FITTED and outcome.law is None:
         lines += ["", f"**No projection from this fit:** {outcome.reason}."]
     return [*lines, ""]
 
@@ -354,7 +363,7 @@ def _projection_section(experiment, outcome, rows, budgets) -> list[str]:
         "## Projection",
         "",
         "Optimal depth L* solves 12·L·exp(2(a + b·L)) = N; width dx* = exp(a + b·L*). "
-        f"Brackets: {DEFAULT_LEVEL:.0%} intervals from the fit covariance (inverting the band of "
+        f"Brackets: {LEVEL:.0%} intervals from the fit covariance (inverting the band of "
         "ln N*(L); exact for Gaussian a, b; ')' marks an end the data leave open). "
         "The published fit has no covariance.",
         "",
@@ -369,11 +378,11 @@ def _projection_section(experiment, outcome, rows, budgets) -> list[str]:
 
 def _figures_section(figures: tuple[Path, ...], exp_dir: Path) -> list[str]:
     captions = {
-        "1_loss_vs_size.png": "Validation loss against non-embedding size, one line per depth.",
-        "2_delta_per_pair.png": "Δ loss per depth pair against size; transitions marked.",
-        "3_fit_width_vs_depth.png": "ln dx* against depth: transitions, fitted line and band.",
-        "4_projection.png": "Projected optimal depth and width against budget up to 1e13.",
-        "5_loss_curves.png": "Validation loss against training step, one line per trial.",
+        Figure.LOSS_VS_SIZE: "Validation loss against non-embedding size, one line per depth.",
+        Figure.DELTA_PER_PAIR: "Δ loss per depth pair against size; transitions marked.",
+        Figure.FIT: "ln dx* against depth: transitions, fitted line and band.",
+        Figure.PROJECTION: "Projected optimal depth and width against budget up to 1e13.",
+        Figure.LOSS_CURVES: "Validation loss against training step, one line per trial.",
     }
     lines = ["## Figures", ""]
     for path in figures:

@@ -91,7 +91,7 @@ class RecordingCallback(tune.Callback):
         if trial_id not in self.states:
             state = self.states[trial_id] = _TrialState(self.requests[trial_id])
             if self.tensorboard:  # a live view; rewritten from the record at the end
-                simulated = self.spec.trainer == "simulated"
+                simulated = self.spec.trainer == vocabulary.Trainer.SIMULATED
                 path = tensorboard.run_dir(self.store.root, state.request.name, simulated)
                 shutil.rmtree(path, ignore_errors=True)  # left by an interrupted driver
                 with writing(path):
@@ -158,7 +158,7 @@ class RecordingCallback(tune.Callback):
         forget_pickled_error(trial)
         full = out_of_space(error)
         if full is not None:  # the disk failed, not the trial: unrecorded, a rerun trains it
-            raise write_failure(self.store.root / "ray", full)
+            raise write_failure(self.store.root / vocabulary.RAY_DIR, full)
         self._finish(state, vocabulary.STATUS_FAILED, error)
 
     def on_step_end(self, iteration, trials, **info):

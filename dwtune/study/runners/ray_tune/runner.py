@@ -185,7 +185,11 @@ class TuneRunner:
     def _cost(self, request: TrialRequest) -> float:
         """Expected training time, up to a factor: FLOPs per token (every trial of a spec
         trains the same tokens); the simulated backend spends the same time on every shape."""
-        return 1.0 if self.spec.trainer == "simulated" else flops_per_token(request.shape)
+        return (
+            1.0
+            if self.spec.trainer == vocabulary.Trainer.SIMULATED
+            else flops_per_token(request.shape)
+        )
 
     def _recorded(self, request: TrialRequest) -> TrialRecord:
         record = self.store.read_record(request.trial_id)
@@ -215,7 +219,7 @@ class TuneRunner:
 
     def _experiment_name(self, stage: str) -> str:
         """``<stage>-<n>``: a new Tune experiment per call, never a stale one restored."""
-        ray_dir = self.store.root / "ray"
+        ray_dir = self.store.root / vocabulary.RAY_DIR
         taken = [p.name for p in ray_dir.glob(f"{stage}-*")] if ray_dir.exists() else []
         numbers = [int(n.rsplit("-", 1)[1]) for n in taken if n.rsplit("-", 1)[1].isdigit()]
         return f"{stage}-{max(numbers, default=0) + 1:03d}"
@@ -253,7 +257,7 @@ class TuneRunner:
             ),
             run_config=tune.RunConfig(
                 name=name,
-                storage_path=str(self.store.root / "ray"),
+                storage_path=str(self.store.root / vocabulary.RAY_DIR),
                 verbose=0,
                 callbacks=[callback],
                 failure_config=tune.FailureConfig(max_failures=self.spec.resources.retries),
@@ -263,13 +267,13 @@ class TuneRunner:
         try:
             tuner.fit()
         except Exception as exc:
-            failure = user_write_error(exc, self.store.root / "ray")
+            failure = user_write_error(exc, self.store.root / vocabulary.RAY_DIR)
             if failure is None:
                 raise
             raise failure from None  # a full disk: one line, not Tune's traceback of it
         finally:
             callback.discard_boards()
-        _drop_restore_state(self.store.root / "ray" / name)
+        _drop_restore_state(self.store.root / vocabulary.RAY_DIR / name)
 
     def _trainable(self, by_id: dict[str, TrialRequest]):
         trainable = tune.with_parameters(trial_main, spec=self.trial_spec, requests=by_id)
