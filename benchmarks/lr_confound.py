@@ -20,7 +20,7 @@ from dwtune.backends.trial import run_trial_inprocess
 from dwtune.core.records import grid_requests
 from dwtune.core.spec import load_spec
 from dwtune.outputs.report import write_report
-from dwtune.outputs.tables import export_experiment
+from dwtune.storage.experiment import export_experiment
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.lr_search import RateBook
 from dwtune.study.refine import run_refine

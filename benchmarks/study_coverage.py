@@ -5,7 +5,7 @@ study of a simulated spec (default ``search_spaces/simulated.yaml``) once per no
 its grid and refine trainings in process (:func:`~dwtune.study.refine.refine_in_process`: the
 refine stage itself, without Ray; the simulated backend is deterministic, so these are the
 records a Ray run writes), its transitions exported, and the law fitted by the study's own fit
-(:func:`dwtune.study.fit_stage.fit_study`, the interval-censored likelihood). Realisation ``k``
+(:func:`dwtune.study.fit_stage.fit_experiment`, the interval-censored likelihood). Realisation ``k``
 replaces the spec's grid seeds by ``1000 + 100·k + i`` (the refine stage counts up from them);
 the spec's own seeds are run too, as the shipped realisation.
 
@@ -48,10 +48,9 @@ from dwtune.core.errors import InputError  # noqa: E402
 from dwtune.core.projection import DepthWidthLaw, optimal_depth, project_budget  # noqa: E402
 from dwtune.core.spec import ExperimentSpec, load_spec  # noqa: E402
 from dwtune.core.vocabulary import TransitionStatus  # noqa: E402
-from dwtune.outputs.report.load import load_study  # noqa: E402
-from dwtune.outputs.tables import export_experiment  # noqa: E402
+from dwtune.storage.experiment import ExperimentReader, export_experiment  # noqa: E402
 from dwtune.storage.store import ExperimentStore  # noqa: E402
-from dwtune.study.fit_stage import fit_record, fit_study  # noqa: E402
+from dwtune.study.fit_stage import fit_experiment, fit_record  # noqa: E402
 from dwtune.study.refine import refine_in_process  # noqa: E402
 
 SEED_BASE, SEED_STRIDE = 1000, 100  # realisation k's grid seeds: 1000 + 100·k + i
@@ -71,9 +70,9 @@ def run_study(spec: ExperimentSpec) -> dict:
         store = ExperimentStore.for_spec(Path(scratch), spec)
         transitions, runner = refine_in_process(spec, store)
         export_experiment(store)
-        study = load_study(store.root)
-        outcome = fit_study(study)
-        fit = fit_record(study, outcome, {})
+        experiment = ExperimentReader(store.root).read()
+        outcome = fit_experiment(experiment)
+        fit = fit_record(experiment, outcome, {})
     return {
         "pairs": [pair_row(spec, t) for t in transitions],
         "chi2_red": fit.get("chi2_red"),

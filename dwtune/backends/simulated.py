@@ -212,7 +212,10 @@ def effective_config(spec: ExperimentSpec) -> SimulatedConfig:
     width (effective ``lr_width_exponent`` 0), as those parametrisations are built to do;
     with ``length_exponent`` the planted law of the trial's own training length."""
     config = spec.simulated
-    if spec.model.parametrization != "sp" and config.lr_width_exponent != 0:
+    if (
+        spec.model.parametrization != vocabulary.Parametrization.SP
+        and config.lr_width_exponent != 0
+    ):
         config = dataclasses.replace(config, lr_width_exponent=0.0)
     if config.length_exponent == 0:  # (tokens_per_param specs have no total steps yet)
         return config

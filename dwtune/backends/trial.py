@@ -43,7 +43,7 @@ class Backend(Protocol):
 
 
 def backend_for(spec: ExperimentSpec) -> Backend:
-    if spec.trainer == "simulated":
+    if spec.trainer == vocabulary.Trainer.SIMULATED:
         from dwtune.backends.simulated import simulate_training
 
         return simulate_training

@@ -11,6 +11,8 @@ and tests the disagreements. Imports no torch, Ray or Optuna (matplotlib only wi
 from __future__ import annotations
 
 import argparse
+import math
+from pathlib import Path
 
 WINDOW_HELP = (
     "largest |ln N_deep - ln N_shallow| compared, in e-folds of size (default 0.25), or a size "
@@ -41,14 +43,69 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", metavar="DIR", help="write report.md and figures to DIR")
 
 
+def load_reference(text: str | None):
+    """``levine2020`` or an experiment directory (or its fit.json) holding a fitted law."""
+    from dwtune.core.analysis.result import Reference
+    from dwtune.core.errors import InputError
+    from dwtune.core.projection import reference
+    from dwtune.core.vocabulary import FIT_FILE
+    from dwtune.storage.fit_json import law_from_json
+
+    if text is None:
+        return None
+    path = Path(text)
+    if not path.exists() and "/" not in text and not text.endswith(".json"):
+        law = reference(text)
+        return Reference(law, law.name)
+    fit_json = path / FIT_FILE if path.is_dir() else path
+    if not fit_json.is_file():
+        raise InputError(
+            f"--reference: {text!r} is neither levine2020 nor an experiment directory with a "
+            f"{FIT_FILE}; run `dwtune report` on it first"
+        )
+    law, _ = law_from_json(fit_json)
+    return Reference(law, f"the fit of {fit_json.parent if path.is_dir() else fit_json}")
+
+
+def parse_window(text: str) -> float:
+    """``0.25`` (e-folds of size, |ln N_d − ln N_s|) or ``1.3x`` (a size ratio)."""
+    from dwtune.core.errors import InputError
+
+    raw = str(text).strip()
+    try:
+        value = math.log(float(raw[:-1])) if raw.lower().endswith("x") else float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise InputError(
+            f"--window: got {text!r}; expected e-folds of size >= 0 such as 0.25, or a size "
+            "ratio >= 1 such as 1.3x"
+        )
+    return value
+
+
+def parse_alpha(text: str) -> float:
+    """A false-sign rate strictly between 0 and 0.5 (``--alpha``)."""
+    from dwtune.core.errors import InputError
+
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        value = math.nan
+    if not 0 < value < 0.5:
+        raise InputError(f"--alpha: got {text!r}; expected a rate between 0 and 0.5 such as 0.05")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     import json
 
     from dwtune.core.analysis import parse_pairs
+    from dwtune.core.analysis.pipeline import analyse
     from dwtune.core.units import parse_size
-    from dwtune.outputs.analysis import analyse, load_reference, parse_alpha, parse_window
+    from dwtune.outputs.analysis_json import analysis_dict
     from dwtune.outputs.analysis_text import format_analysis
-    from dwtune.outputs.runs_table import load_runs, parse_columns
+    from dwtune.storage.runs import load_runs, parse_columns
 
     mapping = parse_columns(args.columns)
     tokens = parse_size(args.tokens, field="--tokens") if args.tokens else None
@@ -57,8 +114,17 @@ def run(args: argparse.Namespace) -> int:
     pairs = parse_pairs(args.pairs) if args.pairs else None
     ref = load_reference(args.reference)
     loaded = load_runs(args.runs, mapping, tokens)
-    result = analyse(loaded, pairs=pairs, window=window, tokens=tokens, ref=ref, alpha=alpha)
-    print(json.dumps(result, indent=2) if args.json else format_analysis(result))
+    result = analyse(
+        loaded.table,
+        loaded.source,
+        loaded.simulated,
+        pairs=pairs,
+        window=window,
+        tokens=tokens,
+        ref=ref,
+        alpha=alpha,
+    )
+    print(json.dumps(analysis_dict(result), indent=2) if args.json else format_analysis(result))
     if args.report:
         from dwtune.outputs.analysis_report import write_analysis_report
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dwtune.core.errors import InputError
 from dwtune.core.spec.sections import PARAMETRIZATIONS
+from dwtune.core.vocabulary import Parametrization
 
 DEFAULT_WIDTHS = "64,128,256,512"
 
@@ -53,7 +54,7 @@ def _names(raw: str) -> list[str]:
                 f"--parametrization: got {name!r}; expected a comma list of "
                 f"{', '.join(PARAMETRIZATIONS)}"
             )
-    return names or ["sp"]
+    return names or [Parametrization.SP.value]
 
 
 def _check_widths(spec, widths: list[int], depths: list[int]) -> None:

@@ -15,35 +15,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dwtune.outputs.tables import export_experiment
-    from dwtune.storage.store import ExperimentStore
+    from dwtune.storage.experiment import ExperimentReader, export_experiment, rebuilt_note
 
-    store = ExperimentStore(args.experiment)
+    reader = ExperimentReader(args.experiment)
+    store = reader.store
     store.load_spec_dict()  # refuse a directory that is not an experiment, before writing
-    unreadable = unreadable_exports(store)
+    unreadable = reader.unreadable_exports()
     trials_path, curves_path = export_experiment(store)
-    say_rebuilt(unreadable)
+    for path, problem in unreadable.items():
+        print(rebuilt_note(path, problem), file=sys.stderr)
     records = store.records()
     points = sum(len(r.curve) for r in records)
     print(f"wrote {trials_path} ({len(records)} trials) and {curves_path} ({points} points)")
     return 0
-
-
-def unreadable_exports(store) -> dict:
-    """Parquet exports that exist but cannot be read: path -> why. They are rebuilt from the
-    records (the source of truth), and the user is told so."""
-    from dwtune.core.vocabulary import CURVES_FILE, TRIALS_FILE
-    from dwtune.storage.loaders import parquet_problem
-
-    paths = [store.root / name for name in (TRIALS_FILE, CURVES_FILE)]
-    return {path: problem for path in paths if (problem := parquet_problem(path))}
-
-
-def say_rebuilt(unreadable: dict) -> None:
-    from dwtune.core.vocabulary import TRIAL_RECORDS_DIR
-
-    for path, problem in unreadable.items():
-        print(
-            f"{path}: could not be read ({problem}); rebuilt it from {TRIAL_RECORDS_DIR}/",
-            file=sys.stderr,
-        )

@@ -11,8 +11,9 @@ import argparse
 import json
 
 from dwtune.commands import argtypes
+from dwtune.core.vocabulary import LEVEL, SIMULATED_LAW_BANNER
 
-LEVEL_HELP = "confidence level of the printed intervals (default 0.95)"
+LEVEL_HELP = f"confidence level of the printed intervals (default {LEVEL})"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="EXPERIMENT_DIR|transitions.parquet|table.csv",
         help="experiment directory, its transitions.parquet, or a CSV of depth,width,width_err",
     )
-    parser.add_argument("--level", type=argtypes.LEVEL, default=0.95, help=LEVEL_HELP)
+    parser.add_argument("--level", type=argtypes.LEVEL, default=LEVEL, help=LEVEL_HELP)
     parser.add_argument("--json", action="store_true", help="print the fit as JSON (as fit.json)")
 
 
@@ -32,7 +33,7 @@ def format_fit(fit, level: float, simulated: bool, source: str) -> str:
     depths = ", ".join(f"{d:g}" for d in sorted(set(fit.depths)))
     (a_lo, a_hi), (b_lo, b_hi) = fit.interval("a", level), fit.interval("b", level)
     corr = fit.cov[0][1] / (fit.se_a * fit.se_b)
-    lines = ["SIMULATED data: a planted law, not a measurement"] if simulated else []
+    lines = [SIMULATED_LAW_BANNER] if simulated else []
     censored = f" and {len(fit.censored_fitted)} censored pair(s)" if fit.censored_fitted else ""
     method = "interval-censored likelihood" if fit.censored_fitted else "weighted least squares"
     lines += [
@@ -58,7 +59,8 @@ def format_fit(fit, level: float, simulated: bool, source: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from dwtune.core.errors import numeric_input
     from dwtune.core.fit import z_value
-    from dwtune.outputs.fit_files import fit_to_dict, load_fit_input
+    from dwtune.storage.fit_json import fit_to_dict
+    from dwtune.storage.fit_points import load_fit_input
 
     z_value(args.level)  # a bad --level fails before any file is read
     points = load_fit_input(args.target)

@@ -14,6 +14,7 @@ from dwtune.core.budget import BUDGET_TOLERANCE, GridCell, depth_threshold, flop
 from dwtune.core.errors import InputError
 from dwtune.core.spec import ExperimentSpec, load_spec
 from dwtune.core.units import format_size
+from dwtune.core.vocabulary import SIMULATED_LABEL, Trainer
 
 COLUMNS = (
     ("depth", "L", "{:>4}"),
@@ -83,7 +84,7 @@ def format_table(spec: ExperimentSpec, rows: list[dict]) -> str:
     lines = [
         f"{spec.name}: {len(rows)} cells x {len(spec.space.seeds)} seed(s) = "
         f"{len(rows) * len(spec.space.seeds)} trainings; trainer {spec.trainer}"
-        + (" (SIMULATED loss surface)" if spec.trainer == "simulated" else ""),
+        + (f" ({SIMULATED_LABEL} loss surface)" if spec.trainer == Trainer.SIMULATED else ""),
         f"size convention {spec.model.size_convention}; width step "
         f"lcm(heads={spec.model.heads}, multiple={spec.model.width_multiple})",
         "  ".join(header),

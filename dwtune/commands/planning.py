@@ -18,8 +18,8 @@ BENCH_RESULTS = Path(DataConfig().cache_dir).expanduser() / "bench" / "results.j
 
 def corpus_size(spec: ExperimentSpec) -> scale.CorpusSize:
     """Training tokens from the prepared manifest, else estimated from bytes on disk."""
-    from dwtune.backends.pytorch.data import corpus_files, find_prepared, resolve_data_config
-    from dwtune.backends.pytorch.data.sources import COMPRESSIONS
+    from dwtune.backends.data import corpus_files, find_prepared, resolve_data_config
+    from dwtune.backends.data.sources import COMPRESSIONS
 
     data = resolve_data_config(spec.data)
     try:

@@ -52,7 +52,7 @@ def summary(prepared, elapsed_s: float) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dwtune.backends.pytorch.data import prepare_corpus
+    from dwtune.backends.data import prepare_corpus
     from dwtune.core.spec import load_spec
 
     if args.workers is not None and args.workers < 1:

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from dwtune.commands import argtypes
+from dwtune.core.vocabulary import LEVEL, SIMULATED_COLUMN, SIMULATED_LAW_BANNER
 
 DEFAULT_REFERENCE = "levine2020"
 
@@ -27,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--depth", action="append", default=[], help="layers, e.g. 96")
     parser.add_argument("--reference", help=f"published fit (default {DEFAULT_REFERENCE})")
     parser.add_argument("--fit", metavar="FILE", help="fit.json, transitions.parquet or CSV")
-    parser.add_argument("--level", type=argtypes.LEVEL, default=0.95, help="interval level (0.95)")
+    parser.add_argument(
+        "--level", type=argtypes.LEVEL, default=LEVEL, help=f"interval level ({LEVEL})"
+    )
     parser.add_argument("--json", action="store_true", help="print the projections as JSON")
 
 
@@ -47,7 +50,8 @@ def _law(args: argparse.Namespace):
 def _study_law(path: Path):
     from dwtune.core.errors import numeric_input
     from dwtune.core.projection import DepthWidthLaw
-    from dwtune.outputs.fit_files import law_from_json, load_fit_input
+    from dwtune.storage.fit_json import law_from_json
+    from dwtune.storage.fit_points import load_fit_input
 
     if path.suffix == ".json":
         return law_from_json(path)
@@ -111,7 +115,7 @@ def format_law(law, level: float, simulated: bool) -> str:
     note = (
         "published constants, no intervals" if not law.has_intervals else f"{level:.0%} intervals"
     )
-    lines = ["SIMULATED data: a planted law, not a measurement"] if simulated else []
+    lines = [SIMULATED_LAW_BANNER] if simulated else []
     lines.append(f"law {law.name}: ln dx* = {law.a:.4g} + {law.b:.4g}·L ({note}; {law.source})")
     return "\n".join(lines)
 
@@ -135,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     from dwtune.core.errors import InputError, numeric_input
     from dwtune.core.fit import z_value
     from dwtune.core.projection import parse_budget, project_budget, project_depth
-    from dwtune.outputs.fit_files import json_ready
+    from dwtune.storage.fit_json import json_ready
 
     z_value(args.level)  # a bad --level fails before any file is read
     budgets = [parse_budget(b, field="--budget") for b in args.budget]
@@ -148,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         by_depth = [project_depth(law, d, args.level) for d in depths]
     _check_finite(by_budget, by_depth)
     if args.json:
-        out = {"law": asdict(law), "simulated": simulated, "level": args.level}
+        out = {"law": asdict(law), SIMULATED_COLUMN: simulated, "level": args.level}
         out |= {"budgets": [asdict(p) for p in by_budget], "depths": [asdict(p) for p in by_depth]}
         print(json.dumps(json_ready(out), indent=2))
         return 0

@@ -8,37 +8,23 @@ before the fit stage existed) gets the fit stage first, said on the console.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from dwtune.core.vocabulary import (
-    FIGURES_DIR,
-    FIT_FILE,
-    PROJECTIONS_FILE,
-    TRANSITIONS_FILE,
-    TRIALS_FILE,
-)
+from dwtune.core.vocabulary import FIGURES_DIR
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("exp_dir", metavar="EXPERIMENT_DIR", help="experiment directory")
 
 
-def fit_is_stale(exp_dir: Path) -> bool:
-    """True when fit.json or projections.parquet is missing or older than a table it uses."""
-    outputs = [exp_dir / FIT_FILE, exp_dir / PROJECTIONS_FILE]
-    if not all(p.is_file() for p in outputs):
-        return True
-    inputs = [p for p in (exp_dir / TRANSITIONS_FILE, exp_dir / TRIALS_FILE) if p.is_file()]
-    oldest_output = min(p.stat().st_mtime for p in outputs)
-    return any(p.stat().st_mtime > oldest_output for p in inputs)
-
-
 def run(args: argparse.Namespace) -> int:
     from dwtune.outputs.report import write_report
+    from dwtune.storage.experiment import ExperimentReader
 
     exp_dir = Path(args.exp_dir)
     _rebuild_unreadable_exports(exp_dir)
-    if exp_dir.is_dir() and fit_is_stale(exp_dir):
+    if exp_dir.is_dir() and ExperimentReader(exp_dir).fit_is_stale():
         from dwtune.study.fit_stage import write_fit
 
         written = write_fit(exp_dir)
@@ -54,12 +40,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _rebuild_unreadable_exports(exp_dir: Path) -> None:
     """A damaged trials/curves.parquet is rebuilt from the records before the report reads it."""
-    from dwtune.commands.export import say_rebuilt, unreadable_exports
     from dwtune.core.errors import InputError
-    from dwtune.outputs.tables import export_experiment
-    from dwtune.storage.store import ExperimentStore
+    from dwtune.storage.experiment import ExperimentReader, export_experiment, rebuilt_note
 
-    store = ExperimentStore(exp_dir)
+    reader = ExperimentReader(exp_dir)
+    store = reader.store
     if exp_dir.is_dir():
         store.check_layout()  # the report writes figures/ and tb/ there: never elsewhere
     if store.spec_path.exists() or store.spec_path.is_symlink():
@@ -69,7 +54,8 @@ def _rebuild_unreadable_exports(exp_dir: Path) -> None:
         raise InputError(
             f"{figures}: not a folder; remove that file (report rewrites its figures there)"
         )
-    unreadable = unreadable_exports(store) if store.spec_path.is_file() else {}
+    unreadable = reader.unreadable_exports() if store.spec_path.is_file() else {}
     if unreadable:
         export_experiment(store)
-        say_rebuilt(unreadable)
+        for path, problem in unreadable.items():
+            print(rebuilt_note(path, problem), file=sys.stderr)

@@ -39,11 +39,11 @@ def answer_lines(results) -> list[str]:
     """The study's answer in a few lines: each pair's decided statement first, then the fit
     and where the report is."""
     fit = results.fit
-    tag = " (SIMULATED)" if fit.get("simulated") else ""
+    tag = f" ({vocabulary.SIMULATED_LABEL})" if fit.get(vocabulary.SIMULATED_COLUMN) else ""
     table = results.root / TRANSITIONS_FILE  # absent when the spec configures no pair
     rows = results.transitions.itertuples() if table.is_file() else ()
     pairs = [f"pair {r.pair}{tag}: {r.statement}" for r in rows if getattr(r, "statement", "")]
-    if fit.get("status") == "fitted":
+    if fit.get("status") == vocabulary.FitStatus.FITTED:
         lines = [
             f"fit{tag}: ln dx* = {fit['a']:.3f}(±{fit['se_a']:.3f}) + "
             f"{fit['b']:.4f}(±{fit['se_b']:.4f})·L from {fit['n_points']} transitions, "

@@ -120,7 +120,7 @@ def _check_checkpoint_dir(path: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dwtune.backends.pytorch.data import resolve_data_config
+    from dwtune.backends.data import resolve_data_config
     from dwtune.core.budget import count_params
     from dwtune.core.spec import load_spec
 

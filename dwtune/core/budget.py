@@ -21,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dwtune.core.errors import InputError
+from dwtune.core.vocabulary import SizeConvention
 
-SIZE_CONVENTIONS = ("non_embedding", "total")
+SIZE_CONVENTIONS = tuple(SizeConvention)
 # Rounded widths further than this from the budget get a note in the plan.
 BUDGET_TOLERANCE = 0.02
 # A budget is "too small" for a depth when even the narrowest legal width overshoots it by more
@@ -95,9 +96,9 @@ def paper_size(depth: int, width: int) -> int:
 
 def size_of(shape: ModelShape, convention: str) -> int:
     """The size a budget is measured in: paper convention, or the exact total count."""
-    if convention == "non_embedding":
+    if convention == SizeConvention.NON_EMBEDDING:
         return paper_size(shape.depth, shape.width)
-    if convention == "total":
+    if convention == SizeConvention.TOTAL:
         return count_params(shape).total
     raise InputError(f"size convention {convention!r} unknown; use one of {SIZE_CONVENTIONS}")
 

@@ -59,7 +59,7 @@ from dwtune.core.crossing import DeltaPoint
 from dwtune.core.errors import InputError
 from dwtune.core.noise import robust_twin_sd, unstable_trainings
 from dwtune.core.records import TrialRecord
-from dwtune.core.vocabulary import OTHER_LENGTH_STAGES, PointKind
+from dwtune.core.vocabulary import OTHER_LENGTH_STAGES, PointKind, SizeConvention
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,9 @@ class PairPoint:
 
 def size_of(record: TrialRecord, convention: str) -> int:
     """A record's size on the axis of ``model.size_convention``."""
-    return record.params_total if convention == "total" else record.params_non_embedding
+    return (
+        record.params_total if convention == SizeConvention.TOTAL else record.params_non_embedding
+    )
 
 
 class SizeTrend:
@@ -274,7 +276,7 @@ def paired_deltas(
     deep: dict[int, TrialRecord],
     shallow: dict[int, TrialRecord],
     trend: SizeTrend,
-    convention: str = "non_embedding",
+    convention: str = SizeConvention.NON_EMBEDDING.value,
 ) -> PairedDeltas:
     """Δ at the deeper net's size of every seed both depths ran; failures count (module doc)."""
     common = sorted(s for s in deep if s in shallow)
@@ -305,7 +307,7 @@ def make_point(
     trend: SizeTrend,
     kind: str,
     requested: int,
-    convention: str = "non_embedding",
+    convention: str = SizeConvention.NON_EMBEDDING.value,
 ) -> PairPoint:
     """A point (undecided until :func:`decide_points`) from both depths' records at ``budget``.
 
@@ -366,7 +368,7 @@ class PairGrid:
     depth_deep: int
     points: tuple[PairPoint, ...]
     trend: SizeTrend = field(repr=False)
-    convention: str = "non_embedding"
+    convention: str = SizeConvention.NON_EMBEDDING.value
 
     @property
     def label(self) -> str:
@@ -385,7 +387,7 @@ def grid_pair(
     pair: tuple[int, int],
     budgets: Sequence[float],
     seeds: Sequence[int],
-    convention: str = "non_embedding",
+    convention: str = SizeConvention.NON_EMBEDDING.value,
 ) -> PairGrid:
     """The pair's grid points (every budget both depths ran, failures included; undecided
     until :func:`decide_points`); InputError if a depth has no finished grid trial."""

@@ -29,6 +29,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dwtune.core import vocabulary
+
 if TYPE_CHECKING:
     from dwtune.core.budget import ModelShape
     from dwtune.core.spec import ModelConfig
@@ -38,7 +40,7 @@ INIT_STD = 0.02  # GPT-2 initialisation at the base width
 
 @dataclass(frozen=True)
 class Parametrization:
-    name: str = "sp"
+    name: str = vocabulary.Parametrization.SP.value
     width: int = 1
     depth: int = 1
     head_dim: int = 1
@@ -49,7 +51,7 @@ class Parametrization:
     @property
     def width_mult(self) -> float:
         """m = width / base_width (1 under sp)."""
-        if self.name == "sp":
+        if self.name == vocabulary.Parametrization.SP:
             return 1.0
         assert self.base_width is not None  # ModelConfig requires it for mup and completep
         return self.width / self.base_width
@@ -57,7 +59,7 @@ class Parametrization:
     @property
     def depth_mult(self) -> float:
         """m_L = depth / base_depth (1 unless completep)."""
-        if self.name != "completep":
+        if self.name != vocabulary.Parametrization.COMPLETEP:
             return 1.0
         assert self.base_depth is not None  # ModelConfig requires it for completep
         return self.depth / self.base_depth
@@ -67,7 +69,7 @@ class Parametrization:
 
     def residual_projection_std(self) -> float:
         """Init std of the two matrices that end a residual branch."""
-        if self.name == "completep":
+        if self.name == vocabulary.Parametrization.COMPLETEP:
             return self.hidden_init_std()
         return self.hidden_init_std() / math.sqrt(2 * self.depth)
 
@@ -75,10 +77,14 @@ class Parametrization:
         return 1.0 / self.width_mult
 
     def hidden_weight_decay_scale(self) -> float:
-        return self.width_mult if self.name == "completep" else 1.0
+        return self.width_mult if self.name == vocabulary.Parametrization.COMPLETEP else 1.0
 
     def hidden_eps_scale(self) -> float:
-        return 1.0 / (self.width_mult * self.depth_mult) if self.name == "completep" else 1.0
+        return (
+            1.0 / (self.width_mult * self.depth_mult)
+            if self.name == vocabulary.Parametrization.COMPLETEP
+            else 1.0
+        )
 
     def vector_eps_scale(self) -> float:
         return 1.0 / self.depth_mult
@@ -93,7 +99,7 @@ class Parametrization:
 
     def attention_scale(self) -> float | None:
         """Attention-logit scale: None (SDPA's 1/√K) under sp; √K_base/K otherwise."""
-        if self.name == "sp":
+        if self.name == vocabulary.Parametrization.SP:
             return None
         assert self.base_head_dim is not None  # parametrization_for always sets it
         return math.sqrt(self.base_head_dim) / self.head_dim

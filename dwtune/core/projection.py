@@ -8,7 +8,7 @@ The width there is ``exp(a + b·L)``, equivalently ``sqrt(N / (12·L))``.
 
 Intervals (at ``level``, default 95%) come from the fit's covariance of (a, b), without Monte
 Carlo and without linearising the projection. Their half-width is ``q·se`` with the fit's own
-quantile ``q = max(z, t_dof·sqrt(χ²_red))`` (:func:`dwtune.core.fit.interval_quantile`: the
+quantile ``q = max(z, t_dof·sqrt(χ²_red))`` (:func:`dwtune.core.intervals.interval_quantile`: the
 normal quantile where the transitions scatter as their σ say, a scatter-scaled t where they
 scatter more); below, ``z`` stands for that ``q``.
 
@@ -35,17 +35,34 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from scipy import optimize, special
 
 from dwtune.core.errors import InputError
-from dwtune.core.fit import FitResult, interval_quantile, line_with_se
+from dwtune.core.intervals import interval_quantile, line_with_se
 from dwtune.core.units import parse_size
+from dwtune.core.vocabulary import LEVEL
 
-DEFAULT_LEVEL = 0.95
 # Upper end of the search for the depth interval, in layers; beyond it the end is reported inf.
 MAX_DEPTH = 1e9
+
+
+class FittedLine(Protocol):
+    """What a projection takes from a fit of ``ln dx* = a + b·L``
+    (:class:`dwtune.core.fit.FitResult`); named here so that the projection needs no fit."""
+
+    @property
+    def a(self) -> float: ...
+    @property
+    def b(self) -> float: ...
+    @property
+    def cov(self) -> tuple[tuple[float, float], tuple[float, float]]: ...
+    @property
+    def chi2_red(self) -> float: ...
+    @property
+    def dof(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -62,7 +79,7 @@ class DepthWidthLaw:
     dof: int = 0
 
     @classmethod
-    def from_fit(cls, fit: FitResult, name: str = "study", source: str = "") -> DepthWidthLaw:
+    def from_fit(cls, fit: FittedLine, name: str = "study", source: str = "") -> DepthWidthLaw:
         return cls(name, fit.a, fit.b, fit.cov, source, fit.chi2_red, fit.dof)
 
     @property
@@ -72,6 +89,13 @@ class DepthWidthLaw:
     def quantile(self, level: float) -> float:
         """Half-width of a ``level`` interval in standard errors (the fit's rule)."""
         return interval_quantile(level, self.chi2_red, self.dof)
+
+
+def no_projection_reason(fit: FittedLine) -> str:
+    """Why a fit gives no projection ("" when it does): the slope must be positive."""
+    if fit.b > 0:
+        return ""
+    return f"fitted slope b = {fit.b:.3g} is not positive: no optimal depth to project"
 
 
 # Levine et al. 2020 (arXiv 2006.12467), published constants, natural log; no covariance given.
@@ -162,9 +186,7 @@ def _log_n_and_se(law: DepthWidthLaw, depth: float | np.ndarray) -> tuple[np.nda
     return np.log(12.0 * np.asarray(depth, dtype=float)) + 2.0 * line, 2.0 * se
 
 
-def project_depth(
-    law: DepthWidthLaw, depth: float, level: float = DEFAULT_LEVEL
-) -> DepthProjection:
+def project_depth(law: DepthWidthLaw, depth: float, level: float = LEVEL) -> DepthProjection:
     """Transition size and width at ``depth``, with exact intervals (see module doc)."""
     if not (math.isfinite(depth) and depth > 0):
         raise InputError(f"--depth: got {depth!r}; expected a positive number of layers")
@@ -237,9 +259,7 @@ def _depth_interval(
     return lower, optimize.brentq(lambda d: float(upper_edge(d)), best, far)
 
 
-def project_budget(
-    law: DepthWidthLaw, budget: float, level: float = DEFAULT_LEVEL
-) -> BudgetProjection:
+def project_budget(law: DepthWidthLaw, budget: float, level: float = LEVEL) -> BudgetProjection:
     """Optimal depth and width for ``budget``, with intervals (see module doc)."""
     if not (math.isfinite(budget) and budget > 0):
         raise InputError(f"budget: got {budget!r}; expected a positive number of parameters")

@@ -19,7 +19,7 @@ from typing import Any
 from dwtune.core import vocabulary
 from dwtune.core.budget import GridCell, ModelShape
 from dwtune.core.spec import DataConfig, ExperimentSpec, TrainConfig
-from dwtune.core.vocabulary import Stage
+from dwtune.core.vocabulary import Parametrization, Stage, Trainer
 
 IDENTITY_VERSION = 1  # bump when the trainer changes what a given identity produces
 # Layout of a trial record's JSON (trials/<id>.json): bump when a field changes meaning or is
@@ -58,7 +58,7 @@ def trial_identity(
         payload["lr_search"] = True
     if spec.model.identity():
         payload["model"] = spec.model.identity()
-    if spec.trainer == "simulated":
+    if spec.trainer == Trainer.SIMULATED:
         payload["simulated"] = spec.simulated.identity()
         # the simulated surface of a depth depends on the pairs it belongs to
         payload["planted_chain"] = list(planted_chain(spec.refine.pairs, shape.depth))
@@ -152,7 +152,7 @@ class TrialRequest:
     def name(self) -> str:
         """Human-readable trial name used in TensorBoard and logs."""
         base = f"L{self.shape.depth}_w{self.shape.width}_s{self.seed}"
-        if self.stage == vocabulary.STAGE_LR_SEARCH:
+        if self.stage == Stage.LR_SEARCH:
             base += f"_lr{self.lr:.2e}"
         if self.length_factor is not None:
             base += f"_x{self.length_factor:g}"
@@ -218,7 +218,7 @@ class TrialRecord:
     val_loss_se: float = float("nan")  # standard error of the final val/loss over eval batches
     lr: float = float("nan")  # peak learning rate the trial trained with
     lr_source: str = vocabulary.LR_SOURCE_SPEC
-    parametrization: str = "sp"
+    parametrization: str = Parametrization.SP.value
     head_dim: int = 0
     compare: str = "params"
     tokens_per_param: float = float("nan")
@@ -286,8 +286,8 @@ def record_from_result(
         mfu=float(last.get(vocabulary.MFU, float("nan"))),
         node=node,
         error=error,
-        simulated=spec.trainer == "simulated",
-        surface=spec.simulated.surface if spec.trainer == "simulated" else "",
+        simulated=spec.trainer == Trainer.SIMULATED,
+        surface=spec.simulated.surface if spec.trainer == Trainer.SIMULATED else "",
         val_loss_se=float(last.get(vocabulary.VAL_LOSS_SE, float("nan"))),
         lr=float(spec.train.lr if request.lr is None else request.lr),
         lr_source=request.lr_source,

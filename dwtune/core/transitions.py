@@ -51,7 +51,7 @@ from dwtune.core.decision import SignRule
 from dwtune.core.noise import NoisePrior
 from dwtune.core.pair_points import Decision, PairPoint, mark_unstable
 from dwtune.core.spec import RefineConfig
-from dwtune.core.vocabulary import StepKind
+from dwtune.core.vocabulary import REVERIFY, SizeConvention, StepKind
 
 # Paired seeds a point needs before its sign counts (capped at refine.max_seeds): one
 # training cannot tell a loss spike from a sign, and one spike decided at one seed was the main
@@ -195,6 +195,11 @@ class Step:
     reason: str = ""  # for done: why the pair stopped
     seeds: int = 0  # for verify: seeds the point should have (re-verification)
 
+    @property
+    def reverifies(self) -> bool:
+        """A verify step that re-tests a point which closes a bracket (its reason REVERIFY)."""
+        return self.kind == StepKind.VERIFY and self.reason == REVERIFY
+
 
 def reverify_seeds(point: PairPoint, max_seeds: int) -> int:
     """Seeds of a decisive point's re-test: twice what it has, at most ``max_seeds``."""
@@ -206,7 +211,7 @@ def close(outcome: Outcome, refine: RefineConfig, reason: str) -> Step:
     for point in outcome.decisive:
         if not point.verified and max(point.n, point.requested) < refine.max_seeds:
             seeds = reverify_seeds(point, refine.max_seeds)
-            return Step(StepKind.VERIFY, outcome, point=point, seeds=seeds, reason="re-verify")
+            return Step(StepKind.VERIFY, outcome, point=point, seeds=seeds, reason=REVERIFY)
     return Step(StepKind.DONE, outcome, reason=reason)
 
 
@@ -340,7 +345,7 @@ class Transition:
 def width_at(points: Sequence[PairPoint], log_n: float, depth: int, convention: str) -> float:
     """Width of ``depth`` at size ``exp(log_n)``: the paper's sqrt(N/(12·L)), or under the total
     convention the deeper widths of the points interpolated in ln N."""
-    if convention != "total":
+    if convention != SizeConvention.TOTAL:
         return math.sqrt(math.exp(log_n) / (12.0 * depth))
     x = [p.log_n for p in points]
     return math.exp(float(np.interp(log_n, x, [math.log(p.width_deep) for p in points])))
@@ -434,7 +439,7 @@ def make_transition(
     rounds: int,
     simulated: bool,
     reason: str = "",
-    convention: str = "non_embedding",
+    convention: str = SizeConvention.NON_EMBEDDING.value,
 ) -> Transition:
     """The pair's transition: status, N* and its intervals from every point by the one rule
     (module doc); a pair that is not bracketed keeps the bounds its decided signs give."""

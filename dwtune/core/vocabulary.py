@@ -1,4 +1,4 @@
-"""The one vocabulary: metric names, statuses, stages, step kinds and file names.
+"""The one vocabulary: metric names, statuses, stages, step kinds, settings and file names.
 
 Every producer (torch trainer, simulated backend) reports these keys; every consumer (Ray Tune,
 bisection, Parquet, TensorBoard, report) reads them. Never spell one of these names anywhere
@@ -75,6 +75,55 @@ class StepKind(StrEnum):
     DONE = "done"
 
 
+# The reason of a verify step that checks a point which closes a bracket again, with twice its
+# seeds: the refine stage marks the point it trains as re-verified.
+REVERIFY = "re-verify"
+
+
+class Trainer(StrEnum):
+    """What trains a shape (the spec's ``trainer``)."""
+
+    TORCH = "torch"
+    SIMULATED = "simulated"  # a planted loss surface (dwtune.backends.simulated)
+
+
+class SizeConvention(StrEnum):
+    """How a model's size N is counted (``model.size_convention``)."""
+
+    NON_EMBEDDING = "non_embedding"  # 12·L·dx², the paper's
+    TOTAL = "total"  # the exact count, embeddings included
+
+
+class Parametrization(StrEnum):
+    """How rates and initialisation scale with width and depth (``model.parametrization``)."""
+
+    SP = "sp"  # standard
+    MUP = "mup"  # μP for Adam
+    COMPLETEP = "completep"  # μP plus residual branches ×base_depth/L
+
+
+class FitStatus(StrEnum):
+    """What fit.json holds (its ``status``)."""
+
+    FITTED = "fitted"  # a law, its errors and intervals
+    INSUFFICIENT = "insufficient"  # what was found instead, and why no law
+
+
+# The label every output of the simulated trainer carries, so no one mistakes it for a
+# measurement: banners, figure titles and watermarks, TensorBoard runs.
+SIMULATED_LABEL = "SIMULATED"
+SIMULATED_BANNER = f"{SIMULATED_LABEL} DATA: a planted loss surface, not a measurement of any model"
+SIMULATED_LAW_BANNER = f"{SIMULATED_LABEL} data: a planted law, not a measurement"
+SIMULATED_TITLE = SIMULATED_LABEL + " DATA  ·  {}"  # a figure's title, formatted with it
+# The flag every table of results, fit.json and the JSON outputs carry: True on simulated data.
+SIMULATED_COLUMN = "simulated"
+
+
+# The level of every interval dwtune reports (fit, projection, bootstrap, report, analyze) unless
+# a command's --level asks for another.
+LEVEL = 0.95
+
+
 # The trial statuses as plain strings, for what trainers put in their metric dicts: those end
 # up in checkpoints, and torch.load(weights_only=True) refuses any class it does not know,
 # an enum included.
@@ -106,11 +155,6 @@ CURVE_SCALARS = (
 )
 
 
-# Stages a trial is trained for (trials.parquet ``stage``).
-STAGE_GRID = Stage.GRID
-STAGE_REFINE = Stage.REFINE
-STAGE_LR_SEARCH = Stage.LR_SEARCH
-STAGE_LENGTH_CHECK = Stage.LENGTH_CHECK
 STAGES = tuple(Stage)
 # Stages whose trials train another length than the spec's: never a grid or refine point.
 OTHER_LENGTH_STAGES = (Stage.LR_SEARCH, Stage.LENGTH_CHECK)
@@ -134,8 +178,24 @@ TB_DIR = "tb"
 TB_FIT_DIR = "fit"  # under TB_DIR: the fit's scalars
 TRIAL_RECORDS_DIR = "trials"  # one JSON record per trial
 REFINE_DIR = "refine"  # one Optuna journal per pair
+LR_SEARCH_DIR = "lr_search"  # one Optuna journal per searched cell
+RAY_DIR = "ray"  # one folder per Ray Tune run
 JOURNAL_SUFFIX = ".journal"
 SPEC_FILE = "spec.yaml"
+
+
+class Figure(StrEnum):
+    """The report's figures (under FIGURES_DIR) and `dwtune analyze --report`'s."""
+
+    LOSS_VS_SIZE = "1_loss_vs_size.png"
+    DELTA_PER_PAIR = "2_delta_per_pair.png"
+    FIT = "3_fit_width_vs_depth.png"
+    PROJECTION = "4_projection.png"
+    LOSS_CURVES = "5_loss_curves.png"
+    LAW_CHECKS = "6_law_checks.png"
+    BEST_LR = "6_best_lr_vs_width.png"
+    ANALYSIS_DELTAS = "analysis_deltas.png"
+
 
 # Where a pair's paired-Δ noise came from (transitions.parquet `noise_source`).
 NOISE_MEASURED = "measured"  # the seeds gave degrees of freedom (the prior's pseudo-obs. too)

@@ -36,7 +36,10 @@ from dwtune.core.vocabulary import (
     CURVES_FILE,
     FIGURES_DIR,
     FIT_FILE,
+    LENGTH_CHECK_FILE,
+    PAIR_DELTAS_FILE,
     PROJECTIONS_FILE,
+    RAY_DIR,
     REFINE_DIR,
     REPORT_FILE,
     SPEC_FILE,
@@ -63,7 +66,7 @@ WRITE_ERRNOS = {
 
 # Subfolders a study writes in, checked before it starts (a read-only one would otherwise fail
 # after training, as the first result is written there).
-WRITTEN_FOLDERS = (TRIAL_RECORDS_DIR, TB_DIR, REFINE_DIR, FIGURES_DIR, "ray")
+WRITTEN_FOLDERS = (TRIAL_RECORDS_DIR, TB_DIR, REFINE_DIR, FIGURES_DIR, RAY_DIR)
 LOCK_FILE = ".driver.lock"
 # Everything dwtune reads or writes directly in an experiment folder. A symlink among them that
 # leaves the folder would make a run write its results elsewhere, or an export replace the
@@ -75,6 +78,8 @@ LAYOUT = (
     TRIALS_FILE,
     CURVES_FILE,
     TRANSITIONS_FILE,
+    PAIR_DELTAS_FILE,
+    LENGTH_CHECK_FILE,
     FIT_FILE,
     PROJECTIONS_FILE,
     REPORT_FILE,

@@ -14,6 +14,7 @@ import tempfile
 
 from dwtune.core.records import TrialRequest, grid_requests
 from dwtune.core.spec import ExperimentSpec, TrainConfig
+from dwtune.core.vocabulary import Trainer
 from dwtune.storage.store import ExperimentStore
 
 
@@ -21,14 +22,15 @@ def simulated_twin(spec: ExperimentSpec) -> ExperimentSpec:
     """The spec on the simulated backend, two evaluations per training (the loss surface
     does not depend on the training length)."""
     train = TrainConfig(steps=2, batch_size=spec.train.batch_size, eval_every=1, warmup_steps=0)
-    return dataclasses.replace(spec, trainer="simulated", train=train)
+    return dataclasses.replace(spec, trainer=Trainer.SIMULATED.value, train=train)
 
 
 def refine_rounds(spec: ExperimentSpec) -> list[list[TrialRequest]]:
     """The refine stage's new trainings per round (grid trainings excluded)."""
     if not spec.refine.pairs:
         return []
-    from dwtune.study.refine import InProcessRunner, run_refine
+    from dwtune.study.refine import run_refine
+    from dwtune.study.runners.local import LocalRunner
 
     twin = simulated_twin(spec)
     grid_ids = {r.trial_id for r in grid_requests(twin)}
@@ -36,7 +38,7 @@ def refine_rounds(spec: ExperimentSpec) -> list[list[TrialRequest]]:
     with tempfile.TemporaryDirectory(prefix="dwtune-estimate-") as scratch:
         store = ExperimentStore.for_spec(scratch, twin)
         store.initialise(twin)
-        runner = InProcessRunner(twin, store)
+        runner = LocalRunner(twin, store)
         runner.run(grid_requests(twin))
 
         def recording(requests: list[TrialRequest]):

@@ -1,8 +1,12 @@
 """The pipeline's fit stage: fit ``ln dx* = a + b·L`` through the bracketed transitions,
-project the optimal depth and width, and write ``fit.json`` and ``projections.parquet`` once.
+project the optimal depth and width, check the law, and write ``fit.json`` and
+``projections.parquet`` once.
 
-The report (:mod:`dwtune.outputs.report`) and the library's results read these files back;
-nothing else fits.
+It reads and writes the experiment folder through the store alone
+(:class:`~dwtune.storage.experiment.ExperimentReader` and ``ExperimentWriter``) and computes
+with :mod:`dwtune.core.fit` and :mod:`dwtune.core.projection`. The report
+(:mod:`dwtune.outputs.report`) and the library's results read these files back; nothing else
+fits.
 """
 
 from __future__ import annotations
@@ -15,30 +19,20 @@ import numpy as np
 import pandas as pd
 
 from dwtune.core.errors import InputError
-from dwtune.core.projection import LEVINE2020, DepthWidthLaw, project_budget, project_depth
-from dwtune.core.vocabulary import FIT_FILE, PROJECTIONS_FILE, TRANSITIONS_FILE
-from dwtune.outputs import law_checks
-from dwtune.outputs.fit_files import (
-    FitInput,
-    fit_to_dict,
-    metadata_json,
-    no_fit_dict,
+from dwtune.core.fit.checks import law_checks
+from dwtune.core.projection import (
+    LEVINE2020,
+    DepthWidthLaw,
     no_projection_reason,
-    points_from_transitions,
-    projection_row,
-    write_json_atomic,
-    write_projections,
+    project_budget,
+    project_depth,
 )
-from dwtune.outputs.report.load import (
-    CURVE_MAX,
-    CURVE_STEPS_PER_DECADE,
-    LEVEL,
-    FitOutcome,
-    Study,
-    load_study,
-    study_depths,
-    table_budgets,
-)
+from dwtune.core.vocabulary import LEVEL, TRANSITIONS_FILE
+from dwtune.storage.experiment import Experiment, ExperimentReader, ExperimentWriter
+from dwtune.storage.fit_json import FitOutcome, fit_to_dict, metadata_json, no_fit_dict
+from dwtune.storage.fit_points import FitInput
+from dwtune.storage.schemas import CURVE_MAX, CURVE_STEPS_PER_DECADE
+from dwtune.storage.tables import projection_row
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,11 +41,11 @@ class FitFiles:
     projections: Path
 
 
-def fit_study(study: Study) -> FitOutcome:
+def fit_experiment(experiment: Experiment) -> FitOutcome:
     """The fit over bracketed transitions, or the plain reason there is none."""
-    if study.transitions is None:
+    points = experiment.fit_points()
+    if points is None:
         return FitOutcome(None, None, None, f"no {TRANSITIONS_FILE} yet")
-    points = points_from_transitions(study.transitions, study.exp_dir / TRANSITIONS_FILE)
     try:
         fit = points.fit()
     except InputError as exc:
@@ -61,54 +55,63 @@ def fit_study(study: Study) -> FitOutcome:
     return FitOutcome(points, fit, DepthWidthLaw.from_fit(fit, source=points.source), "")
 
 
-def curve_budgets(study: Study) -> np.ndarray:
+def curve_budgets(experiment: Experiment) -> np.ndarray:
     """Budgets for figure 4: from the study's smallest size (or 1e6) to 1e13, log-spaced."""
-    sizes = study.completed["params_non_embedding"].astype(float)
+    sizes = experiment.completed["params_non_embedding"].astype(float)
     low = min(1e6, float(sizes.min())) if not sizes.empty else 1e6
     start = math.floor(math.log10(low))
     exponents = np.arange(start, math.log10(CURVE_MAX) + 1e-9, 1.0 / CURVE_STEPS_PER_DECADE)
     return 10.0**exponents
 
 
-def projection_rows(study: Study, outcome: FitOutcome, budgets: list[float]) -> pd.DataFrame:
+def projection_rows(
+    experiment: Experiment, outcome: FitOutcome, budgets: list[float]
+) -> pd.DataFrame:
     """projections.parquet's rows: every law x (curve and table budgets, depths)."""
-    laws = [(outcome.law, study.simulated)] if outcome.law is not None else []
+    laws = [(outcome.law, experiment.simulated)] if outcome.law is not None else []
     laws.append((LEVINE2020, False))
-    grid = sorted(set(curve_budgets(study).tolist()) | set(budgets))
+    grid = sorted(set(curve_budgets(experiment).tolist()) | set(budgets))
     rows = []
     for law, simulated in laws:
         rows += [projection_row(project_budget(law, n, LEVEL), simulated) for n in grid]
-        depths = study_depths(outcome)
+        depths = outcome.depths()
         rows += [projection_row(project_depth(law, d, LEVEL), simulated) for d in depths]
     return pd.DataFrame(rows)
 
 
-def fit_record(study: Study, outcome: FitOutcome, meta: dict) -> dict:
+def fit_record(experiment: Experiment, outcome: FitOutcome, meta: dict) -> dict:
     """fit.json's content: the fit, or what was found instead; plus the file metadata."""
-    source = str(study.exp_dir / TRANSITIONS_FILE)
+    source = str(experiment.root / TRANSITIONS_FILE)
+    simulated = experiment.simulated
     if outcome.fit is not None:
         seeds = outcome.points.seeds if outcome.points is not None else ()
-        record = fit_to_dict(outcome.fit, LEVEL, study.simulated, source, seeds)
+        record = fit_to_dict(outcome.fit, LEVEL, simulated, source, seeds)
     else:
-        empty = FitInput((), (), (), (), (), study.simulated, source)
+        empty = FitInput((), (), (), (), (), simulated, source)
         record = no_fit_dict(outcome.points or empty, outcome.reason)
     return record | {"metadata": meta}
 
 
+def checks_record(reader: ExperimentReader, outcome: FitOutcome, budgets) -> dict | None:
+    """Law forms, leave-one-pair-out and the study bootstrap of a fitted study (None without
+    a fit or without per-pair observations): computed once, here, with the fit."""
+    observations = outcome.points.observations if outcome.points is not None else ()
+    if outcome.fit is None or not observations:
+        return None
+    pairs, missing = reader.pair_deltas()
+    return law_checks(observations, pairs, budgets, missing=missing)
+
+
 def write_fit(exp_dir: str | Path) -> FitFiles:
     """Fit the experiment's transitions and write fit.json and projections.parquet."""
-    study = load_study(exp_dir)
-    budgets, _ = table_budgets(study)  # the report notes a bad fit.budgets
-    outcome = fit_study(study)
-    rows = projection_rows(study, outcome, budgets)
-    record = fit_record(study, outcome, metadata_json(study.spec))
-    # Law forms, leave-one-pair-out and the study bootstrap: computed once, here, with the fit.
-    observations = outcome.points.observations if outcome.points is not None else ()
-    checks = law_checks.for_report(study.exp_dir, observations, outcome.fit is not None, budgets)
+    reader = ExperimentReader(exp_dir)
+    experiment = reader.read()
+    budgets, _ = experiment.fit_budgets()  # the report notes a bad fit.budgets
+    outcome = fit_experiment(experiment)
+    rows = projection_rows(experiment, outcome, budgets)
+    record = fit_record(experiment, outcome, metadata_json(experiment.spec))
+    checks = checks_record(reader, outcome, budgets)
     if checks is not None:
-        record["law_checks"] = checks.record
-    fit_json = write_json_atomic(study.exp_dir / FIT_FILE, record)
-    projections = write_projections(
-        study.exp_dir / PROJECTIONS_FILE, rows.to_dict("records"), study.spec
-    )
-    return FitFiles(fit_json, projections)
+        record["law_checks"] = checks
+    writer = ExperimentWriter(reader.store, experiment.spec)
+    return FitFiles(writer.fit(record), writer.projections(rows.to_dict("records")))

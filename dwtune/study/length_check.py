@@ -12,9 +12,7 @@ every one of them), both depths at each point, all pairs and factors in one batc
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-
-import pyarrow as pa
+from dataclasses import dataclass
 
 from dwtune.core import crossing, pair_points
 from dwtune.core.length_check import LengthShift, check_points, describe, length_shift
@@ -22,9 +20,8 @@ from dwtune.core.pair_points import PairPoint
 from dwtune.core.records import TrialRecord, TrialRequest, make_request
 from dwtune.core.spec import ExperimentSpec
 from dwtune.core.transitions import Transition, noise_prior, sign_rule
-from dwtune.core.vocabulary import LENGTH_CHECK_FILE, LR_SOURCE_SPEC, Stage, TransitionStatus
-from dwtune.outputs.schemas import LENGTH_CHECK_SCHEMA
-from dwtune.storage.provenance import write_parquet_atomic
+from dwtune.core.vocabulary import LR_SOURCE_SPEC, Stage, TransitionStatus
+from dwtune.storage.experiment import ExperimentWriter
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.refine import PairRefiner, RefineStage, decided_points
 from dwtune.study.runners.base import reusable_record
@@ -145,14 +142,5 @@ def run_length_check(
     rows = [evaluate(spec, check, records) for check in checks]
     for row in rows:
         say(describe(row))
-    write_length_check(rows, store.root / LENGTH_CHECK_FILE, spec)
+    ExperimentWriter(store, spec.to_dict()).length_check(rows)
     return rows
-
-
-def length_check_table(rows: Sequence[LengthShift]) -> pa.Table:
-    records = [{"pair": row.pair, **asdict(row)} for row in rows]
-    return pa.Table.from_pylist(records, schema=LENGTH_CHECK_SCHEMA)
-
-
-def write_length_check(rows: Sequence[LengthShift], path, spec: ExperimentSpec):
-    return write_parquet_atomic(length_check_table(rows), path, spec.to_dict())

@@ -45,7 +45,6 @@ RunSearch = Callable[[list[TrialRequest]], list[TrialRecord]]
 CellKey = tuple[int, int]  # (depth, width)
 Rate = tuple[float, str]  # (learning rate, vocabulary.LR_SOURCES value)
 
-SEARCH_DIR = "lr_search"
 LR_PARAM = "lr"
 STUDY_NAME = "lr_search"
 
@@ -55,7 +54,7 @@ def cell_key(cell: GridCell) -> CellKey:
 
 
 def study_path(store: ExperimentStore, key: CellKey) -> Path:
-    return store.root / SEARCH_DIR / f"L{key[0]}_w{key[1]}.journal"
+    return store.root / vocabulary.LR_SEARCH_DIR / f"L{key[0]}_w{key[1]}{vocabulary.JOURNAL_SUFFIX}"
 
 
 def _open_study(path: Path, seed: int, startup: int) -> optuna.Study:
@@ -90,7 +89,7 @@ class CellSearch:
             self.spec,
             self.cell,
             self.spec.space.seeds[0],
-            vocabulary.STAGE_LR_SEARCH,
+            vocabulary.Stage.LR_SEARCH,
             lr=trial.params[LR_PARAM],
             lr_source=vocabulary.LR_SOURCE_PROPOSED,
             search_steps=self.steps,

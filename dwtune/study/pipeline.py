@@ -16,7 +16,6 @@ something is left to train).
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,13 +29,12 @@ from dwtune.core.transitions import Transition
 from dwtune.core.units import parse_size
 from dwtune.core.vocabulary import (
     CURVES_FILE,
-    FIT_FILE,
+    LEVEL,
     REPORT_FILE,
     TRANSITIONS_FILE,
     TRIALS_FILE,
 )
-from dwtune.outputs.fit_files import law_from_json
-from dwtune.outputs.tables import export_experiment
+from dwtune.storage.experiment import ExperimentReader, export_experiment
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.fit_stage import write_fit
 from dwtune.study.progress import StudyProgress
@@ -44,20 +42,20 @@ from dwtune.study.runners.base import reusable_records
 from dwtune.study.runners.cluster_address import check_address
 
 DEFAULT_STORAGE = "experiments"
-LEVEL = 0.95  # of the projection intervals
 
 
 class StudyResults:
-    """What an experiment directory holds, handed out as DataFrames and dicts (read on access)."""
+    """What an experiment directory holds, handed out as DataFrames and dicts (read on access,
+    through the store's reader)."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
+        self._reader = ExperimentReader(root)
 
     def _table(self, name: str) -> pd.DataFrame:
-        path = self.root / name
-        if not path.is_file():
-            raise InputError(f"{path}: no such file; run the study (`Study.run`) first")
-        return pd.read_parquet(path)
+        if not self._reader.has(name):
+            raise InputError(f"{self.root / name}: no such file; run the study (`Study.run`) first")
+        return self._reader.table(name)
 
     @property
     def trials(self) -> pd.DataFrame:
@@ -73,8 +71,8 @@ class StudyResults:
 
     @property
     def fit(self) -> dict:
-        """fit.json: ``status`` 'fitted' with a, b, their errors and intervals, or the reason."""
-        return json.loads((self.root / FIT_FILE).read_text())
+        """fit.json: a, b, their errors and intervals (status FitStatus.FITTED), or the reason."""
+        return self._reader.fit_record()
 
     @property
     def report(self) -> Path:
@@ -82,7 +80,7 @@ class StudyResults:
 
     def project(self, budget: float | str, level: float = LEVEL) -> BudgetProjection:
         """Optimal depth and width at ``budget`` (parameters, or a size such as '175B')."""
-        law, _ = law_from_json(self.root / FIT_FILE)
+        law, _ = self._reader.law()
         return project_budget(law, parse_size(budget, field="budget"), level)
 
 

@@ -31,10 +31,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Generator, Sequence
-from pathlib import Path
 
 import optuna
-import pyarrow as pa
 from optuna.trial import TrialState
 
 from dwtune.core import pair_points, transitions, vocabulary
@@ -45,14 +43,13 @@ from dwtune.core.records import TrialRecord, TrialRequest, grid_requests, make_r
 from dwtune.core.spec import ExperimentSpec, RefineConfig
 from dwtune.core.transitions import Step, Transition
 from dwtune.core.vocabulary import (
-    TRANSITIONS_FILE,
+    SizeConvention,
     Stage,
     StepKind,
+    Trainer,
     TransitionStatus,
 )
-from dwtune.outputs.pair_deltas import write_pair_deltas
-from dwtune.outputs.schemas import TRANSITION_SCHEMA
-from dwtune.storage.provenance import write_parquet_atomic
+from dwtune.storage.experiment import ExperimentWriter
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.journal import (
     POINT_ATTR,
@@ -171,7 +168,7 @@ class PairRefiner:
                 raise RuntimeError(f"sampler proposed {log_n}, expected {step.log_n}")
             trial.set_user_attr(KIND_ATTR, str(step.kind))
         start = max(self.refine.seeds, step.seeds, step.point.requested if step.point else 0)
-        verified = step.reason == "re-verify"
+        verified = step.reverifies
         point = yield from self._evaluate(self._snap(log_n), step.kind, start, verified)
         trial.set_user_attr(POINT_ATTR, point.to_dict())
         # Optuna fails a trial told NaN; a point whose trainings all failed is still a result.
@@ -198,7 +195,7 @@ class PairRefiner:
     def _evaluate(self, budget: float, kind: str, start: int, verified: bool = False) -> Rounds:
         """Train both depths at ``budget`` with paired seeds until Δ's sign is decided."""
         cells = (self.spec.cell(self.pair[1], budget), self.spec.cell(self.pair[0], budget))
-        total = self.spec.model.size_convention == "total"
+        total = self.spec.model.size_convention == SizeConvention.TOTAL
         size = cells[0].params_total if total else cells[0].params_non_embedding
         sizes = (math.log(size), cells[0].shape.width, cells[1].shape.width)
         records: dict[int, tuple[TrialRecord, TrialRecord]] = {}
@@ -282,7 +279,7 @@ class PairRefiner:
             self.refine,
             trials=self._new_trainings(),
             rounds=bisection_rounds(self.study),
-            simulated=self.spec.trainer == "simulated",
+            simulated=self.spec.trainer == Trainer.SIMULATED,
             reason=step.reason,
             convention=self.spec.model.size_convention,
         )
@@ -380,13 +377,10 @@ class RefineStage:
                 mine, records = records[: len(requests)], records[len(requests) :]
                 _advance(index, rounds, mine, waiting, done)
         transitions = [done[index] for index in range(len(self.refiners))]
-        write_transitions(transitions, self.store.root / TRANSITIONS_FILE, self.spec)
-        write_pair_deltas(
-            [r.pair_points() for r in self.refiners],
-            self.store.root / vocabulary.PAIR_DELTAS_FILE,
-            self.spec.to_dict(),
-            self.spec.trainer == "simulated",
-        )
+        writer = ExperimentWriter(self.store, self.spec.to_dict())
+        writer.transitions(transitions)
+        pairs = [r.pair_points() for r in self.refiners]
+        writer.pair_deltas(pairs, self.spec.trainer == Trainer.SIMULATED)
         return transitions
 
 
@@ -429,20 +423,3 @@ def _say(progress) -> Progress:
     if progress is None:
         return lambda _line: None
     return getattr(progress, "note", progress)
-
-
-def transitions_table(transitions: Sequence[Transition]) -> pa.Table:
-    names = TRANSITION_SCHEMA.names
-    rows = [
-        {name: t.pair if name == "pair" else getattr(t, name) for name in names}
-        for t in transitions
-    ]
-    return pa.Table.from_pylist(rows, schema=TRANSITION_SCHEMA)
-
-
-def write_transitions(transitions: Sequence[Transition], path: Path, spec: ExperimentSpec) -> Path:
-    return write_parquet_atomic(transitions_table(transitions), path, spec.to_dict())
-
-
-# The in-process runner moved to dwtune.study.runners.local; the old name keeps working.
-InProcessRunner = LocalRunner

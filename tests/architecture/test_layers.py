@@ -38,8 +38,14 @@ def _copy_of_the_package(tmp_path: Path) -> Path:
     [
         ("core/fit/wls.py", "import torch", "The pure core imports none of"),
         ("core/budget.py", "import dwtune.study.refine", "Layers:"),
-        ("outputs/tables.py", "import ray", "Only the Ray runner imports ray"),
+        ("outputs/tensorboard.py", "import ray", "Only the Ray runner imports ray"),
         ("study/progress.py", "import torch", "Only the PyTorch backend imports torch"),
+        ("outputs/analysis_text.py", "import dwtune.backends.trial", "Outputs (renderers) and"),
+        ("storage/tables.py", "import optuna", "Only the study layer imports optuna"),
+        ("storage/tables.py", "import matplotlib", "Only the renderers (outputs) import"),
+        ("outputs/analysis_text.py", "import pyarrow", "Only storage and the corpus reader"),
+        ("commands/report.py", "import dwtune.commands.export", "Commands import no other command"),
+        ("core/budget.py", "import dwtune.core.fit", "Core: consumers"),
     ],
 )
 def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract):

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from dwtune import cli
-from dwtune.backends.pytorch.data import (
+from dwtune.backends.data import (
     eval_batches,
     prepare,
     prepare_corpus,

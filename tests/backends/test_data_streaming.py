@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from dwtune.backends.pytorch.data import cache, prepare, sources
-from dwtune.backends.pytorch.data.prepare import prepare_corpus
-from dwtune.backends.pytorch.data.sources import iter_chunks, stripped
-from dwtune.backends.pytorch.data.tokenize import token_dtype
+from dwtune.backends.data import cache, prepare, sources
+from dwtune.backends.data.prepare import prepare_corpus
+from dwtune.backends.data.sources import iter_chunks, stripped
+from dwtune.backends.data.tokenize import token_dtype
 from dwtune.core.errors import InputError
 from dwtune.core.spec import DataConfig
 

@@ -34,7 +34,7 @@ from dwtune.core.errors import InputError
 from dwtune.core.records import grid_requests, trial_identity
 from dwtune.core.spec import SimulatedConfig, load_spec, spec_from_dict
 from dwtune.core.spec.sections import SIMULATED_SURFACES
-from dwtune.outputs.tables import trials_table
+from dwtune.storage.tables import trials_table
 
 SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
 PAIRS = ((6, 12), (12, 18), (18, 24))

@@ -16,10 +16,11 @@ from dwtune.cli import main
 from dwtune.core.analysis import analyse_pair, select_checkpoints, size_groups
 from dwtune.core.records import grid_requests
 from dwtune.core.spec import spec_from_dict
-from dwtune.outputs.runs_table import table_from_frame
-from dwtune.outputs.tables import export_experiment
+from dwtune.storage.experiment import export_experiment
+from dwtune.storage.runs import table_from_frame
 from dwtune.storage.store import ExperimentStore
 from dwtune.study import refine as refine_stage
+from dwtune.study.runners.local import LocalRunner
 from tests.helpers.analysis_tables import (
     TOKENS,
     WANDB_COLUMNS,
@@ -206,7 +207,7 @@ def study_dir(tmp_path_factory) -> Path:
     spec = spec_from_dict(STUDY)
     store = ExperimentStore.for_spec(tmp_path_factory.mktemp("study"), spec)
     store.initialise(spec)
-    runner = refine_stage.InProcessRunner(spec, store)
+    runner = LocalRunner(spec, store)
     runner.run(grid_requests(spec))
     refine_stage.run_refine(spec, store, runner.run)
     export_experiment(store)

@@ -13,7 +13,8 @@ from dwtune.core.records import grid_requests
 from dwtune.core.spec import spec_from_dict
 from dwtune.core.vocabulary import TRANSITIONS_FILE
 from dwtune.storage.store import ExperimentStore
-from dwtune.study.refine import InProcessRunner, refine_in_process, study_path
+from dwtune.study.refine import refine_in_process, study_path
+from dwtune.study.runners.local import LocalRunner
 
 RAW = {
     "name": "refine_cli",
@@ -38,7 +39,7 @@ def experiment(tmp_path, trained_depths=(6, 12, 18), **sections):
     store = ExperimentStore.for_spec(tmp_path, spec)
     store.initialise(spec)
     requests = [r for r in grid_requests(spec) if r.shape.depth in trained_depths]
-    InProcessRunner(spec, store).run(requests)
+    LocalRunner(spec, store).run(requests)
     return store
 
 

@@ -14,7 +14,8 @@ from dwtune.cli import main
 from dwtune.core.records import grid_requests
 from dwtune.core.spec import spec_from_dict
 from dwtune.storage.store import ExperimentStore
-from dwtune.study.refine import InProcessRunner, run_refine
+from dwtune.study.refine import run_refine
+from dwtune.study.runners.local import LocalRunner
 
 BASE = {
     "name": "hostile",
@@ -39,7 +40,7 @@ def build_experiment(root: Path) -> Path:
     spec = spec_from_dict(base_raw())
     store = ExperimentStore.for_spec(root / "experiments", spec)
     store.initialise(spec)
-    runner = InProcessRunner(spec, store)
+    runner = LocalRunner(spec, store)
     runner.run(grid_requests(spec))
     run_refine(spec, store, runner.run)
     assert main(["export", str(store.root)]) == 0

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from dwtune.backends.pytorch.data import cache
+from dwtune.backends.data import cache
 from dwtune.cli import main
 
 pytestmark = [pytest.mark.hostile, pytest.mark.slow]

@@ -18,8 +18,9 @@ from matplotlib import image
 from dwtune.core.errors import InputError
 from dwtune.core.fit import chi2_tail, residual_z
 from dwtune.core.projection import LEVINE2020, project_budget
-from dwtune.outputs.fit_files import PROJECTION_SCHEMA, law_from_json
 from dwtune.outputs.report import ReportFiles, write_report
+from dwtune.storage.fit_json import law_from_json
+from dwtune.storage.schemas import PROJECTION_SCHEMA
 from dwtune.study.fit_stage import write_fit
 
 PLANTED_A, PLANTED_B = 5.0, 0.06

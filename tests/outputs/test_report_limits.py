@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from dwtune.outputs.report.limits import limits_lines, limits_section
-from dwtune.outputs.report.load import Study
+from dwtune.storage.experiment import Experiment
 
 
 def trials(**columns) -> pd.DataFrame:
@@ -28,8 +28,8 @@ def transitions(*statuses: str) -> pd.DataFrame:
 
 
 def study(rows=None, spec=None, simulated=False, statuses=("bracketed",) * 3, length=None):
-    return Study(
-        exp_dir=Path("exp"),
+    return Experiment(
+        root=Path("exp"),
         name="s",
         trials=trials() if rows is None else rows,
         transitions=transitions(*statuses),

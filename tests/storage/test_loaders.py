@@ -13,7 +13,8 @@ from dwtune.core.errors import InputError
 from dwtune.core.spec import spec_from_dict
 from dwtune.storage import loaders
 from dwtune.storage.store import ExperimentStore, atomic_write_text
-from dwtune.study.refine import InProcessRunner, refine_in_process, run_refine, study_path
+from dwtune.study.refine import refine_in_process, run_refine, study_path
+from dwtune.study.runners.local import LocalRunner
 from tests.helpers.hostile_experiment import base_raw
 
 
@@ -35,7 +36,7 @@ def test_a_damaged_refine_record_removed_as_advised_is_trained_again(tmp_path, c
     line = capsys.readouterr().err.strip()
     assert "corrupt trial record" in line and "remove that one file and rerun" in line
     victim.unlink()  # the advice
-    runner = InProcessRunner(spec, store)
+    runner = LocalRunner(spec, store)
     assert run_refine(spec, store, runner.run) == transitions
     assert runner.trained == 1  # that trial, and only it
     again, before = json.loads(victim.read_bytes()), json.loads(original)
@@ -52,7 +53,7 @@ def test_a_torn_journal_tail_is_cut_off_and_the_stage_resumes(tmp_path):
     whole = journal.read_bytes()
     journal.write_bytes(whole + b'{"op_code": 5, "worker_id": "to')
     said = []
-    runner = InProcessRunner(spec, store)
+    runner = LocalRunner(spec, store)
     assert run_refine(spec, store, runner.run, progress=said.append) == transitions
     assert runner.trained == 0
     assert journal.read_bytes().startswith(whole)  # the partial line is gone, not built on

@@ -15,11 +15,12 @@ from dwtune.cli import main
 from dwtune.core.records import grid_requests, trial_identity
 from dwtune.core.spec import spec_from_dict
 from dwtune.core.vocabulary import LENGTH_CHECK_FILE, REPORT_FILE, Stage
-from dwtune.outputs.tables import export_experiment
+from dwtune.storage.experiment import export_experiment
 from dwtune.storage.store import ExperimentStore
 from dwtune.study import refine as refine_stage
 from dwtune.study.length_check import run_length_check
 from dwtune.study.pipeline import finish
+from dwtune.study.runners.local import LocalRunner
 
 FACTORS = (0.5, 2.0)
 # Depths 6 and 12; grid 1e6..1e9; a = 5.46 puts N*(12) at 3.0e7, so N* halved or doubled stays
@@ -58,14 +59,14 @@ class Study:
         self.store = ExperimentStore.for_spec(root, spec)
         self.store.initialise(spec)
         self.lines: list[str] = []
-        self.runner = refine_stage.InProcessRunner(spec, self.store)
+        self.runner = LocalRunner(spec, self.store)
         self.runner.run(grid_requests(spec))
         self.grid_points = self._grid_deltas()
         self.rows, self.trained = self.check()
 
     def check(self):
         """Refine (or resume), then the length check; returns its rows and new trainings."""
-        runner = refine_stage.InProcessRunner(self.spec, self.store)
+        runner = LocalRunner(self.spec, self.store)
         stage = refine_stage.RefineStage(self.spec, self.store)
         transitions = stage.run(runner.run)
         before = runner.trained

@@ -21,7 +21,8 @@ from dwtune.core import vocabulary
 from dwtune.core.errors import InputError
 from dwtune.core.records import grid_requests
 from dwtune.core.spec import spec_from_dict
-from dwtune.outputs import tables
+from dwtune.outputs import tensorboard
+from dwtune.storage.experiment import export_experiment
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.ray_tune import TuneRunner
@@ -92,7 +93,7 @@ def test_a_small_study_records_every_trial_with_its_curve_events_and_parquet(tra
     assert [p for p in run_dir.rglob("*") if p.is_file() and p.stat().st_size] == []
 
     for request, record in zip(requests, records, strict=True):
-        path = tables.run_dir(store.root, request.name, simulated=True)
+        path = tensorboard.run_dir(store.root, request.name, simulated=True)
         events = EventAccumulator(str(path), size_guidance={"scalars": 0})
         events.Reload()
         logged = [(e.step, e.value) for e in events.Scalars(vocabulary.VAL_LOSS)]
@@ -102,7 +103,7 @@ def test_a_small_study_records_every_trial_with_its_curve_events_and_parquet(tra
         assert logged == expected
         assert f"L{request.shape.depth}_w{request.shape.width}_s{request.seed}" in path.name
 
-    trials_path, curves_path = tables.export_experiment(store)
+    trials_path, curves_path = export_experiment(store)
     trials = pd.read_parquet(trials_path)
     assert sorted(trials.trial_id) == sorted(q.trial_id for q in requests)
     assert len(pd.read_parquet(curves_path)) == 4 * len(requests)
@@ -145,7 +146,7 @@ def test_repeated_small_batches_each_get_a_fresh_tune_run(ray_up, tmp_path, simu
 
 def _driver_has_a_report(store, name: str) -> bool:
     """Whether the driver has taken the trial's first report (its event file has a scalar)."""
-    path = tables.run_dir(store.root, name, simulated=True)
+    path = tensorboard.run_dir(store.root, name, simulated=True)
     if not path.is_dir():
         return False
     events = EventAccumulator(str(path), size_guidance={"scalars": 0})

@@ -13,8 +13,11 @@ from dwtune.core import transitions
 from dwtune.core.errors import InputError
 from dwtune.core.records import grid_requests
 from dwtune.core.spec import load_spec, spec_from_dict
+from dwtune.core.vocabulary import TRANSITIONS_FILE
+from dwtune.storage.schemas import TRANSITION_SCHEMA
 from dwtune.storage.store import ExperimentStore
 from dwtune.study import refine as refine_stage
+from dwtune.study.runners.local import LocalRunner
 
 SIMULATED_YAML = Path(__file__).resolve().parents[2] / "search_spaces" / "simulated.yaml"
 
@@ -43,7 +46,7 @@ def grid_done(root: Path, spec):
     """An experiment directory whose grid stage has finished (in-process)."""
     store = ExperimentStore.for_spec(root, spec)
     store.initialise(spec)
-    refine_stage.InProcessRunner(spec, store).run(grid_requests(spec))
+    LocalRunner(spec, store).run(grid_requests(spec))
     return store
 
 
@@ -54,7 +57,7 @@ def study_points(store, pair):
     return refine_stage.trial_points(study)
 
 
-class KilledRunner(refine_stage.InProcessRunner):
+class KilledRunner(LocalRunner):
     """Dies (like a killed driver) instead of starting training number ``limit + 1``."""
 
     def __init__(self, spec, store, limit: int):
@@ -72,7 +75,7 @@ class KilledRunner(refine_stage.InProcessRunner):
 def test_without_noise_bisection_reaches_tolerance_in_log2_rounds(tmp_path):
     spec = make_spec(refine={"scan_spacing": 0})  # bisection alone (the scan: below)
     store = grid_done(tmp_path, spec)
-    [t] = refine_stage.run_refine(spec, store, refine_stage.InProcessRunner(spec, store).run)
+    [t] = refine_stage.run_refine(spec, store, LocalRunner(spec, store).run)
     grid = refine_stage.grid_pairs(spec, store.records())[0]
     initial = next(p.log_n for p in grid.points if p.decision.mean < 0) - max(
         p.log_n for p in grid.points if p.decision.mean > 0
@@ -96,7 +99,7 @@ def test_without_noise_bisection_reaches_tolerance_in_log2_rounds(tmp_path):
 def test_with_noise_seeds_are_added_only_near_the_transition(tmp_path):
     spec = make_spec(simulated={"noise": 0.002}, refine={"tolerance": 0.02})
     store = grid_done(tmp_path, spec)
-    [t] = refine_stage.run_refine(spec, store, refine_stage.InProcessRunner(spec, store).run)
+    [t] = refine_stage.run_refine(spec, store, LocalRunner(spec, store).run)
     planted = math.log(planted_transition(spec.simulated, 12))
     points = study_points(store, (6, 12))
     first = transitions.decide_seeds(spec.refine)  # what a point starts with (scan probes: 1)
@@ -121,7 +124,7 @@ def test_pairs_outside_the_range_are_censored_with_a_bound(tmp_path):
         simulated={"noise": 0.002},
     )
     store = grid_done(tmp_path, spec)
-    runner = refine_stage.InProcessRunner(spec, store)
+    runner = LocalRunner(spec, store)
     low, high = refine_stage.run_refine(spec, store, runner.run)
     assert (low.status, high.status) == ("censored_low", "censored_high")
     # no bisection; each censored edge (one grid seed) gets a second seed, since one seed
@@ -138,7 +141,7 @@ def test_delta_within_noise_at_the_range_edge_is_undecided(tmp_path):
     # The top size lies 4% below N*(12): Δ = +0.004 there, under a paired noise of 0.01.
     spec = make_spec(space={"budgets": [1e6, 1.25e7]}, simulated={"noise": 0.01})
     store = grid_done(tmp_path, spec)
-    runner = refine_stage.InProcessRunner(spec, store)
+    runner = LocalRunner(spec, store)
     [t] = refine_stage.run_refine(spec, store, runner.run)
     assert t.status == "undecided" and math.isnan(t.n_star)
     assert t.seeds == spec.refine.max_seeds and t.rounds == 0
@@ -155,7 +158,7 @@ def test_delta_within_noise_at_the_range_edge_is_undecided(tmp_path):
 def test_a_killed_stage_resumes_to_the_same_transitions_without_retraining(tmp_path, limit):
     spec = make_spec(simulated={"noise": 0.002}, refine={"tolerance": 0.02})
     whole_store = grid_done(tmp_path / "whole", spec)
-    whole_runner = refine_stage.InProcessRunner(spec, whole_store)
+    whole_runner = LocalRunner(spec, whole_store)
     whole = refine_stage.run_refine(spec, whole_store, whole_runner.run)
 
     store = grid_done(tmp_path / "killed", spec)
@@ -174,7 +177,7 @@ def test_a_killed_stage_resumes_to_the_same_transitions_without_retraining(tmp_p
 def test_a_corrupt_journal_is_an_input_error_and_deleting_it_restarts_that_pair(tmp_path):
     spec = make_spec(space={"depths": [6, 12, 18]}, refine={"pairs": [[6, 12], [12, 18]]})
     store = grid_done(tmp_path, spec)
-    first = refine_stage.run_refine(spec, store, refine_stage.InProcessRunner(spec, store).run)
+    first = refine_stage.run_refine(spec, store, LocalRunner(spec, store).run)
     journal, other = (
         refine_stage.study_path(store, (6, 12)),
         refine_stage.study_path(store, (12, 18)),
@@ -183,7 +186,7 @@ def test_a_corrupt_journal_is_an_input_error_and_deleting_it_restarts_that_pair(
     journal.write_bytes(b"".join([lines[0], b"{not json\n", *lines[1:]]))
     before = {p.name: p.read_bytes() for p in (store.root / "trials").iterdir()}
     other_before = other.read_bytes()
-    runner = refine_stage.InProcessRunner(spec, store)
+    runner = LocalRunner(spec, store)
     with pytest.raises(
         InputError, match=rf"{journal}: corrupt Optuna journal.*remove 6-12.journal to restart"
     ):
@@ -199,9 +202,9 @@ def test_a_corrupt_journal_is_an_input_error_and_deleting_it_restarts_that_pair(
 def test_transitions_parquet_has_exactly_the_documented_columns(tmp_path):
     spec = make_spec()
     store = grid_done(tmp_path, spec)
-    [t] = refine_stage.run_refine(spec, store, refine_stage.InProcessRunner(spec, store).run)
-    table = pq.read_table(store.root / refine_stage.TRANSITIONS_FILE)
-    assert table.schema.remove_metadata() == refine_stage.TRANSITION_SCHEMA
+    [t] = refine_stage.run_refine(spec, store, LocalRunner(spec, store).run)
+    table = pq.read_table(store.root / TRANSITIONS_FILE)
+    assert table.schema.remove_metadata() == TRANSITION_SCHEMA
     row = table.to_pylist()[0]
     assert row["pair"] == "6-12" and row["status"] == "bracketed" and row["simulated"] is True
     assert row["width_deep"] == t.width_deep and row["trials"] == t.trials
@@ -212,9 +215,7 @@ def test_transitions_parquet_has_exactly_the_documented_columns(tmp_path):
 def test_simulated_yaml_recovers_every_planted_transition_within_its_uncertainty(tmp_path):
     spec = load_spec(SIMULATED_YAML)
     store = grid_done(tmp_path, spec)
-    transitions = refine_stage.run_refine(
-        spec, store, refine_stage.InProcessRunner(spec, store).run
-    )
+    transitions = refine_stage.run_refine(spec, store, LocalRunner(spec, store).run)
     assert [t.status for t in transitions] == ["bracketed"] * len(spec.refine.pairs)
     # Calibrated 95% intervals of 6 pairs all contain the truth only 74% of the time; at most
     # one miss has probability 97%. This run misses once (pair 12-18: one 4-seed point 2.8
@@ -234,11 +235,11 @@ def test_simulated_yaml_recovers_every_planted_transition_within_its_uncertainty
 def test_pair_deltas_parquet_holds_every_paired_delta_of_every_point(tmp_path):
     from dwtune.core import pair_points as core_points
     from dwtune.core.vocabulary import PAIR_DELTAS_FILE
-    from dwtune.outputs.pair_deltas import read_pair_deltas
+    from dwtune.storage.tables import read_pair_deltas
 
     spec = make_spec(simulated={"noise": 0.002})
     store = grid_done(tmp_path, spec)
-    refine_stage.run_refine(spec, store, refine_stage.InProcessRunner(spec, store).run)
+    refine_stage.run_refine(spec, store, LocalRunner(spec, store).run)
     [pair] = read_pair_deltas(store.root / PAIR_DELTAS_FILE)
     grid = refine_stage.grid_pairs(spec, store.records())[0].points
     expected = core_points.merge_points(grid, study_points(store, (6, 12)))
@@ -257,7 +258,7 @@ def test_the_scan_finds_a_dip_between_grid_sizes_that_bisection_alone_misses(tmp
     for name, scan in (("off", 0), ("on", 0.35)):
         spec = make_spec(refine={"scan_spacing": scan}, simulated=dip)
         store = grid_done(tmp_path / name, spec)
-        [t] = refine_stage.run_refine(spec, store, refine_stage.InProcessRunner(spec, store).run)
+        [t] = refine_stage.run_refine(spec, store, LocalRunner(spec, store).run)
         found.append(t)
     assert found[0].status == "bracketed"
     assert found[1].status == "non_monotone" and len(found[1].crossings) >= 2

@@ -15,7 +15,7 @@ import dataclasses
 
 import torch
 
-from dwtune.backends.pytorch.data import eval_batches, prepare_corpus, train_batch
+from dwtune.backends.data import eval_batches, prepare_corpus, train_batch
 from dwtune.backends.pytorch.model import GPT, build_model
 from dwtune.backends.pytorch.train import LR_SCALE, configure_threads, make_optimizer, to_device
 from dwtune.core.parametrization import for_shape

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dwtune.backends.pytorch.data import eval_batches, prepare_corpus, train_batch
+from dwtune.backends.data import eval_batches, prepare_corpus, train_batch
 from dwtune.backends.pytorch.loss import chunked_cross_entropy
 from dwtune.backends.pytorch.model import GPT, build_model, check_shape, compile_blocks
 from dwtune.backends.pytorch.perf import Peak, mfu, peak_flops, synchronize, tune_cpu_allocator
@@ -135,7 +135,11 @@ def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.AdamW:
     two groups are today's, each with lr_scale 1.
     """
     param = model.param
-    hidden_ids = {id(p) for p in model.hidden_matrices()} if param.name != "sp" else set()
+    hidden_ids = (
+        {id(p) for p in model.hidden_matrices()}
+        if param.name != vocabulary.Parametrization.SP
+        else set()
+    )
     params = list(model.parameters())
     hidden = [p for p in params if id(p) in hidden_ids]
     matrices = [p for p in params if p.dim() >= 2 and id(p) not in hidden_ids]

@@ -15,11 +15,9 @@ from dwtune.core.fit.wls import (
     FitResult,
     chi2_tail,
     fit_transitions,
-    interval_quantile,
-    line_with_se,
     residual_z,
-    z_value,
 )
+from dwtune.core.intervals import interval_quantile, line_with_se, z_value
 
 __all__ = [
     "MIN_POINTS",

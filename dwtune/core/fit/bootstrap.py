@@ -51,13 +51,13 @@ from dwtune.core.fit.censored import (
     fit_law,
 )
 from dwtune.core.projection import DepthWidthLaw, optimal_depth
+from dwtune.core.vocabulary import LEVEL
 
 if TYPE_CHECKING:  # the estimator is imported where it is used (_default_estimator)
     from dwtune.core.crossing import CrossingEstimate, DeltaPoint
     from dwtune.core.decision import SignRule
     from dwtune.core.noise import NoisePrior
 
-BOOTSTRAP_LEVEL = 0.95
 INNER_BOOT = 200  # estimate_crossing's own bootstrap per replicate: only σ(ln N*) needs it
 SIGMA_FLOOR = 0.1  # share of a replicate's median σ(ln N*) below which a pair's σ is raised
 
@@ -278,7 +278,7 @@ def _short(reason: str) -> str:
 def bootstrap_fit(
     replicates: Sequence[Sequence[TransitionObservation]],
     budgets: Sequence[float] = (),
-    level: float = BOOTSTRAP_LEVEL,
+    level: float = LEVEL,
 ) -> BootstrapFit:
     """Refit every replicate; percentile intervals of a, b and each budget's projection."""
     coefs: list[tuple[float, float]] = []

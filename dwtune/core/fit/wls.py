@@ -51,7 +51,8 @@ import numpy as np
 from scipy import stats
 
 from dwtune.core.errors import InputError
-from dwtune.core.vocabulary import CENSORED_STATUSES, TransitionStatus
+from dwtune.core.intervals import interval_quantile, line_with_se
+from dwtune.core.vocabulary import CENSORED_STATUSES, LEVEL, TransitionStatus
 
 # The fit has two parameters; at least one more point is needed to test it (dof >= 1).
 MIN_POINTS = 3
@@ -159,11 +160,11 @@ class FitResult:
     def cov_matrix(self) -> np.ndarray:
         return np.array(self.cov, dtype=float)
 
-    def quantile(self, level: float = 0.95) -> float:
+    def quantile(self, level: float = LEVEL) -> float:
         """Half-width of a ``level`` interval in standard errors (see module doc)."""
         return interval_quantile(level, self.chi2_red, self.dof)
 
-    def interval(self, name: str, level: float = 0.95) -> tuple[float, float]:
+    def interval(self, name: str, level: float = LEVEL) -> tuple[float, float]:
         """Two-sided interval for ``a`` or ``b``: ``value ± quantile(level)·se``."""
         value, se = {"a": (self.a, self.se_a), "b": (self.b, self.se_b)}[name]
         half = self.quantile(level) * se
@@ -172,22 +173,6 @@ class FitResult:
     def line(self, depths: Sequence[float] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Fitted ``ln dx`` at ``depths`` and its standard error (pointwise, from ``cov``)."""
         return line_with_se(self.a, self.b, self.cov_matrix, depths)
-
-
-def z_value(level: float) -> float:
-    """Two-sided normal quantile: 0.95 -> 1.96, 0.6827 -> 1.0."""
-    if not 0.0 < level < 1.0:
-        raise InputError(f"level: got {level!r}; expected a probability between 0 and 1")
-    return float(stats.norm.ppf(0.5 + level / 2.0))
-
-
-def interval_quantile(level: float, chi2_red: float, dof: int) -> float:
-    """``max(z, t_dof·sqrt(χ²_red))`` at ``level``: the normal quantile where the fit has no
-    degrees of freedom or no valid χ² (a law read without them), else the wider of the two."""
-    z = z_value(level)
-    if dof <= 0 or not math.isfinite(chi2_red) or chi2_red < 0:
-        return z
-    return max(z, float(stats.t.ppf(0.5 + level / 2.0, dof)) * math.sqrt(chi2_red))
 
 
 def chi2_tail(chi2_red: float, dof: int) -> float:
@@ -211,16 +196,6 @@ def residual_z(
     depth, width, err = (np.asarray(v, dtype=float) for v in (depths, widths, errs))
     z: np.ndarray = (np.log(width) - (a + b * depth)) / (err / width)
     return z
-
-
-def line_with_se(
-    a: float, b: float, cov: np.ndarray, depths: float | Sequence[float] | np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """``a + b·L`` and its standard error ``sqrt([1, L] cov [1, L]ᵀ)`` at each depth."""
-    depth = np.asarray(depths, dtype=float)
-    value = a + b * depth
-    variance = cov[0, 0] + 2.0 * depth * cov[0, 1] + depth * depth * cov[1, 1]
-    return value, np.sqrt(np.maximum(variance, 0.0))
 
 
 def _as_array(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:

@@ -37,6 +37,7 @@ from dwtune.core.spec.sections import (
     TrainConfig,
 )
 from dwtune.core.units import parse_size
+from dwtune.core.vocabulary import Trainer
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -357,7 +358,7 @@ def _check_distinct_pairs(spec: ExperimentSpec) -> None:
     for i, pair in enumerate(pairs):
         if pair in pairs[:i]:
             raise InputError(f"refine.pairs: {pair} is listed twice; list each pair once")
-    if spec.trainer != "simulated":
+    if spec.trainer != Trainer.SIMULATED:
         return
     deeper = [pair[1] for pair in pairs]
     for depth in deeper:

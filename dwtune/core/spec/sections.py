@@ -10,15 +10,16 @@ from dwtune.core.budget import SIZE_CONVENTIONS
 from dwtune.core.errors import InputError
 from dwtune.core.spec import checks, limits
 from dwtune.core.spec.checks import at_least, at_most, finite, one_of, positive, within
+from dwtune.core.vocabulary import Parametrization, SizeConvention, Trainer
 
 TOKENIZERS = ("char", "bpe")
 SCHEDULES = ("cosine", "linear", "constant")
-TRAINERS = ("torch", "simulated")
+TRAINERS = tuple(Trainer)
 BUILTIN_CORPORA = ("shakespeare",)
 REFERENCE_FITS = ("levine2020",)
 # model.parametrization: standard, μP (Adam), CompleteP (μP + 1/L residual branches);
 # the rules are in dwtune.core.parametrization.
-PARAMETRIZATIONS = ("sp", "mup", "completep")
+PARAMETRIZATIONS = tuple(Parametrization)
 COMPARISONS = ("params", "flops")  # space.compare: equal parameters or equal training FLOPs
 LR_SEARCH_SCALES = ("log",)
 LR_REFINE_MODES = ("search", "interpolate")  # dwtune.core.projection holds their constants
@@ -75,11 +76,12 @@ class ModelConfig:
     width_multiple: int = 8  # widths are multiples of lcm(heads, width_multiple)
     tied_embeddings: bool = True
     bias: bool = False
-    size_convention: str = "non_embedding"  # 12·L·dx² as in the paper, or "total" exact count
+    # 12·L·dx² as in the paper, or the exact total count (a SizeConvention)
+    size_convention: str = SizeConvention.NON_EMBEDDING.value
     # Fixed head width instead of a fixed head count: heads = width / head_dim (the loader
     # refuses both keys at once).
     head_dim: int | None = None
-    parametrization: str = "sp"  # one of PARAMETRIZATIONS
+    parametrization: str = Parametrization.SP.value  # one of PARAMETRIZATIONS
     base_width: int | None = None  # mup, completep: the width the rates are tuned at
     base_depth: int | None = None  # completep: the depth the rates are tuned at
 
@@ -103,7 +105,7 @@ class ModelConfig:
 
     def _check_bases(self) -> None:
         name = self.parametrization
-        if name == "sp":
+        if name == Parametrization.SP:
             return
         if self.base_width is None:
             raise InputError(
@@ -116,7 +118,7 @@ class ModelConfig:
                 f"model.base_width: got {self.base_width}; expected a valid width, a positive "
                 f"multiple of {self.width_step} (heads or head_dim and width_multiple)"
             )
-        if name == "completep" and (self.base_depth is None or self.base_depth < 1):
+        if name == Parametrization.COMPLETEP and (self.base_depth is None or self.base_depth < 1):
             raise InputError(
                 f"model.base_depth: got {self.base_depth}; parametrization completep needs the "
                 f"depth the rates are tuned at, an integer >= 1, e.g. base_depth: 2"
@@ -125,12 +127,14 @@ class ModelConfig:
     def identity(self) -> dict[str, object]:
         """The model knobs that enter a trial's identity beyond its shape: only a parametrisation
         other than sp (heads and head_dim already show in the shape)."""
-        if self.parametrization == "sp":
+        if self.parametrization == Parametrization.SP:
             return {}
         return {
             "parametrization": self.parametrization,
             "base_width": self.base_width,
-            "base_depth": self.base_depth if self.parametrization == "completep" else None,
+            "base_depth": self.base_depth
+            if self.parametrization == Parametrization.COMPLETEP
+            else None,
         }
 
 

@@ -1,5 +1,5 @@
-"""The report's five figures, drawn from what :mod:`.load` read (nothing is computed here
-beyond the per-cell means the tables need).
+"""The report's five figures, drawn from what the store read (nothing is computed here beyond
+the per-cell means of :mod:`.cells`).
 
 Figures use matplotlib's object API on the Agg canvas (no pyplot, no global backend switch), so
 importing this module changes nothing for anyone else in the process.
@@ -17,20 +17,21 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
+from dwtune.core import vocabulary
 from dwtune.core.fit import FitResult
 from dwtune.core.projection import LEVINE2020
-from dwtune.core.vocabulary import CURVES_FILE, FIGURES_DIR, TransitionStatus
-from dwtune.outputs.fit_files import FitInput, censored_pair, read_table
-from dwtune.outputs.report.load import (
-    CURVE_COLUMNS,
-    CURVE_MAX,
-    GPT3,
+from dwtune.core.vocabulary import (
+    FIGURES_DIR,
     LEVEL,
-    FitOutcome,
-    Study,
-    delta_table,
-    depth_pairs,
+    SIMULATED_LABEL,
+    SIMULATED_TITLE,
+    TransitionStatus,
 )
+from dwtune.outputs.report.cells import delta_table, depth_pairs
+from dwtune.storage.experiment import Experiment
+from dwtune.storage.fit_json import FitOutcome
+from dwtune.storage.fit_points import FitInput, censored_pair
+from dwtune.storage.schemas import CURVE_MAX, GPT3
 from dwtune.storage.store import atomic_write_bytes
 
 # ---------------------------------------------------------------- figures
@@ -44,7 +45,7 @@ def new_figure(width: float, height: float, simulated: bool) -> Figure:
         fig.text(
             0.5,
             0.5,
-            "SIMULATED",
+            SIMULATED_LABEL,
             fontsize=64,
             color="red",
             alpha=0.12,
@@ -57,14 +58,14 @@ def new_figure(width: float, height: float, simulated: bool) -> Figure:
     return fig
 
 
-def _new_figure(width: float, height: float, study: Study) -> Figure:
-    return new_figure(width, height, study.simulated)
+def _new_figure(width: float, height: float, experiment: Experiment) -> Figure:
+    return new_figure(width, height, experiment.simulated)
 
 
-def _title(fig: Figure, study: Study, text: str) -> None:
-    if study.simulated:
-        text = f"SIMULATED DATA  ·  {text}"
-    fig.suptitle(text, color="red" if study.simulated else "black", fontsize=12)
+def _title(fig: Figure, experiment: Experiment, text: str) -> None:
+    if experiment.simulated:
+        text = SIMULATED_TITLE.format(text)
+    fig.suptitle(text, color="red" if experiment.simulated else "black", fontsize=12)
 
 
 def save_png(fig: Figure, path: Path) -> Path:
@@ -83,9 +84,9 @@ def _depth_colors(depths: list[int]) -> dict[int, tuple]:
     return {d: cmap(0.9 * i / span) for i, d in enumerate(sorted(depths))}
 
 
-def plot_loss_vs_size(study: Study, cells: pd.DataFrame, path: Path) -> Path:
+def plot_loss_vs_size(experiment: Experiment, cells: pd.DataFrame, path: Path) -> Path:
     """Figure 1: best validation loss against non-embedding size, one line per depth."""
-    fig = _new_figure(7.5, 5, study)
+    fig = _new_figure(7.5, 5, experiment)
     ax = fig.add_subplot()
     colors = _depth_colors([int(d) for d in cells["depth"].unique()])
     for depth, group in cells.groupby("depth"):
@@ -107,22 +108,27 @@ def plot_loss_vs_size(study: Study, cells: pd.DataFrame, path: Path) -> Path:
     ax.set_xlabel("non-embedding parameters N = 12·L·dx²")
     ax.set_ylabel("best validation loss (nats/token)")
     ax.grid(True, which="both", alpha=0.3)
-    _title(fig, study, f"{study.name}: validation loss vs size per depth (bars: sd over seeds)")
+    _title(
+        fig,
+        experiment,
+        f"{experiment.name}: validation loss vs size per depth (bars: sd over seeds)",
+    )
     return save_png(fig, path)
 
 
-def plot_loss_curves(study: Study, path: Path) -> Path | None:
+def plot_loss_curves(
+    experiment: Experiment, curves: pd.DataFrame | None, path: Path
+) -> Path | None:
     """Figure 5: validation loss against training step for every trial, coloured by depth.
 
     Drawn from curves.parquet (absent before the first export: then no figure)."""
-    curves_path = study.exp_dir / CURVES_FILE
-    if not curves_path.is_file() or study.trials.empty or "trial_id" not in study.trials:
+    trials = experiment.trials
+    if curves is None or trials.empty or "trial_id" not in trials:
         return None
-    curves = read_table(curves_path, CURVE_COLUMNS, "expected the curves schema of dwtune export")
     curves = curves.dropna(subset=["val_loss"]).merge(
-        study.trials[["trial_id", "depth", "width"]], on="trial_id"
+        trials[["trial_id", "depth", "width"]], on="trial_id"
     )
-    fig = _new_figure(7.5, 5, study)
+    fig = _new_figure(7.5, 5, experiment)
     ax = fig.add_subplot()
     colors = _depth_colors([int(d) for d in curves["depth"].unique()])
     labelled: set[int] = set()
@@ -137,14 +143,14 @@ def plot_loss_curves(study: Study, path: Path) -> Path | None:
     ax.set_xlabel("training step")
     ax.set_ylabel("validation loss (nats/token)")
     ax.grid(True, alpha=0.3)
-    _title(fig, study, f"{study.name}: validation loss curves, one line per trial")
+    _title(fig, experiment, f"{experiment.name}: validation loss curves, one line per trial")
     return save_png(fig, path)
 
 
-def _transition_row(study: Study, label: str) -> pd.Series | None:
-    if study.transitions is None:
+def _transition_row(experiment: Experiment, label: str) -> pd.Series | None:
+    if experiment.transitions is None:
         return None
-    rows = study.transitions[study.transitions["pair"].astype(str) == label]
+    rows = experiment.transitions[experiment.transitions["pair"].astype(str) == label]
     return rows.iloc[0] if not rows.empty else None
 
 
@@ -173,12 +179,12 @@ def _seeds_of(row: pd.Series | None) -> str:
     return f", {int(row['seeds'])} seed(s)"
 
 
-def plot_deltas(study: Study, cells: pd.DataFrame, pairs: list, path: Path) -> Path:
+def plot_deltas(experiment: Experiment, cells: pd.DataFrame, pairs: list, path: Path) -> Path:
     """Figure 2: Δ loss (deeper − shallower) against size per pair, transitions marked."""
     ncols = min(3, max(len(pairs), 1))
     nrows = max(math.ceil(len(pairs) / ncols), 1)
     # At least 7.5 inches wide so the title fits above a single pair.
-    fig = _new_figure(max(4.6 * ncols, 7.5), 3.4 * nrows + 0.6, study)
+    fig = _new_figure(max(4.6 * ncols, 7.5), 3.4 * nrows + 0.6, experiment)
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False).ravel())
     for ax, (label, shallow, deep) in zip(axes, pairs, strict=False):
         delta = delta_table(cells, shallow, deep)
@@ -193,7 +199,7 @@ def plot_deltas(study: Study, cells: pd.DataFrame, pairs: list, path: Path) -> P
             color="tab:blue",
             label="Δ (mean over seeds)",
         )
-        row = _transition_row(study, label)
+        row = _transition_row(experiment, label)
         caption = _mark_transition(ax, row) + _seeds_of(row)
         if not delta.empty:
             ax.set_xscale("log")
@@ -206,7 +212,9 @@ def plot_deltas(study: Study, cells: pd.DataFrame, pairs: list, path: Path) -> P
         ax.set_axis_off()
     if not pairs:
         axes[0].text(0.5, 0.5, "fewer than two depths: no pairs", ha="center")
-    _title(fig, study, f"{study.name}: Δ loss per depth pair (below 0: the deeper net wins)")
+    _title(
+        fig, experiment, f"{experiment.name}: Δ loss per depth pair (below 0: the deeper net wins)"
+    )
     return save_png(fig, path)
 
 
@@ -271,12 +279,12 @@ def _dx_axis(ax) -> None:
     secondary.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
 
 
-def plot_fit(study: Study, outcome: FitOutcome, path: Path) -> Path | None:
+def plot_fit(experiment: Experiment, outcome: FitOutcome, path: Path) -> Path | None:
     """Figure 3: ln dx* against depth with error bars, fitted line and band, reference line."""
     points, bounds = outcome.points, _censored_bounds(outcome)
     if (points is None or not points.depths) and not bounds:
         return None
-    fig = _new_figure(7.5, 5, study)
+    fig = _new_figure(7.5, 5, experiment)
     ax = fig.add_subplot()
     top = max([*(points.depths if points else ()), *(b[0] for b in bounds)])
     depths = np.linspace(0.0, 1.1 * top, 200)
@@ -296,7 +304,7 @@ def plot_fit(study: Study, outcome: FitOutcome, path: Path) -> Path | None:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
     _dx_axis(ax)
-    _title(fig, study, f"{study.name}: transition width vs depth, ln dx* = a + b·L")
+    _title(fig, experiment, f"{experiment.name}: transition width vs depth, ln dx* = a + b·L")
     return save_png(fig, path)
 
 
@@ -337,19 +345,21 @@ def _plot_law(axes, rows: pd.DataFrame, law: str, style: dict) -> None:
             )
 
 
-def _measured_span(study: Study, axes) -> None:
-    sizes = study.completed["params_non_embedding"].astype(float)
+def _measured_span(experiment: Experiment, axes) -> None:
+    sizes = experiment.completed["params_non_embedding"].astype(float)
     if sizes.empty:
         return
     for ax in axes:
         ax.axvspan(sizes.min(), sizes.max(), color="tab:green", alpha=0.1, label="sizes trained")
 
 
-def plot_projection(study: Study, outcome: FitOutcome, rows: pd.DataFrame, path: Path) -> Path:
+def plot_projection(
+    experiment: Experiment, outcome: FitOutcome, rows: pd.DataFrame, path: Path
+) -> Path:
     """Figure 4: optimal depth and width against budget up to 1e13, study and reference."""
-    fig = _new_figure(12, 5, study)
+    fig = _new_figure(12, 5, experiment)
     axes = fig.subplots(1, 2)
-    _measured_span(study, axes)
+    _measured_span(experiment, axes)
     reference_rows = rows[rows["law"] == LEVINE2020.name]
     ref_style = {"color": "gray", "ls": "--", "label": "Levine et al. 2020 (published a, b)"}
     _plot_law(axes, reference_rows, LEVINE2020.name, ref_style)
@@ -374,7 +384,7 @@ def plot_projection(study: Study, outcome: FitOutcome, rows: pd.DataFrame, path:
             label="GPT-3 175B (96 layers × 12288)",
         )
     _style_projection_axes(axes, reference_rows)
-    _title(fig, study, f"{study.name}: projected optimal shape vs budget (12·L·dx² = N)")
+    _title(fig, experiment, f"{experiment.name}: projected optimal shape vs budget (12·L·dx² = N)")
     return save_png(fig, path)
 
 
@@ -395,14 +405,20 @@ def _style_projection_axes(axes, reference_rows: pd.DataFrame) -> None:
         ax.legend(fontsize=8, loc="upper left")
 
 
-def draw_figures(study, outcome, rows, cells) -> tuple[Path, ...]:
-    folder = study.exp_dir / FIGURES_DIR
-    pairs = depth_pairs(study, cells)
+def draw_figures(
+    experiment: Experiment,
+    outcome: FitOutcome,
+    rows: pd.DataFrame,
+    cells: pd.DataFrame,
+    curves: pd.DataFrame | None,
+) -> tuple[Path, ...]:
+    folder = experiment.root / FIGURES_DIR
+    pairs = depth_pairs(experiment, cells)
     paths = [
-        plot_loss_vs_size(study, cells, folder / "1_loss_vs_size.png"),
-        plot_deltas(study, cells, pairs, folder / "2_delta_per_pair.png"),
-        plot_fit(study, outcome, folder / "3_fit_width_vs_depth.png"),
-        plot_projection(study, outcome, rows, folder / "4_projection.png"),
-        plot_loss_curves(study, folder / "5_loss_curves.png"),
+        plot_loss_vs_size(experiment, cells, folder / vocabulary.Figure.LOSS_VS_SIZE),
+        plot_deltas(experiment, cells, pairs, folder / vocabulary.Figure.DELTA_PER_PAIR),
+        plot_fit(experiment, outcome, folder / vocabulary.Figure.FIT),
+        plot_projection(experiment, outcome, rows, folder / vocabulary.Figure.PROJECTION),
+        plot_loss_curves(experiment, curves, folder / vocabulary.Figure.LOSS_CURVES),
     ]
     return tuple(p for p in paths if p is not None)

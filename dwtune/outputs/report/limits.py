@@ -16,19 +16,23 @@ from dwtune.core.vocabulary import (
     LR_SOURCE_INTERPOLATED,
     LR_SOURCE_SEARCH,
     LR_SOURCE_SPEC,
-    STAGE_LR_SEARCH,
+    Parametrization,
+    Stage,
     TransitionStatus,
 )
-from dwtune.outputs.report.load import Study
+from dwtune.storage.experiment import Experiment
 
-TRANSFER_PARAMETRISATIONS = {"mup", "completep"}  # one rate is meant to transfer across widths
+TRANSFER_PARAMETRISATIONS = {
+    Parametrization.MUP,
+    Parametrization.COMPLETEP,
+}  # one rate is meant to transfer across widths
 
 
 def _values(trials: pd.DataFrame, column: str) -> set:
     """The distinct recorded values of a trial column (empty when the column is absent)."""
     if column not in trials.columns:
         return set()
-    used = trials[trials["stage"] != STAGE_LR_SEARCH] if "stage" in trials.columns else trials
+    used = trials[trials["stage"] != Stage.LR_SEARCH] if "stage" in trials.columns else trials
     return {v for v in used[column].dropna().unique()}
 
 
@@ -37,8 +41,8 @@ def _section(spec: dict | None, name: str) -> dict:
     return section if isinstance(section, dict) else {}
 
 
-def _simulated(study: Study) -> list[str]:
-    if not study.simulated:
+def _simulated(experiment: Experiment) -> list[str]:
+    if not experiment.simulated:
         return []
     return [
         "Anything about a real model: every loss here comes from the simulated trainer's planted "
@@ -87,7 +91,7 @@ def _parametrisation(trials: pd.DataFrame, spec: dict | None) -> list[str]:
     ]
 
 
-def _training_length(study: Study, trials: pd.DataFrame, spec: dict | None) -> list[str]:
+def _training_length(experiment: Experiment, trials: pd.DataFrame, spec: dict | None) -> list[str]:
     train = _section(spec, "train")
     if _values(trials, "tokens_per_param") or train.get("tokens_per_param"):
         length = "a fixed number of tokens per parameter"
@@ -95,7 +99,7 @@ def _training_length(study: Study, trials: pd.DataFrame, spec: dict | None) -> l
         length = f"{train['steps']:,} steps whatever its size"
     else:
         return []
-    if study.length_check is not None and not study.length_check.empty:
+    if experiment.length_check is not None and not experiment.length_check.empty:
         return [
             f"N* at training lengths other than those checked: trained for {length}; the "
             "training-length section above re-estimates N* at the checked lengths only."
@@ -124,9 +128,9 @@ def _compute(trials: pd.DataFrame, spec: dict | None) -> list[str]:
     return []
 
 
-def _data(study: Study, spec: dict | None) -> list[str]:
+def _data(experiment: Experiment, spec: dict | None) -> list[str]:
     data = _section(spec, "data")
-    if not data or study.simulated:  # the simulated trainer reads no corpus
+    if not data or experiment.simulated:  # the simulated trainer reads no corpus
         return []
     corpus, tokenizer = data.get("corpus", "the corpus"), data.get("tokenizer", "its tokenizer")
     vocab, seq_len = data.get("vocab_size", "?"), data.get("seq_len", "?")
@@ -137,14 +141,14 @@ def _data(study: Study, spec: dict | None) -> list[str]:
     ]
 
 
-def _transitions(study: Study, spec: dict | None) -> list[str]:
+def _transitions(experiment: Experiment, spec: dict | None) -> list[str]:
     lines = []
     if _section(spec, "refine").get("scan_spacing") == 0:
         lines.append(
             "A second sign change between the sizes trained: `refine.scan_spacing: 0` turned "
             "the scan off, so a dip of Δ between sizes stays unseen."
         )
-    frame = study.transitions
+    frame = experiment.transitions
     if frame is None or frame.empty:
         return lines
     # The fit's own rule (dwtune.core.fit): censored pairs enter its likelihood but do not
@@ -191,8 +195,16 @@ def _noise(frame: pd.DataFrame) -> list[str]:
 
 def _bounds(frame: pd.DataFrame) -> list[str]:
     """A one-sided answer is only as good as Δ's single sign change."""
-    one_sided = frame["status"].astype(str).isin(
-        [TransitionStatus.CENSORED_HIGH, TransitionStatus.CENSORED_LOW, TransitionStatus.UNDECIDED]
+    one_sided = (
+        frame["status"]
+        .astype(str)
+        .isin(
+            [
+                TransitionStatus.CENSORED_HIGH,
+                TransitionStatus.CENSORED_LOW,
+                TransitionStatus.UNDECIDED,
+            ]
+        )
     )
     if not one_sided.any():
         return []
@@ -215,23 +227,23 @@ def _extrapolation(trials: pd.DataFrame) -> list[str]:
     ]
 
 
-def limits_lines(study: Study) -> list[str]:
+def limits_lines(experiment: Experiment) -> list[str]:
     """The bullets of the section, most fundamental first."""
-    trials, spec = study.trials, study.spec
+    trials, spec = experiment.trials, experiment.spec
     return [
-        *_simulated(study),
+        *_simulated(experiment),
         *_learning_rate(trials),
         *_parametrisation(trials, spec),
-        *_training_length(study, trials, spec),
+        *_training_length(experiment, trials, spec),
         *_compute(trials, spec),
-        *_data(study, spec),
-        *_transitions(study, spec),
+        *_data(experiment, spec),
+        *_transitions(experiment, spec),
         *_extrapolation(trials),
     ]
 
 
-def limits_section(study: Study) -> list[str]:
-    lines = limits_lines(study)
+def limits_section(experiment: Experiment) -> list[str]:
+    lines = limits_lines(experiment)
     if not lines:
         return []
     return ["## What these results cannot show", "", *[f"- {line}" for line in lines], ""]

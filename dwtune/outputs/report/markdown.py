@@ -1,4 +1,4 @@
-"""report.md: the study's answer in Markdown, from what :mod:`.load` read."""
+"""report.md: the study's answer in Markdown, from what the store read."""
 
 from __future__ import annotations
 
@@ -11,19 +11,22 @@ import pandas as pd
 from dwtune.core.fit import CensoredPair, chi2_tail, residual_z
 from dwtune.core.projection import LEVINE2020
 from dwtune.core.units import format_size
-from dwtune.core.vocabulary import FIT_FILE, PROJECTIONS_FILE, TransitionStatus
-from dwtune.outputs import law_checks
-from dwtune.outputs.fit_files import GIT_KEY, censored_pair
-from dwtune.outputs.report.limits import limits_section
-from dwtune.outputs.report.load import (
+from dwtune.core.vocabulary import (
+    FIT_FILE,
     LEVEL,
-    SIM_BANNER,
-    TB_FIT,
-    FitOutcome,
-    Study,
-    best_depth_table,
-    study_depths,
+    PROJECTIONS_FILE,
+    SIMULATED_BANNER,
+    Figure,
+    FitStatus,
+    TransitionStatus,
 )
+from dwtune.outputs.report import law_checks
+from dwtune.outputs.report.cells import best_depth_table
+from dwtune.outputs.report.limits import limits_section
+from dwtune.outputs.tensorboard import FIT_BOARD
+from dwtune.storage.experiment import Experiment
+from dwtune.storage.fit_json import GIT_KEY, FitOutcome
+from dwtune.storage.fit_points import censored_pair
 
 # ---------------------------------------------------------------- markdown
 
@@ -52,16 +55,19 @@ def _span(value: float, lo: float, hi: float, fmt: str) -> str:
     return f"{_num(value, fmt)} [{_num(lo, fmt)}, {_num(hi, fmt)}{close}"
 
 
-def _header(study: Study) -> list[str]:
-    lines = [f"# dwtune report: {study.name}", ""]
-    if study.simulated:
-        lines += [f"> **⚠ {SIM_BANNER}.** Every number below comes from the simulated trainer.", ""]
-    lines += [f"Experiment directory: `{study.exp_dir}`", ""]
-    return lines + [f"- note: {n}" for n in study.notes] + ([""] if study.notes else [])
+def _header(experiment: Experiment) -> list[str]:
+    lines = [f"# dwtune report: {experiment.name}", ""]
+    if experiment.simulated:
+        lines += [
+            f"> **⚠ {SIMULATED_BANNER}.** Every number below comes from the simulated trainer.",
+            "",
+        ]
+    lines += [f"Experiment directory: `{experiment.root}`", ""]
+    return lines + [f"- note: {n}" for n in experiment.notes] + ([""] if experiment.notes else [])
 
 
-def _measured_section(study: Study, cells: pd.DataFrame) -> list[str]:
-    trials, completed = study.trials, study.completed
+def _measured_section(experiment: Experiment, cells: pd.DataFrame) -> list[str]:
+    trials, completed = experiment.trials, experiment.completed
     counts = ", ".join(f"{k}: {v}" for k, v in trials["status"].value_counts().items()) or "none"
     lines = ["## What was trained", "", f"{len(trials)} trials ({counts})."]
     if completed.empty:
@@ -112,11 +118,11 @@ def _transition_cells(row: pd.Series) -> list[str]:
     return [str(row["pair"]), str(row["status"]), found, *counts]
 
 
-def _transitions_section(study: Study) -> list[str]:
+def _transitions_section(experiment: Experiment) -> list[str]:
     lines = ["## Transitions (refine stage)", ""]
-    if study.transitions is None or study.transitions.empty:
+    if experiment.transitions is None or experiment.transitions.empty:
         return [*lines, "No transitions yet: the refine stage has not written any pair.", ""]
-    frame = study.transitions
+    frame = experiment.transitions
     counts = frame["status"].value_counts()
     summary = ", ".join(f"{v} {k}" for k, v in counts.items())
     rows = [_transition_cells(r) for _, r in frame.iterrows()]
@@ -124,10 +130,10 @@ def _transitions_section(study: Study) -> list[str]:
     return [*lines, f"{len(frame)} depth pair(s): {summary}.", "", table, ""]
 
 
-def _answer_section(study: Study) -> list[str]:
+def _answer_section(experiment: Experiment) -> list[str]:
     """The study's answer first: each pair's statement, decided by the one sign rule."""
     lines = ["## Answer", ""]
-    frame = study.transitions
+    frame = experiment.transitions
     if frame is None or frame.empty or "statement" not in frame.columns:
         return [*lines, "No pair has been refined yet.", ""]
     for _, row in frame.iterrows():
@@ -155,9 +161,9 @@ def _length_cells(row: pd.Series) -> list[str]:
     ]
 
 
-def _length_section(study: Study) -> list[str]:
+def _length_section(experiment: Experiment) -> list[str]:
     """Training-length robustness (refine.length_check); nothing when it was not run."""
-    frame = study.length_check
+    frame = experiment.length_check
     if frame is None:
         return []
     lines = [
@@ -290,8 +296,8 @@ def _describe(censored: dict) -> str:
 
 def _fit_section(record: dict, outcome: FitOutcome) -> list[str]:
     lines = ["## Fit", ""]
-    lines += _fit_lines(record) if record["status"] == "fitted" else _no_fit_lines(record)
-    if record["status"] == "fitted" and outcome.law is None:
+    lines += _fit_lines(record) if record["status"] == FitStatus.FITTED else _no_fit_lines(record)
+    if record["status"] == FitStatus.FITTED and outcome.law is None:
         lines += ["", f"**No projection from this fit:** {outcome.reason}."]
     return [*lines, ""]
 
@@ -322,9 +328,9 @@ BUDGET_HEADERS = [
 ]
 
 
-def _budget_table(study: Study, study_law: str | None, rows, budgets) -> str:
+def _budget_table(experiment: Experiment, study_law: str | None, rows, budgets) -> str:
     """Optimal depth and width per budget, study beside reference, from the projection rows."""
-    sizes = study.completed["params_non_embedding"].astype(float)
+    sizes = experiment.completed["params_non_embedding"].astype(float)
     largest = float(sizes.max()) if not sizes.empty else math.nan
     table = [
         [
@@ -341,7 +347,7 @@ def _budget_table(study: Study, study_law: str | None, rows, budgets) -> str:
 def _depth_table(outcome: FitOutcome, study_law: str | None, rows) -> str:
     """Transition size per depth (measured depths and GPT-3's 96), study beside reference."""
     table = []
-    for depth in study_depths(outcome):
+    for depth in outcome.depths():
         ours = _row(rows, study_law, "depth", "depth", depth) if study_law else None
         ref = _row(rows, LEVINE2020.name, "depth", "depth", depth)
         mine = (
@@ -351,7 +357,7 @@ def _depth_table(outcome: FitOutcome, study_law: str | None, rows) -> str:
     return _md_table(["depth L", "study N*", "Levine N*"], table)
 
 
-def _projection_section(study, outcome, rows, budgets) -> list[str]:
+def _projection_section(experiment, outcome, rows, budgets) -> list[str]:
     study_law = outcome.law.name if outcome.law is not None else None
     return [
         "## Projection",
@@ -361,7 +367,7 @@ def _projection_section(study, outcome, rows, budgets) -> list[str]:
         "ln N*(L); exact for Gaussian a, b; ')' marks an end the data leave open). "
         "The published fit has no covariance.",
         "",
-        _budget_table(study, study_law, rows, budgets),
+        _budget_table(experiment, study_law, rows, budgets),
         "",
         "Transition size N*(L) = 12·L·exp(2(a + b·L)): below it, L layers are deeper than optimal.",
         "",
@@ -372,11 +378,11 @@ def _projection_section(study, outcome, rows, budgets) -> list[str]:
 
 def _figures_section(figures: tuple[Path, ...], exp_dir: Path) -> list[str]:
     captions = {
-        "1_loss_vs_size.png": "Validation loss against non-embedding size, one line per depth.",
-        "2_delta_per_pair.png": "Δ loss per depth pair against size; transitions marked.",
-        "3_fit_width_vs_depth.png": "ln dx* against depth: transitions, fitted line and band.",
-        "4_projection.png": "Projected optimal depth and width against budget up to 1e13.",
-        "5_loss_curves.png": "Validation loss against training step, one line per trial.",
+        Figure.LOSS_VS_SIZE: "Validation loss against non-embedding size, one line per depth.",
+        Figure.DELTA_PER_PAIR: "Δ loss per depth pair against size; transitions marked.",
+        Figure.FIT: "ln dx* against depth: transitions, fitted line and band.",
+        Figure.PROJECTION: "Projected optimal depth and width against budget up to 1e13.",
+        Figure.LOSS_CURVES: "Validation loss against training step, one line per trial.",
     }
     lines = ["## Figures", ""]
     for path in figures:
@@ -386,7 +392,7 @@ def _figures_section(figures: tuple[Path, ...], exp_dir: Path) -> list[str]:
 
 
 def _files_section(meta: dict, tb: Path | None) -> list[str]:
-    board = f"`{TB_FIT.as_posix()}` (TensorBoard text + scalars)" if tb else "no TensorBoard"
+    board = f"`{FIT_BOARD.as_posix()}` (TensorBoard text + scalars)" if tb else "no TensorBoard"
     return [
         "## Files",
         "",
@@ -396,18 +402,18 @@ def _files_section(meta: dict, tb: Path | None) -> list[str]:
     ]
 
 
-def _markdown(study, outcome, cells, rows, budgets, record, figures, tb) -> str:
+def _markdown(experiment, outcome, cells, rows, budgets, record, figures, tb) -> str:
     sections = [
-        _header(study),
-        _answer_section(study),
-        _measured_section(study, cells),
-        _transitions_section(study),
-        _length_section(study),
+        _header(experiment),
+        _answer_section(experiment),
+        _measured_section(experiment, cells),
+        _transitions_section(experiment),
+        _length_section(experiment),
         _fit_section(record, outcome),
         law_checks.markdown(record.get("law_checks")),
-        _projection_section(study, outcome, rows, budgets),
-        limits_section(study),
-        _figures_section(figures, study.exp_dir),
+        _projection_section(experiment, outcome, rows, budgets),
+        limits_section(experiment),
+        _figures_section(figures, experiment.root),
         _files_section(record["metadata"], tb),
     ]
     return "\n".join(line for section in sections for line in section)

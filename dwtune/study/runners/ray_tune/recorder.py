@@ -12,7 +12,7 @@ from ray import tune
 from dwtune.core import vocabulary
 from dwtune.core.records import TrialRequest, record_from_result
 from dwtune.core.spec import ExperimentSpec
-from dwtune.outputs import tables
+from dwtune.outputs import tensorboard
 from dwtune.storage.store import ExperimentStore, write_failure, writing
 from dwtune.study.interruption import raise_if_interrupted
 from dwtune.study.progress import StudyProgress
@@ -91,11 +91,11 @@ class RecordingCallback(tune.Callback):
         if trial_id not in self.states:
             state = self.states[trial_id] = _TrialState(self.requests[trial_id])
             if self.tensorboard:  # a live view; rewritten from the record at the end
-                simulated = self.spec.trainer == "simulated"
-                path = tables.run_dir(self.store.root, state.request.name, simulated)
+                simulated = self.spec.trainer == vocabulary.Trainer.SIMULATED
+                path = tensorboard.run_dir(self.store.root, state.request.name, simulated)
                 shutil.rmtree(path, ignore_errors=True)  # left by an interrupted driver
                 with writing(path):
-                    state.writer = tables.open_writer(path, simulated)
+                    state.writer = tensorboard.open_writer(path, simulated)
                 state.writer_path = str(path)
         return self.states[trial_id]
 
@@ -125,7 +125,7 @@ class RecordingCallback(tune.Callback):
         state.points[int(point.get(vocabulary.STEP, len(state.points)))] = point
         if state.writer is not None:
             with writing(state.writer_path):
-                tables.add_point(state.writer, point)
+                tensorboard.add_point(state.writer, point)
                 state.writer.flush()  # the live view shows each report as it comes
 
     def on_trial_recover(self, iteration, trials, trial, **info):
@@ -158,7 +158,7 @@ class RecordingCallback(tune.Callback):
         forget_pickled_error(trial)
         full = out_of_space(error)
         if full is not None:  # the disk failed, not the trial: unrecorded, a rerun trains it
-            raise write_failure(self.store.root / "ray", full)
+            raise write_failure(self.store.root / vocabulary.RAY_DIR, full)
         self._finish(state, vocabulary.STATUS_FAILED, error)
 
     def on_step_end(self, iteration, trials, **info):
@@ -184,7 +184,7 @@ class RecordingCallback(tune.Callback):
         if state.writer is not None:
             with writing(state.writer_path):
                 state.writer.close()
-                tables.write_trial_board(self.store.root, state.request.name, record)
+                tensorboard.write_trial_board(self.store.root, state.request.name, record)
         if self.progress:
             self.progress.trial_finished(state.request, record)
 

@@ -20,7 +20,7 @@ from dwtune.core.budget import flops_per_token
 from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord, TrialRequest, record_from_result
 from dwtune.core.spec import ExperimentSpec
-from dwtune.outputs import tables
+from dwtune.outputs import tensorboard
 from dwtune.storage.store import ExperimentStore, user_write_error
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.base import reusable_records
@@ -94,7 +94,7 @@ def _init_ray(address: str | None) -> None:
 
 def trial_spec(spec: ExperimentSpec) -> ExperimentSpec:
     """The spec trials receive: data paths made absolute (Tune changes trials' cwd)."""
-    from dwtune.backends.pytorch.data import resolve_data_config
+    from dwtune.backends.data import resolve_data_config
 
     return dataclasses.replace(spec, data=resolve_data_config(spec.data))
 
@@ -116,7 +116,7 @@ class TuneRunner:
         self.spec, self.store, self.progress = spec, store, progress
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self.trial_spec = trial_spec(spec)
-        self.tensorboard = tables.tensorboard_problem() is None
+        self.tensorboard = tensorboard.tensorboard_problem() is None
         self._failed_here: set[str] = set()  # failed in this driver: not retried again here
         self._corpus_ready = False
 
@@ -162,7 +162,7 @@ class TuneRunner:
             f"{resources.get('CPU', 0):g} CPU, {resources.get('GPU', 0):g} GPU; each trial "
             f"uses {self.spec.resources.cpu:g} CPU, {self.spec.resources.gpu:g} GPU"
         )
-        problem = tables.tensorboard_problem()
+        problem = tensorboard.tensorboard_problem()
         self.progress.note(problem or f"TensorBoard: tensorboard --logdir {self.store.root}")
 
     # ------------------------------------------------------------------ batches
@@ -185,7 +185,11 @@ class TuneRunner:
     def _cost(self, request: TrialRequest) -> float:
         """Expected training time, up to a factor: FLOPs per token (every trial of a spec
         trains the same tokens); the simulated backend spends the same time on every shape."""
-        return 1.0 if self.spec.trainer == "simulated" else flops_per_token(request.shape)
+        return (
+            1.0
+            if self.spec.trainer == vocabulary.Trainer.SIMULATED
+            else flops_per_token(request.shape)
+        )
 
     def _recorded(self, request: TrialRequest) -> TrialRecord:
         record = self.store.read_record(request.trial_id)
@@ -207,7 +211,7 @@ class TuneRunner:
         """Tokenize once on the driver, so concurrent trials find the cache ready."""
         if self._corpus_ready or self.spec.trainer != "torch":
             return
-        from dwtune.backends.pytorch.data import prepare_corpus
+        from dwtune.backends.data import prepare_corpus
 
         say = {"say": self.progress.note} if self.progress else {}  # else on stderr
         prepare_corpus(self.trial_spec.data, progress=None, **say)  # bars on a terminal only
@@ -215,7 +219,7 @@ class TuneRunner:
 
     def _experiment_name(self, stage: str) -> str:
         """``<stage>-<n>``: a new Tune experiment per call, never a stale one restored."""
-        ray_dir = self.store.root / "ray"
+        ray_dir = self.store.root / vocabulary.RAY_DIR
         taken = [p.name for p in ray_dir.glob(f"{stage}-*")] if ray_dir.exists() else []
         numbers = [int(n.rsplit("-", 1)[1]) for n in taken if n.rsplit("-", 1)[1].isdigit()]
         return f"{stage}-{max(numbers, default=0) + 1:03d}"
@@ -253,7 +257,7 @@ class TuneRunner:
             ),
             run_config=tune.RunConfig(
                 name=name,
-                storage_path=str(self.store.root / "ray"),
+                storage_path=str(self.store.root / vocabulary.RAY_DIR),
                 verbose=0,
                 callbacks=[callback],
                 failure_config=tune.FailureConfig(max_failures=self.spec.resources.retries),
@@ -263,13 +267,13 @@ class TuneRunner:
         try:
             tuner.fit()
         except Exception as exc:
-            failure = user_write_error(exc, self.store.root / "ray")
+            failure = user_write_error(exc, self.store.root / vocabulary.RAY_DIR)
             if failure is None:
                 raise
             raise failure from None  # a full disk: one line, not Tune's traceback of it
         finally:
             callback.discard_boards()
-        _drop_restore_state(self.store.root / "ray" / name)
+        _drop_restore_state(self.store.root / vocabulary.RAY_DIR / name)
 
     def _trainable(self, by_id: dict[str, TrialRequest]):
         trainable = tune.with_parameters(trial_main, spec=self.trial_spec, requests=by_id)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from dwtune.backends.pytorch.data.batches import eval_batches, train_batch
-from dwtune.backends.pytorch.data.cache import PreparedCorpus, entry_for, find_prepared, load_entry
-from dwtune.backends.pytorch.data.prepare import prepare_corpus, split_text
-from dwtune.backends.pytorch.data.sources import (
+from dwtune.backends.data.batches import eval_batches, train_batch
+from dwtune.backends.data.cache import PreparedCorpus, entry_for, find_prepared, load_entry
+from dwtune.backends.data.prepare import prepare_corpus, split_text
+from dwtune.backends.data.sources import (
     corpus_files,
     resolve_data_config,
     strip_markdown,

@@ -1,103 +1,33 @@
-"""The law's checks for the report and fit.json: alternative forms, leave-one-pair-out, bootstrap.
+"""The law's checks in the report: a section of report.md and ``figures/`` ``Figure.LAW_CHECKS``.
 
-Orchestration layer (matplotlib for the figure, pyarrow through :mod:`.pair_deltas`). The report
-calls :func:`law_checks` once; what it returns goes to fit.json (``law_checks``), to a section of
-report.md and to ``figures/6_law_checks.png``. All numbers come from :mod:`dwtune.core.fit`:
-
-- forms (:mod:`dwtune.core.fit.forms`): linear, quadratic and power law on the same censored
-  likelihood, AIC/AICc/BIC and the likelihood-ratio test of curvature;
-- leave-one-pair-out (:mod:`dwtune.core.fit.loo`): the projections at 175B and 1T without each
-  pair;
-- study bootstrap (:mod:`dwtune.core.fit.bootstrap`): seeds resampled jointly across pairs,
-  points within pairs, every transition re-estimated by ``estimate_crossing``. It needs
-  ``pair_deltas.parquet`` (written by the refine stage); without it the record says why.
+Both drawn from what the fit stage computed (:mod:`dwtune.core.fit.checks`) and stored in
+fit.json (``law_checks``): the law's forms with AIC/AICc/BIC and the LR test of curvature,
+leave-one-pair-out projections, and the study bootstrap's intervals.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from dwtune.core.errors import InputError
 from dwtune.core.fit import TransitionObservation
-from dwtune.core.fit.bootstrap import bootstrap_fit, build_replicates
-from dwtune.core.fit.forms import FORMS, compare_forms, transition_log_n
-from dwtune.core.fit.loo import LOO_BUDGETS, leave_one_pair_out
+from dwtune.core.fit.checks import BOOTSTRAP_DONE
+from dwtune.core.fit.forms import FORMS, transition_log_n
+from dwtune.core.fit.loo import LOO_BUDGETS
 from dwtune.core.units import format_size
-from dwtune.core.vocabulary import PAIR_DELTAS_FILE, TransitionStatus
-from dwtune.outputs.fit_files import json_ready
-from dwtune.outputs.pair_deltas import read_pair_deltas
+from dwtune.core.vocabulary import TransitionStatus
 
 BRACKETED = TransitionStatus.BRACKETED
 CENSORED_HIGH = TransitionStatus.CENSORED_HIGH
-
-BOOTSTRAP_REPLICATES = 200  # percentile intervals at 95%: 5 replicates in each tail
-# (the sensitivity check with resampled points runs half as many)
-BOOTSTRAP_SEED = 0
-FIGURE_NAME = "6_law_checks.png"
 
 
 @dataclass(frozen=True)
 class LawChecks:
     record: dict  # fit.json["law_checks"]
     observations: tuple[TransitionObservation, ...]
-
-
-def _bootstrap(exp_dir: Path, budgets: Sequence[float], replicates: int, points: bool) -> dict:
-    path = exp_dir / PAIR_DELTAS_FILE
-    if not path.is_file():
-        return {"status": "not run", "reason": f"no {PAIR_DELTAS_FILE} (rerun the refine stage)"}
-    try:
-        pairs = read_pair_deltas(path)
-        studies = build_replicates(pairs, replicates, seed=BOOTSTRAP_SEED, points=points)
-    except InputError as exc:
-        return {"status": "not run", "reason": str(exc)}
-    result = bootstrap_fit(studies, budgets)
-    method = _METHOD + (_POINTS if points else "")
-    return {"status": "done", "seed": BOOTSTRAP_SEED, "method": method} | result.to_dict()
-
-
-_METHOD = (
-    "seeds drawn jointly across pairs (one draw of seed ids serves every pair); each pair "
-    "re-estimated by estimate_crossing; refit by the interval-censored likelihood; percentile "
-    "intervals"
-)
-_POINTS = (
-    "; points also drawn with replacement within each pair (sensitivity check: it discards the "
-    "bracket the bisection built, so it over-states the spread; dwtune.core.fit.bootstrap)"
-)
-
-
-def for_report(
-    exp_dir: Path, observations: Sequence[TransitionObservation], fitted: bool, budgets
-) -> LawChecks | None:
-    """The checks of a fitted study (None without a fit or without per-pair observations)."""
-    return law_checks(exp_dir, observations, budgets) if fitted and observations else None
-
-
-def law_checks(
-    exp_dir: Path,
-    observations: Sequence[TransitionObservation],
-    budgets: Sequence[float] = (),
-    replicates: int = BOOTSTRAP_REPLICATES,
-) -> LawChecks:
-    """Forms, leave-one-pair-out and bootstrap of a study's fit (each says why if it cannot)."""
-    wanted = sorted({*LOO_BUDGETS, *(float(b) for b in budgets)})
-    record: dict = {"budgets": wanted}
-    record["forms"] = compare_forms(observations, wanted).to_dict()
-    try:
-        rows = leave_one_pair_out(observations, LOO_BUDGETS)
-        record["leave_one_pair_out"] = [r.to_dict() for r in rows]
-    except InputError as exc:
-        record["leave_one_pair_out"] = []
-        record["leave_one_pair_out_reason"] = str(exc)
-    record["bootstrap"] = _bootstrap(exp_dir, wanted, replicates, points=False)
-    record["bootstrap_with_points"] = _bootstrap(exp_dir, wanted, replicates // 2, points=True)
-    return LawChecks(json_ready(record), tuple(observations))  # NaN/inf -> null, as fit.json
 
 
 # ---------------------------------------------------------------- markdown
@@ -153,7 +83,7 @@ def _loo_lines(record: dict) -> list[str]:
 
 
 def _bootstrap_lines(boot: dict, name: str = "Study bootstrap") -> list[str]:
-    if boot["status"] != "done":
+    if boot["status"] != BOOTSTRAP_DONE:
         return [f"{name}: not run ({boot['reason']})."]
     level = f"{boot['level']:.0%}"
     a, b = boot["a"], boot["b"]
@@ -239,7 +169,7 @@ def _linear_depth(record: dict, budget: float) -> float | None:
 
 
 def draw(checks: LawChecks | None, path: Path, new_figure, save) -> Path | None:
-    """``figures/6_law_checks.png``; ``new_figure(w, h)`` and ``save(fig, path)`` are the
+    """``figures/`` ``Figure.LAW_CHECKS``; ``new_figure(w, h)`` and ``save(fig, path)`` are the
     report's own (SIMULATED watermark, atomic write)."""
     if checks is None or not [o for o in checks.observations if o.fitted]:
         return None

@@ -1,15 +1,10 @@
-"""Derived artefacts of an experiment: Parquet tables and TensorBoard event files.
+"""TensorBoard event files of every trial, drawn from its curve and its record, and the fit's.
 
-Everything here is computed from the trial records of
-:class:`~dwtune.storage.store.ExperimentStore`,
-so it can be rebuilt at any time (``dwtune export``) and is never the only copy of a result.
-
-- ``trials.parquet``: one row per trial, exactly the :class:`~dwtune.core.records.TrialRecord`
-  fields except the curve.
-- ``curves.parquet``: one row per report of every trial (step, tokens, losses, lr, time).
-- ``tb/<trial name>/``: TensorBoard scalars of every trial (each key of
-  :data:`dwtune.core.vocabulary.CURVE_SCALARS` against step, train and validation loss also against
-  tokens) and its HParams entry (depth, width, budget, seed -> final validation loss).
+``tb/<trial name>/``: TensorBoard scalars of every trial (each key of
+:data:`dwtune.core.vocabulary.CURVE_SCALARS` against step, train and validation loss also
+against tokens) and its HParams entry (depth, width, budget, seed -> final validation loss).
+A live trial's points are added as it reports; a finished trial's board is rewritten from its
+record, so it can be rebuilt at any time and is never the only copy of a result.
 """
 
 from __future__ import annotations
@@ -19,21 +14,16 @@ import math
 import shutil
 from pathlib import Path
 
-import pyarrow as pa
-
 from dwtune.core import vocabulary
 from dwtune.core.records import TrialRecord
-from dwtune.core.vocabulary import CURVES_FILE, TB_DIR, TRIALS_FILE
-from dwtune.outputs.schemas import CURVE_COLUMNS, CURVES_SCHEMA, TRIALS_SCHEMA
-from dwtune.storage.provenance import refuse_losing_trials, write_parquet_atomic
-from dwtune.storage.store import ExperimentStore
+from dwtune.core.vocabulary import TB_DIR, TB_FIT_DIR
+from dwtune.storage.fit_json import is_fitted
 
 # TensorBoard: losses also plotted against tokens seen, under these tags.
 BY_TOKENS = {
     key: f"{key}_by_{vocabulary.TOKENS}" for key in (vocabulary.TRAIN_LOSS, vocabulary.VAL_LOSS)
 }
-SIMULATED_SUFFIX = "-SIMULATED"
-SIMULATED_NOTE = "SIMULATED backend: a synthetic loss surface, not a measurement of a real model."
+SIMULATED_SUFFIX = f"-{vocabulary.SIMULATED_LABEL}"  # on a simulated trial's run folder
 HPARAMS = (
     "depth",
     "width",
@@ -43,51 +33,11 @@ HPARAMS = (
     "stage",
     "status",
     "params_non_embedding",
-    "simulated",
+    vocabulary.SIMULATED_COLUMN,
 )
 HPARAM_METRICS = ("final_val_loss", "best_val_loss")
-
-
-# --------------------------------------------------------------------------- Parquet
-
-
-def trials_table(records: list[TrialRecord]) -> pa.Table:
-    rows = [{name: getattr(r, name) for name in TRIALS_SCHEMA.names} for r in records]
-    return pa.Table.from_pylist(rows, schema=TRIALS_SCHEMA)
-
-
-def _curve_value(point: dict, key: str, integer: bool) -> float | int | None:
-    value = point.get(key)
-    if value is None:
-        return None
-    return int(value) if integer else float(value)
-
-
-def curves_table(records: list[TrialRecord]) -> pa.Table:
-    integer = {f.name for f in CURVES_SCHEMA if pa.types.is_integer(f.type)}
-    rows = [
-        {"trial_id": r.trial_id}
-        | {
-            column: _curve_value(point, key, column in integer)
-            for column, key in CURVE_COLUMNS.items()
-        }
-        for r in records
-        for point in r.curve
-    ]
-    return pa.Table.from_pylist(rows, schema=CURVES_SCHEMA)
-
-
-def export_experiment(store: ExperimentStore) -> tuple[Path, Path]:
-    """Write ``trials.parquet`` and ``curves.parquet`` of every recorded trial."""
-    spec_dict = store.load_spec_dict()
-    records = store.records()
-    refuse_losing_trials(store.root / TRIALS_FILE, {r.trial_id for r in records})
-    trials_path = write_parquet_atomic(trials_table(records), store.root / TRIALS_FILE, spec_dict)
-    curves_path = write_parquet_atomic(curves_table(records), store.root / CURVES_FILE, spec_dict)
-    return trials_path, curves_path
-
-
-# --------------------------------------------------------------------------- TensorBoard
+FIT_BOARD = Path(TB_DIR) / TB_FIT_DIR  # under the experiment: the fit's text and scalars
+FIT_SCALARS = ("a", "b", "se_a", "se_b", "r2", "chi2_red", "dof", "n_points")
 
 
 def tensorboard_problem() -> str | None:
@@ -130,7 +80,7 @@ def open_writer(path: Path, simulated: bool):
 
     writer = EventFile(path)
     if simulated:
-        writer.add_text("backend", SIMULATED_NOTE, global_step=0)
+        writer.add_text("backend", vocabulary.SIMULATED_BANNER, global_step=0)
     return writer
 
 
@@ -160,3 +110,22 @@ def write_trial_board(store_root: Path, name: str, record: TrialRecord) -> Path:
             add_point(writer, point)
         _add_hparams(writer, record)
     return path
+
+
+def write_fit_board(root: Path, record: dict, fit_text: str) -> Path | None:
+    """The fit as text and scalars under ``<root>/tb/fit`` (replacing earlier events); None
+    without tensorboardX."""
+    try:
+        from dwtune.outputs.event_files import EventFile
+    except ImportError:  # no tensorboardX
+        return None
+    folder = root / FIT_BOARD
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("events.out.tfevents.*"):
+        old.unlink()  # one summary per report, not a history of reruns
+    with EventFile(folder) as writer:
+        writer.add_text("fit/summary", fit_text, 0)
+        if is_fitted(record):
+            for key in FIT_SCALARS:
+                writer.add_scalar(f"fit/{key}", float(record[key]), 0)
+    return folder

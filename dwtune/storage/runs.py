@@ -1,15 +1,15 @@
 """Read a table of runs (CSV, Parquet or an experiment directory) into plain columns.
 
-Orchestration layer (pandas, pyarrow): the analysis itself is pure
-(:mod:`dwtune.core.analysis`); this module only finds the columns, converts them to numbers and
-says, in one line, what is wrong with a table and how to fix it.
+The analysis itself is pure (:mod:`dwtune.core.analysis`); this module only finds the columns,
+converts them to numbers and says, in one line, what is wrong with a table and how to fix it.
 
 Roles and columns. The analysis needs the roles ``depth``, ``width``, ``params`` and ``loss``
 (optional: ``seed``, ``tokens``, ``step``, ``run``). A role is read from the column of the same
 name unless ``--columns ROLE=COLUMN,...`` maps it. Row numbers in messages count data rows from 1
 (the header is not a row).
 
-An experiment directory is read from its ``trials.parquet``: ``params`` is
+An experiment directory is read through the store
+(:class:`~dwtune.storage.experiment.ExperimentReader`) from its ``trials.parquet``: ``params`` is
 ``params_non_embedding`` (the paper's ``12·L·w²``; ``params_total`` where the spec's
 ``model.size_convention`` is ``total``), ``loss`` is ``best_val_loss`` (the size and the loss
 the refine stage compares), ``run`` is ``trial_id``; trainings that did not finish count as
@@ -26,14 +26,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-import yaml
 
 from dwtune.core import vocabulary
 from dwtune.core.analysis import RunTable
 from dwtune.core.analysis.table import run_keys
 from dwtune.core.errors import InputError, shown
 from dwtune.core.vocabulary import CURVES_FILE, SPEC_FILE, TRIALS_FILE
-from dwtune.storage.store import ExperimentStore
+from dwtune.storage.experiment import ExperimentReader
+from dwtune.storage.tables import is_simulated
 
 ROLES = (*vocabulary.RUN_COLUMNS_REQUIRED, *vocabulary.RUN_COLUMNS_OPTIONAL)
 # Column names other tools use for a role: only to suggest a --columns fix, never applied.
@@ -207,59 +207,55 @@ def _integers(values: np.ndarray, column: str, path: Path) -> np.ndarray:
 # ---------------------------------------------------------------- experiment directories
 
 
-def _experiment_frames(root: Path, tokens: float | None) -> tuple[pd.DataFrame, np.ndarray]:
+def _experiment_frames(
+    reader: ExperimentReader, tokens: float | None
+) -> tuple[pd.DataFrame, np.ndarray]:
     """trials.parquet (or, with --tokens, its curves joined to it) and which rows failed."""
-    trials = _read_frame(root / TRIALS_FILE)
-    for column in (*EXPERIMENT_COLUMNS.values(), "status"):
-        if column not in trials.columns:
-            raise InputError(
-                f"{root}: trials.parquet lacks {column!r}; re-export it with `dwtune export {root}`"
-            )
+    trials = reader.table(TRIALS_FILE, (*EXPERIMENT_COLUMNS.values(), "status"))
     failed = ~trials["status"].isin(vocabulary.COMPLETED_STATUSES).to_numpy()
     if tokens is None:
         return trials, failed
-    curves = _read_frame(root / CURVES_FILE)
+    curves = reader.table(CURVES_FILE, ("trial_id", "tokens", "val_loss"))
     keep = trials[~failed].drop(columns=["best_val_loss", "tokens"], errors="ignore")
     joined = curves[["trial_id", "tokens", "val_loss"]].merge(keep, on="trial_id")
     joined = joined[np.isfinite(joined["val_loss"].astype(float))]
     return joined.rename(columns={"val_loss": "best_val_loss"}), np.zeros(len(joined), bool)
 
 
-def _size_column(root: Path) -> str:
-    """The trials.parquet column of the study's size convention (spec.yaml's model section)."""
-    try:
-        spec = yaml.safe_load((root / SPEC_FILE).read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return EXPERIMENT_COLUMNS["params"]  # no readable spec: the paper's convention
-    model = spec.get("model") if isinstance(spec, dict) else None
-    total = isinstance(model, dict) and model.get("size_convention") == "total"
+def _size_column(reader: ExperimentReader) -> str:
+    """The trials.parquet column of the study's size convention (spec.yaml's model section;
+    without a spec.yaml, the paper's convention)."""
+    spec = reader.spec() if reader.has(SPEC_FILE) else {}
+    model = spec.get("model")
+    total = (
+        isinstance(model, dict) and model.get("size_convention") == vocabulary.SizeConvention.TOTAL
+    )
     return "params_total" if total else EXPERIMENT_COLUMNS["params"]
 
 
-def _simulated(frame: pd.DataFrame) -> bool:
-    return "simulated" in frame.columns and bool(frame["simulated"].fillna(False).any())
+def _experiment_runs(path: Path, mapping: dict[str, str], tokens: float | None) -> LoadedRuns:
+    """An experiment directory's trials (or curves) as runs, read through the store."""
+    reader = ExperimentReader(path)
+    if not reader.has(TRIALS_FILE):
+        raise InputError(
+            f"{path}: no trials.parquet; pass an experiment directory (export it with "
+            f"`dwtune export {path}`), a CSV or a Parquet file"
+        )
+    frame, failed = _experiment_frames(reader, tokens)
+    columns = EXPERIMENT_COLUMNS | {"params": _size_column(reader)}
+    columns |= {"tokens": "tokens"} if tokens is not None else {}
+    table = table_from_frame(frame, path / TRIALS_FILE, columns | mapping, failed)
+    return LoadedRuns(table, str(path), is_simulated(frame), "experiment")
 
 
 def load_runs(target: str | Path, mapping: dict[str, str], tokens: float | None) -> LoadedRuns:
     """A CSV, Parquet file or experiment directory as a :class:`RunTable` (module doc)."""
     path = Path(target)
     if path.is_dir():
-        store = ExperimentStore(path)
-        for name in (TRIALS_FILE, CURVES_FILE, SPEC_FILE):  # another folder's table is not this
-            store.inside(path / name)
-        if not (path / TRIALS_FILE).is_file():
-            raise InputError(
-                f"{path}: no trials.parquet; pass an experiment directory (export it with "
-                f"`dwtune export {path}`), a CSV or a Parquet file"
-            )
-        frame, failed = _experiment_frames(path, tokens)
-        columns = EXPERIMENT_COLUMNS | {"params": _size_column(path)}
-        columns |= {"tokens": "tokens"} if tokens is not None else {}
-        table = table_from_frame(frame, path / TRIALS_FILE, columns | mapping, failed)
-        return LoadedRuns(table, str(path), _simulated(frame), "experiment")
+        return _experiment_runs(path, mapping, tokens)
     if path.suffix.lower() not in (".csv", ".parquet", ".pq"):
         raise InputError(f"{path}: expected a .csv or .parquet file or an experiment directory")
     frame = _read_frame(path)
     table = table_from_frame(frame, path, mapping)
     kind = "csv" if path.suffix.lower() == ".csv" else "parquet"
-    return LoadedRuns(table, str(path), _simulated(frame), kind)
+    return LoadedRuns(table, str(path), is_simulated(frame), kind)

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from dwtune.backends.pytorch.data.cache import (
+from dwtune.backends.data.cache import (
     CACHE_VERSION,
     TOKENIZER,
     PreparedCorpus,
@@ -46,8 +46,8 @@ from dwtune.backends.pytorch.data.cache import (
     open_entry,
     write_manifest,
 )
-from dwtune.backends.pytorch.data.sources import corpus_files, iter_chunks, text_pieces
-from dwtune.backends.pytorch.data.tokenize import (
+from dwtune.backends.data.sources import corpus_files, iter_chunks, text_pieces
+from dwtune.backends.data.tokenize import (
     Encoder,
     char_vocabulary,
     encode_in_worker,
@@ -360,7 +360,7 @@ def prepare_corpus(
     (:func:`~.cache.entry_problem`; every file hashed with ``verify``) is named through
     ``say`` and rebuilt.
     """
-    from dwtune.backends.pytorch.data.sources import resolve_data_config
+    from dwtune.backends.data.sources import resolve_data_config
 
     data = resolve_data_config(data)
     files = corpus_files(data)
