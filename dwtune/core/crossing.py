@@ -80,7 +80,8 @@ band at χ²₁ = 1 (70% there) or to ±σ over-covered elsewhere: 79-84.5% and 
 surfaces' 200 recorded refine pairs, 84% and 86.5% of the seeded tanh pairs of the tests.
 Why the farther end of the 95% interval: where Δ is flat at N* the profile band reaches much
 further on one side of the chord's estimate than on the other, and a σ from the half-width alone
-was too small there (rms z 1.34 on the flat surface's 200 recorded pairs; with the reach 1.13, and 0.95 / 0.84 on default / asymmetric, against 1.06 / 1.01 before).
+was too small there (rms z 1.34 on the flat surface's 200 recorded pairs; with the reach 1.13,
+and 0.95 / 0.84 on default / asymmetric, against 1.06 / 1.01 before).
 Why: the bootstrap is centred on the observed means,
 so where noise steepened Δ between the two points around the sign change it shrinks the spread
 just when the estimate is furthest off (errors and σ anti-correlated); the 95% interval's profile
