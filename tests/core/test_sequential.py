@@ -76,7 +76,5 @@ def test_a_guess_taken_as_known_fails_when_the_noise_is_larger():
     margin = 3 * math.sqrt(REFINE.alpha * (1 - REFINE.alpha) / trials)
     known = dataclasses.replace(REFINE, noise_prior=SD, noise_prior_dof=1000.0)
     rng = np.random.default_rng(7)
-    signed = sum(
-        _sign_at_zero(rng, known, _one_rule, true_sd=5 * SD) != 0 for _ in range(trials)
-    )
+    signed = sum(_sign_at_zero(rng, known, _one_rule, true_sd=5 * SD) != 0 for _ in range(trials))
     assert signed / trials > REFINE.alpha + margin
