@@ -56,6 +56,7 @@ from dwtune.study.journal import (
     clear_stale_trials,
     open_study,
     study_path,
+    trial_numbers,
     trial_points,
 )
 from dwtune.study.runners.local import LocalRunner
@@ -137,6 +138,7 @@ class PairRefiner:
         self.path = study_path(store, self.pair)
         sampler = BisectionSampler(grid.points, self.refine, self._deep_width)
         self.study = open_study(self.path, sampler, say)
+        self._asking: tuple[int, str] = (0, "")  # (round, point kind) of the round running
 
     # ------------------------------------------------------------------ the loop
 
@@ -169,6 +171,7 @@ class PairRefiner:
             trial.set_user_attr(KIND_ATTR, str(step.kind))
         start = max(self.refine.seeds, step.seeds, step.point.requested if step.point else 0)
         verified = step.reverifies
+        self._asking = (trial.number + 1, str(step.kind))  # on this round's requests
         point = yield from self._evaluate(self._snap(log_n), step.kind, start, verified)
         trial.set_user_attr(POINT_ATTR, point.to_dict())
         # Optuna fails a trial told NaN; a point whose trainings all failed is still a result.
@@ -212,10 +215,23 @@ class PairRefiner:
                 return point
             wanted = transitions.seeds_wanted(point.decision, wanted, self.refine)
 
-    def _request(self, cell, seed: int) -> TrialRequest:
-        """A refine training; its rate from ``rate_for`` when the spec searches rates."""
+    def _request(self, cell, seed: int, asking: tuple[int, str] | None = None) -> TrialRequest:
+        """A refine training; its rate from ``rate_for`` when the spec searches rates; it
+        carries the pair, the round and the point kind that ask for it (``asking``, else this
+        round's)."""
         lr, source = self.rate_for(cell) if self.rate_for else (None, vocabulary.LR_SOURCE_SPEC)
-        return make_request(self.spec, cell, seed, Stage.REFINE, lr=lr, lr_source=source)
+        round_, kind = asking or self._asking
+        return make_request(
+            self.spec,
+            cell,
+            seed,
+            Stage.REFINE,
+            lr=lr,
+            lr_source=source,
+            pair=self.grid.label,
+            round=round_,
+            point_kind=kind,
+        )
 
     def _point(self, budget, sizes, records, kind: str, requested: int, verified: bool):
         """The point of ``records`` (failed trainings included: they count against their
@@ -248,11 +264,11 @@ class PairRefiner:
     def _point_requests(self) -> dict[str, TrialRequest]:
         """The trainings behind this pair's journal points, by trial id."""
         requests = {}
-        for point in trial_points(self.study):
+        for number, point in trial_numbers(self.study):
             for depth in self.pair:
                 cell = self.spec.cell(depth, point.budget)
                 for seed in self.seed_order[: point.requested]:
-                    request = self._request(cell, seed)
+                    request = self._request(cell, seed, (number + 1, point.kind))
                     requests[request.trial_id] = request
         return requests
 
