@@ -174,9 +174,12 @@ class PairRefiner:
         self._asking = (trial.number + 1, str(step.kind))  # on this round's requests
         point = yield from self._evaluate(self._snap(log_n), step.kind, start, verified)
         trial.set_user_attr(POINT_ATTR, point.to_dict())
-        # Optuna fails a trial told NaN; a point whose trainings all failed is still a result.
-        self.study.tell(trial, point.decision.mean if point.n else 0.0)
+        for key, value in point_attrs(point).items():  # flat numbers: the dashboard's columns
+            trial.set_user_attr(key, value)
+        self.study.tell(trial, objective(point))
         self._announce(point, trial.number + 1)
+        # where the pair stands after this round, for anyone watching the journal
+        set_study_attrs(self.study, self._estimate("provisional"), final=False)
 
     def _range(self) -> tuple[float, float]:
         """Bounds of ``log_n``: the grid's budgets, one e-fold of margin each side."""
@@ -287,20 +290,100 @@ class PairRefiner:
         deltas = tuple(p.delta_point() for p in points if p.n)
         return PairPoints(self.grid.label, self.pair[0], self.pair[1], deltas)
 
-    def _transition(self, step: Step) -> Transition:
+    def _estimate(self, reason: str, trials: int = 0) -> Transition:
+        """The pair's transition from its grid and journal points as they stand."""
         points = pair_points.merge_points(self.grid.points, trial_points(self.study))
-        transition = transitions.make_transition(
+        return transitions.make_transition(
             self.pair,
             points,
             self.refine,
-            trials=self._new_trainings(),
+            trials=trials,
             rounds=bisection_rounds(self.study),
             simulated=self.spec.trainer == Trainer.SIMULATED,
-            reason=step.reason,
+            reason=reason,
             convention=self.spec.model.size_convention,
         )
+
+    def _transition(self, step: Step) -> Transition:
+        transition = self._estimate(step.reason, self._new_trainings())
+        set_study_attrs(self.study, transition, final=True)
         self.say(f"[refine {self.grid.label}] {describe(transition)}")
         return transition
+
+
+# --------------------------------------------------------------------------- what the journal says
+
+# The value each trial is told, minimised: the point's |mean Δ| (nats), so a study's best
+# trial is its point nearest the sign change. N* itself is the study attribute ``n_star``
+# (an interpolation between points, never one trial). Journals written before this told the
+# signed mean Δ; their earlier trials keep those values.
+OBJECTIVE = "abs_mean_delta"
+OBJECTIVE_NOTE = (
+    "minimised: |mean Δ| (nats) of the point, so best_trial is the point nearest the sign "
+    "change; N* and its interval are study attributes (n_star, n_star_low, n_star_high)"
+)
+# Transition fields copied to the study's user attributes (besides pair, status and final).
+STUDY_ATTRS = (
+    "depth_shallow",
+    "depth_deep",
+    "n_star",
+    "n_star_low",
+    "n_star_high",
+    "n_star_low_68",
+    "n_star_high_68",
+    "sigma_ln",
+    "width_deep",
+    "width_deep_err",
+    "rounds",
+    "seeds",
+    "statement",
+    "simulated",
+)
+
+
+def objective(point: PairPoint) -> float:
+    """|mean Δ| of the point; inf where no seed gave a Δ (every training failed)."""
+    mean = point.decision.mean
+    return abs(float(mean)) if point.n and not math.isnan(mean) else math.inf
+
+
+def _number(value: float) -> float | None:
+    """A finite number, else None (JSON has no NaN: optuna-dashboard could not read it)."""
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def point_attrs(point: PairPoint) -> dict:
+    """A trial's numeric user attributes: the point's size, Δ, se, sign and seeds."""
+    decision = point.decision
+    return {
+        KIND_ATTR: str(point.kind),
+        "n_params": _number(math.exp(point.log_n)),
+        "width_deep": int(point.width_deep),
+        "width_shallow": int(point.width_shallow),
+        "delta": _number(decision.mean),
+        "delta_se": _number(decision.se),
+        "sign": decision.sign,  # +1 deeper loses, -1 deeper wins, 0 within noise
+        "seeds": int(point.n),
+    }
+
+
+def set_study_attrs(study: optuna.Study, t: Transition, final: bool) -> None:
+    """The pair's N*, status and 95% interval as study user attributes (provisional after
+    each round, ``final`` when the pair is done)."""
+    values = {
+        "pair": t.pair,
+        "status": str(t.status),
+        "final": final,
+        "objective": OBJECTIVE,
+        "objective_note": OBJECTIVE_NOTE,
+    }
+    for name in STUDY_ATTRS:
+        value = getattr(t, name)
+        values[name] = _number(value) if isinstance(value, float) else value
+    values["crossings"] = [_number(c) for c in t.crossings]
+    for key, value in values.items():
+        study.set_user_attr(key, value)
 
 
 def describe(t: Transition) -> str:
