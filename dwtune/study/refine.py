@@ -49,6 +49,7 @@ from dwtune.core.vocabulary import (
     Trainer,
     TransitionStatus,
 )
+from dwtune.outputs import tensorboard
 from dwtune.storage.experiment import ExperimentWriter
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.journal import (
@@ -178,8 +179,10 @@ class PairRefiner:
             trial.set_user_attr(key, value)
         self.study.tell(trial, objective(point))
         self._announce(point, trial.number + 1)
-        # where the pair stands after this round, for anyone watching the journal
-        set_study_attrs(self.study, self._estimate("provisional"), final=False)
+        # where the pair stands after this round, for anyone watching the journal or the board
+        estimate = self._estimate("provisional")
+        set_study_attrs(self.study, estimate, final=False)
+        self._board(estimate)
 
     def _range(self) -> tuple[float, float]:
         """Bounds of ``log_n``: the grid's budgets, one e-fold of margin each side."""
@@ -304,9 +307,21 @@ class PairRefiner:
             convention=self.spec.model.size_convention,
         )
 
+    def _board(self, t: Transition) -> None:
+        """The pair's decisions as TensorBoard scalars (tb/refine/<pair>/decisions)."""
+        rounds = [
+            {"round": number + 1, **decision_scalars(point)}
+            for number, point in trial_numbers(self.study)
+        ]
+        summary = {name: getattr(t, name) for name in BOARD_SUMMARY}
+        summary["status"] = f"{t.status}: {t.statement}"
+        simulated = self.spec.trainer == Trainer.SIMULATED
+        tensorboard.write_refine_board(self.store.root, t.pair, rounds, summary, simulated)
+
     def _transition(self, step: Step) -> Transition:
         transition = self._estimate(step.reason, self._new_trainings())
         set_study_attrs(self.study, transition, final=True)
+        self._board(transition)
         self.say(f"[refine {self.grid.label}] {describe(transition)}")
         return transition
 
@@ -365,6 +380,22 @@ def point_attrs(point: PairPoint) -> dict:
         "delta_se": _number(decision.se),
         "sign": decision.sign,  # +1 deeper loses, -1 deeper wins, 0 within noise
         "seeds": int(point.n),
+    }
+
+
+# Transition fields drawn as scalars on the pair's decisions board, at its last round.
+BOARD_SUMMARY = ("n_star", "n_star_low", "n_star_high", "width_deep", "sigma_ln")
+
+
+def decision_scalars(point: PairPoint) -> dict:
+    """One round's point on the decisions board: Δ (nats), its se, ln N, sign and seeds."""
+    decision = point.decision
+    return {
+        "delta": decision.mean,
+        "delta_se": decision.se,
+        "ln_n": point.log_n,
+        "sign": decision.sign,
+        "seeds": point.n,
     }
 
 

@@ -61,3 +61,21 @@ def test_every_trial_holds_numeric_delta_and_the_best_is_nearest_the_crossing(re
     assert abs(math.log(best.user_attrs["n_params"] / transition.n_star)) < math.log(2)
     frame = study.trials_dataframe()  # the dashboard's and pandas' view: numbers, not strings
     assert frame["user_attrs_delta"].dtype == float
+
+
+def test_tensorboard_shows_the_pair_decisions_grouped_under_refine(refined):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+
+    store, transition = refined
+    boards = EventMultiplexer().AddRunsFromDirectory(str(store.root / "tb"))
+    boards.Reload()
+    run = "refine/6-12/decisions-SIMULATED"  # what TensorBoard's run list shows
+    assert run in boards.Runs()
+    events = EventAccumulator(str(store.root / "tb" / run), size_guidance={"scalars": 0})
+    events.Reload()
+    rounds = len(_load(store).get_trials(states=(optuna.trial.TrialState.COMPLETE,)))
+    deltas = events.Scalars("refine/delta")
+    assert [e.step for e in deltas] == list(range(1, rounds + 1))
+    [n_star] = events.Scalars("refine/n_star")
+    assert n_star.value == pytest.approx(transition.n_star, rel=1e-6) and n_star.step == rounds
