@@ -19,7 +19,7 @@ from typing import Any
 from dwtune.core import vocabulary
 from dwtune.core.budget import GridCell, ModelShape
 from dwtune.core.spec import DataConfig, ExperimentSpec, TrainConfig
-from dwtune.core.vocabulary import Parametrization, Stage, Trainer
+from dwtune.core.vocabulary import Parametrization, PointKind, Stage, Trainer
 
 IDENTITY_VERSION = 1  # bump when the trainer changes what a given identity produces
 # Layout of a trial record's JSON (trials/<id>.json): bump when a field changes meaning or is
@@ -143,6 +143,11 @@ class TrialRequest:
     lr_source: str = vocabulary.LR_SOURCE_SPEC
     search_steps: int | None = None  # lr_search trials: the reduced-fidelity steps
     length_factor: float | None = None  # length_check trials: factor on the training length
+    # Who asked (not the identity: one training may serve several pairs and rounds): the depth
+    # pair's label, its refine round (Optuna trial number + 1) and the point's PointKind.
+    pair: str = ""
+    round: int = 0
+    point_kind: str = ""
 
     @property
     def shape(self) -> ModelShape:
@@ -169,11 +174,28 @@ def make_request(
     lr_source: str = vocabulary.LR_SOURCE_SPEC,
     search_steps: int | None = None,
     length_factor: float | None = None,
+    pair: str = "",
+    round: int = 0,
+    point_kind: str = "",
 ) -> TrialRequest:
     trial_id = trial_identity(
         spec, cell.shape, seed, lr=lr, search_steps=search_steps, length_factor=length_factor
     )
-    return TrialRequest(trial_id, stage, cell, seed, lr, lr_source, search_steps, length_factor)
+    if stage == Stage.GRID:
+        point_kind = point_kind or PointKind.GRID.value
+    return TrialRequest(
+        trial_id,
+        stage,
+        cell,
+        seed,
+        lr,
+        lr_source,
+        search_steps,
+        length_factor,
+        pair,
+        round,
+        point_kind,
+    )
 
 
 def grid_requests(
@@ -222,6 +244,9 @@ class TrialRecord:
     head_dim: int = 0
     compare: str = "params"
     tokens_per_param: float = float("nan")
+    pair: str = ""  # the depth pair whose refine point asked for it ('' for a grid trial)
+    round: int = 0  # that pair's refine round (Optuna trial number + 1); 0 for the grid
+    point_kind: str = ""  # a vocabulary.PointKind: grid, verify, bisect or scan
     # One dict per report: metric name -> value (metrics vocabulary); not a trials.parquet column.
     curve: list[dict[str, Any]] = field(default_factory=list, repr=False)
     # Loss of each held-out window at the best evaluation (vocabulary.VAL_WINDOWS): the paired
@@ -295,6 +320,9 @@ def record_from_result(
         head_dim=cell.shape.head_dim,
         compare=spec.space.compare,
         tokens_per_param=float(_trained_tokens_per_param(spec.train, request) or float("nan")),
+        pair=request.pair,
+        round=request.round,
+        point_kind=request.point_kind,
         curve=list(curve),
         val_windows=windows,
     )

@@ -3,6 +3,11 @@
 Every Parquet file dwtune writes carries, as file metadata, the resolved spec, the versions of
 the packages that produced it and the git revision of the code, and is written atomically
 (temporary file, then rename) so a reader never sees half a file.
+
+The same provenance, with each column's description, is also stored where pandas looks for a
+frame's ``attrs`` (the ``PANDAS_ATTRS`` schema metadata), so ``pd.read_parquet(path).attrs``
+holds ``spec``, ``versions``, ``git_revision``, ``table`` and ``columns`` (column ->
+description).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dwtune.storage.schemas import column_descriptions
 from dwtune.storage.store import atomic_write_bytes
 
 PACKAGES = (
@@ -74,24 +80,56 @@ def git_revision() -> str:
 def provenance(spec_dict: dict | None) -> dict[bytes, bytes]:
     """File metadata: ``dwtune.core.spec``, ``dwtune.versions``, ``dwtune.git_revision``."""
     return {
-        b"dwtune.core.spec": json.dumps(spec_dict or {}, sort_keys=True).encode(),
-        b"dwtune.versions": json.dumps(package_versions(), sort_keys=True).encode(),
-        b"dwtune.git_revision": git_revision().encode(),
+        SPEC_KEY: json.dumps(spec_dict or {}, sort_keys=True).encode(),
+        VERSIONS_KEY: json.dumps(package_versions(), sort_keys=True).encode(),
+        GIT_KEY: git_revision().encode(),
     }
 
 
+# The schema metadata key pandas restores ``DataFrame.attrs`` from (pandas.io.parquet).
+PANDAS_ATTRS_KEY = b"PANDAS_ATTRS"
+SPEC_KEY, VERSIONS_KEY, GIT_KEY = b"dwtune.core.spec", b"dwtune.versions", b"dwtune.git_revision"
+
+
+def pandas_attrs(spec_dict: dict | None, name: str, schema: pa.Schema) -> dict:
+    """What ``pd.read_parquet(path).attrs`` holds for a table dwtune wrote."""
+    return {
+        "table": name,
+        "spec": spec_dict or {},
+        "versions": package_versions(),
+        "git_revision": git_revision(),
+        "columns": column_descriptions(schema),
+    }
+
+
+def frame_attrs(schema: pa.Schema) -> dict:
+    """A file's ``attrs`` as pandas restores them (empty for a file written without them)."""
+    raw = (schema.metadata or {}).get(PANDAS_ATTRS_KEY)
+    try:
+        attrs = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return attrs if isinstance(attrs, dict) else {}
+
+
 def write_parquet_atomic(table: pa.Table, path: Path, spec_dict: dict | None) -> Path:
-    """Write ``table`` with provenance metadata to ``path`` atomically."""
+    """Write ``table`` with provenance metadata (and pandas ``attrs``) to ``path`` atomically."""
     existing = table.schema.metadata or {}
-    table = table.replace_schema_metadata({**existing, **provenance(spec_dict)})
+    attrs = pandas_attrs(spec_dict, Path(path).name, table.schema)
+    attrs_json = json.dumps(attrs, default=str).encode()  # columns in the table's order
+    metadata = {**existing, **provenance(spec_dict), PANDAS_ATTRS_KEY: attrs_json}
+    table = table.replace_schema_metadata(metadata)
     buffer = io.BytesIO()
     pq.write_table(table, buffer)
     atomic_write_bytes(Path(path), buffer.getvalue())
     return Path(path)
 
 
-def read_parquet_checked(path: Path, required: tuple[str, ...]) -> pa.Table:
-    """Read a dwtune Parquet file; InputError naming the file if corrupt or missing columns."""
+def read_parquet_checked(
+    path: Path, required: tuple[str, ...], renamed: dict[str, str] | None = None
+) -> pa.Table:
+    """Read a dwtune Parquet file; InputError naming the file if corrupt or missing columns.
+    ``renamed`` (old name -> new name): a column under its old name counts as the new one."""
     from dwtune.core.errors import InputError
 
     path = Path(path)
@@ -104,7 +142,8 @@ def read_parquet_checked(path: Path, required: tuple[str, ...]) -> pa.Table:
             f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]}); "
             f"re-export it with `dwtune export`"
         ) from None
-    missing = [c for c in required if c not in table.column_names]
+    present = {*table.column_names, *((renamed or {}).get(c, c) for c in table.column_names)}
+    missing = [c for c in required if c not in present]
     if missing:
         raise InputError(
             f"{path}: missing column(s) {', '.join(missing)}; "

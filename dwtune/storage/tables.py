@@ -34,12 +34,13 @@ from dwtune.core.length_check import LengthShift
 from dwtune.core.projection import BudgetProjection, DepthProjection
 from dwtune.core.records import TrialRecord
 from dwtune.core.transitions import Transition
-from dwtune.core.vocabulary import SIMULATED_COLUMN
-from dwtune.storage.provenance import read_parquet_checked, write_parquet_atomic
+from dwtune.core.vocabulary import SIMULATED_COLUMN, PointKind, Stage
+from dwtune.storage.provenance import frame_attrs, read_parquet_checked, write_parquet_atomic
 from dwtune.storage.schemas import (
     CURVE_COLUMNS,
     CURVES_SCHEMA,
     PAIR_DELTAS_REQUIRED,
+    RENAMED,
     TRANSITION_SCHEMA,
     TRIALS_SCHEMA,
 )
@@ -56,15 +57,24 @@ def _first_line(exc: BaseException) -> str:
 
 
 def read_table(path: Path, required: tuple[str, ...], hint: str) -> pd.DataFrame:
-    """A Parquet or CSV file with ``required`` columns; anything else is one-line InputError."""
+    """A Parquet or CSV file with ``required`` columns; anything else is one-line InputError.
+
+    A dwtune table's columns renamed since it was written take their new names
+    (:data:`~dwtune.storage.schemas.RENAMED`); a Parquet file's provenance and column
+    descriptions are the frame's ``attrs`` (as ``pd.read_parquet`` gives them)."""
+    renamed = RENAMED.get(Path(path).name, {})
     if path.suffix != ".csv":
-        return read_parquet_checked(path, required).to_pandas()
+        table = read_parquet_checked(path, required, renamed)
+        frame = table.to_pandas().rename(columns=renamed)
+        frame.attrs = frame_attrs(table.schema)
+        return frame
     if not path.is_file():
         raise InputError(f"{path}: no such file; pass an experiment directory, a Parquet or CSV")
     try:
         frame = pd.read_csv(path, skipinitialspace=True)
     except (OSError, ValueError, pd.errors.ParserError) as exc:
         raise InputError(f"{path}: cannot read it as CSV ({_first_line(exc)})") from exc
+    frame = frame.rename(columns=renamed)
     require_columns(frame, required, path, hint)
     return frame
 
@@ -85,9 +95,15 @@ def is_simulated(frame: pd.DataFrame | None) -> bool:
 # --------------------------------------------------------------------------- trials and curves
 
 
+def _trial_row(record: TrialRecord) -> dict:
+    row = {name: getattr(record, name) for name in TRIALS_SCHEMA.names}
+    if not row["point_kind"] and record.stage == Stage.GRID:  # a record from before the column
+        row["point_kind"] = PointKind.GRID.value
+    return row
+
+
 def trials_table(records: Sequence[TrialRecord]) -> pa.Table:
-    rows = [{name: getattr(r, name) for name in TRIALS_SCHEMA.names} for r in records]
-    return pa.Table.from_pylist(rows, schema=TRIALS_SCHEMA)
+    return pa.Table.from_pylist([_trial_row(r) for r in records], schema=TRIALS_SCHEMA)
 
 
 def _curve_value(point: dict, key: str, integer: bool) -> float | int | None:

@@ -81,7 +81,7 @@ def projection_rows(
 
 def fit_record(experiment: Experiment, outcome: FitOutcome, meta: dict) -> dict:
     """fit.json's content: the fit, or what was found instead; plus the file metadata."""
-    source = str(experiment.root / TRANSITIONS_FILE)
+    source = TRANSITIONS_FILE  # relative to the folder fit.json sits in: it moves with it
     simulated = experiment.simulated
     if outcome.fit is not None:
         seeds = outcome.points.seeds if outcome.points is not None else ()

@@ -28,6 +28,12 @@ def trial_points(study: optuna.Study) -> list[PairPoint]:
     return [PairPoint.from_dict(t.user_attrs[POINT_ATTR]) for t in finished]
 
 
+def trial_numbers(study: optuna.Study) -> list[tuple[int, PairPoint]]:
+    """(Optuna trial number, point) of the study's finished trials, in the order told."""
+    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return [(t.number, PairPoint.from_dict(t.user_attrs[POINT_ATTR])) for t in finished]
+
+
 def study_path(store: ExperimentStore, pair: tuple[int, int]) -> Path:
     return store.root / REFINE_DIR / f"{pair[0]}-{pair[1]}{JOURNAL_SUFFIX}"
 

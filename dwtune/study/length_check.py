@@ -44,12 +44,21 @@ class PairCheck:
         return [r for per_seed in self.requests for pair in per_seed.values() for r in pair]
 
 
-def _request(spec: ExperimentSpec, refiner: PairRefiner, cell, seed: int, factor: float):
-    """A length-check training: the refine stage's rate for the cell, the length scaled."""
+def _request(spec: ExperimentSpec, refiner: PairRefiner, cell, seed: int, factor: float, kind: str):
+    """A length-check training: the refine stage's rate for the cell, the length scaled; it
+    carries the pair and the kind of the point it retrains."""
     rate_for = refiner.rate_for
     lr, source = rate_for(cell) if rate_for else (None, LR_SOURCE_SPEC)
     return make_request(
-        spec, cell, seed, Stage.LENGTH_CHECK, lr=lr, lr_source=source, length_factor=factor
+        spec,
+        cell,
+        seed,
+        Stage.LENGTH_CHECK,
+        lr=lr,
+        lr_source=source,
+        length_factor=factor,
+        pair=refiner.grid.label,
+        point_kind=kind,
     )
 
 
@@ -63,7 +72,10 @@ def plan_check(spec: ExperimentSpec, refiner: PairRefiner, t: Transition, factor
         cells = (spec.cell(deep, point.budget), spec.cell(shallow, point.budget))
         seeds = refiner.seed_order[: max(point.requested, point.n)]
         requests.append(
-            {seed: tuple(_request(spec, refiner, c, seed, factor) for c in cells) for seed in seeds}
+            {
+                seed: tuple(_request(spec, refiner, c, seed, factor, point.kind) for c in cells)
+                for seed in seeds
+            }
         )
     return PairCheck(refiner, t, factor, tuple(chosen), tuple(requests))
 

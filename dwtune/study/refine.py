@@ -49,6 +49,7 @@ from dwtune.core.vocabulary import (
     Trainer,
     TransitionStatus,
 )
+from dwtune.outputs import tensorboard
 from dwtune.storage.experiment import ExperimentWriter
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.journal import (
@@ -56,6 +57,7 @@ from dwtune.study.journal import (
     clear_stale_trials,
     open_study,
     study_path,
+    trial_numbers,
     trial_points,
 )
 from dwtune.study.runners.local import LocalRunner
@@ -137,6 +139,7 @@ class PairRefiner:
         self.path = study_path(store, self.pair)
         sampler = BisectionSampler(grid.points, self.refine, self._deep_width)
         self.study = open_study(self.path, sampler, say)
+        self._asking: tuple[int, str] = (0, "")  # (round, point kind) of the round running
 
     # ------------------------------------------------------------------ the loop
 
@@ -169,11 +172,17 @@ class PairRefiner:
             trial.set_user_attr(KIND_ATTR, str(step.kind))
         start = max(self.refine.seeds, step.seeds, step.point.requested if step.point else 0)
         verified = step.reverifies
+        self._asking = (trial.number + 1, str(step.kind))  # on this round's requests
         point = yield from self._evaluate(self._snap(log_n), step.kind, start, verified)
         trial.set_user_attr(POINT_ATTR, point.to_dict())
-        # Optuna fails a trial told NaN; a point whose trainings all failed is still a result.
-        self.study.tell(trial, point.decision.mean if point.n else 0.0)
+        for key, value in point_attrs(point).items():  # flat numbers: the dashboard's columns
+            trial.set_user_attr(key, value)
+        self.study.tell(trial, objective(point))
         self._announce(point, trial.number + 1)
+        # where the pair stands after this round, for anyone watching the journal or the board
+        estimate = self._estimate("provisional")
+        set_study_attrs(self.study, estimate, final=False)
+        self._board(estimate)
 
     def _range(self) -> tuple[float, float]:
         """Bounds of ``log_n``: the grid's budgets, one e-fold of margin each side."""
@@ -212,10 +221,23 @@ class PairRefiner:
                 return point
             wanted = transitions.seeds_wanted(point.decision, wanted, self.refine)
 
-    def _request(self, cell, seed: int) -> TrialRequest:
-        """A refine training; its rate from ``rate_for`` when the spec searches rates."""
+    def _request(self, cell, seed: int, asking: tuple[int, str] | None = None) -> TrialRequest:
+        """A refine training; its rate from ``rate_for`` when the spec searches rates; it
+        carries the pair, the round and the point kind that ask for it (``asking``, else this
+        round's)."""
         lr, source = self.rate_for(cell) if self.rate_for else (None, vocabulary.LR_SOURCE_SPEC)
-        return make_request(self.spec, cell, seed, Stage.REFINE, lr=lr, lr_source=source)
+        round_, kind = asking or self._asking
+        return make_request(
+            self.spec,
+            cell,
+            seed,
+            Stage.REFINE,
+            lr=lr,
+            lr_source=source,
+            pair=self.grid.label,
+            round=round_,
+            point_kind=kind,
+        )
 
     def _point(self, budget, sizes, records, kind: str, requested: int, verified: bool):
         """The point of ``records`` (failed trainings included: they count against their
@@ -248,11 +270,11 @@ class PairRefiner:
     def _point_requests(self) -> dict[str, TrialRequest]:
         """The trainings behind this pair's journal points, by trial id."""
         requests = {}
-        for point in trial_points(self.study):
+        for number, point in trial_numbers(self.study):
             for depth in self.pair:
                 cell = self.spec.cell(depth, point.budget)
                 for seed in self.seed_order[: point.requested]:
-                    request = self._request(cell, seed)
+                    request = self._request(cell, seed, (number + 1, point.kind))
                     requests[request.trial_id] = request
         return requests
 
@@ -271,20 +293,128 @@ class PairRefiner:
         deltas = tuple(p.delta_point() for p in points if p.n)
         return PairPoints(self.grid.label, self.pair[0], self.pair[1], deltas)
 
-    def _transition(self, step: Step) -> Transition:
+    def _estimate(self, reason: str, trials: int = 0) -> Transition:
+        """The pair's transition from its grid and journal points as they stand."""
         points = pair_points.merge_points(self.grid.points, trial_points(self.study))
-        transition = transitions.make_transition(
+        return transitions.make_transition(
             self.pair,
             points,
             self.refine,
-            trials=self._new_trainings(),
+            trials=trials,
             rounds=bisection_rounds(self.study),
             simulated=self.spec.trainer == Trainer.SIMULATED,
-            reason=step.reason,
+            reason=reason,
             convention=self.spec.model.size_convention,
         )
+
+    def _board(self, t: Transition) -> None:
+        """The pair's decisions as TensorBoard scalars (tb/refine/<pair>/decisions)."""
+        rounds = [
+            {"round": number + 1, **decision_scalars(point)}
+            for number, point in trial_numbers(self.study)
+        ]
+        summary = {name: getattr(t, name) for name in BOARD_SUMMARY}
+        summary["status"] = f"{t.status}: {t.statement}"
+        simulated = self.spec.trainer == Trainer.SIMULATED
+        tensorboard.write_refine_board(self.store.root, t.pair, rounds, summary, simulated)
+
+    def _transition(self, step: Step) -> Transition:
+        transition = self._estimate(step.reason, self._new_trainings())
+        set_study_attrs(self.study, transition, final=True)
+        self._board(transition)
         self.say(f"[refine {self.grid.label}] {describe(transition)}")
         return transition
+
+
+# --------------------------------------------------------------------------- what the journal says
+
+# The value each trial is told, minimised: the point's |mean Δ| (nats), so a study's best
+# trial is its point nearest the sign change. N* itself is the study attribute ``n_star``
+# (an interpolation between points, never one trial). Journals written before this told the
+# signed mean Δ; their earlier trials keep those values.
+OBJECTIVE = "abs_mean_delta"
+OBJECTIVE_NOTE = (
+    "minimised: |mean Δ| (nats) of the point, so best_trial is the point nearest the sign "
+    "change; N* and its interval are study attributes (n_star, n_star_low, n_star_high)"
+)
+# Transition fields copied to the study's user attributes (besides pair, status and final).
+STUDY_ATTRS = (
+    "depth_shallow",
+    "depth_deep",
+    "n_star",
+    "n_star_low",
+    "n_star_high",
+    "n_star_low_68",
+    "n_star_high_68",
+    "sigma_ln",
+    "width_deep",
+    "width_deep_err",
+    "rounds",
+    "seeds",
+    "statement",
+    "simulated",
+)
+
+
+def objective(point: PairPoint) -> float:
+    """|mean Δ| of the point; inf where no seed gave a Δ (every training failed)."""
+    mean = point.decision.mean
+    return abs(float(mean)) if point.n and not math.isnan(mean) else math.inf
+
+
+def _number(value: float) -> float | None:
+    """A finite number, else None (JSON has no NaN: optuna-dashboard could not read it)."""
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def point_attrs(point: PairPoint) -> dict:
+    """A trial's numeric user attributes: the point's size, Δ, se, sign and seeds."""
+    decision = point.decision
+    return {
+        KIND_ATTR: str(point.kind),
+        "n_params": _number(math.exp(point.log_n)),
+        "width_deep": int(point.width_deep),
+        "width_shallow": int(point.width_shallow),
+        "delta": _number(decision.mean),
+        "delta_se": _number(decision.se),
+        "sign": decision.sign,  # +1 deeper loses, -1 deeper wins, 0 within noise
+        "seeds": int(point.n),
+    }
+
+
+# Transition fields drawn as scalars on the pair's decisions board, at its last round.
+BOARD_SUMMARY = ("n_star", "n_star_low", "n_star_high", "width_deep", "sigma_ln")
+
+
+def decision_scalars(point: PairPoint) -> dict:
+    """One round's point on the decisions board: Δ (nats), its se, ln N, sign and seeds."""
+    decision = point.decision
+    return {
+        "delta": decision.mean,
+        "delta_se": decision.se,
+        "ln_n": point.log_n,
+        "sign": decision.sign,
+        "seeds": point.n,
+    }
+
+
+def set_study_attrs(study: optuna.Study, t: Transition, final: bool) -> None:
+    """The pair's N*, status and 95% interval as study user attributes (provisional after
+    each round, ``final`` when the pair is done)."""
+    values = {
+        "pair": t.pair,
+        "status": str(t.status),
+        "final": final,
+        "objective": OBJECTIVE,
+        "objective_note": OBJECTIVE_NOTE,
+    }
+    for name in STUDY_ATTRS:
+        value = getattr(t, name)
+        values[name] = _number(value) if isinstance(value, float) else value
+    values["crossings"] = [_number(c) for c in t.crossings]
+    for key, value in values.items():
+        study.set_user_attr(key, value)
 
 
 def describe(t: Transition) -> str:

@@ -406,3 +406,81 @@ def test_a_censored_pair_is_in_the_fit_and_the_law_checks_are_reported(tmp_path)
     assert "and 1 censored pair(s) (pair 24-30)" in text
     assert "## Law checks: form, leave-one-pair-out, study bootstrap" in text
     assert "6_law_checks.png" in [p.name for p in files.figures]
+
+
+# ---------------------------------------------------------------- a report that explains itself
+
+
+def _with_curves(exp: Path, refine_rows: int = 0) -> Path:
+    """curves.parquet for every trial of ``exp``; ``refine_rows`` grid rows relabelled refine."""
+    trials = pd.read_parquet(exp / "trials.parquet")
+    trials["stage"] = ["refine" if i < refine_rows else "grid" for i in range(len(trials))]
+    trials.to_parquet(exp / "trials.parquet")
+    steps = [100, 200, 300]
+    pd.DataFrame(
+        {
+            "trial_id": np.repeat(trials["trial_id"].to_numpy(), len(steps)),
+            "step": np.tile(steps, len(trials)),
+            "val_loss": np.tile([3.0, 2.5, 2.2], len(trials)),
+        }
+    ).to_parquet(exp / "curves.parquet")
+    return exp
+
+
+def test_the_report_opens_with_the_answer_and_its_projection(reported):
+    _, files = reported
+    text = files.report.read_text()
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings[0] == "## Answer"
+    answer = text.split("## Answer", 1)[1].split("\n## ", 1)[0]
+    assert "**Pair 6-12**" in answer
+    assert "**Projection at 175B parameters**" in answer and "optimal depth L* =" in answer
+
+
+def test_the_report_and_fit_json_hold_only_relative_paths(reported):
+    exp, files = reported
+    assert str(exp) not in files.report.read_text()
+    assert str(exp.parent) not in files.fit_json.read_text()
+    assert json.loads(files.fit_json.read_text())["source"] == "transitions.parquet"
+    for link in re.findall(r"\]\(([^)]+)\)", files.report.read_text()):
+        assert not Path(link).is_absolute() and (exp / link).is_file(), link
+
+
+def test_every_figure_is_captioned_and_marked_simulated(tmp_path):
+    from PIL import Image
+
+    from dwtune.core.vocabulary import Figure
+    from dwtune.outputs.report.markdown import CAPTIONS
+
+    assert set(CAPTIONS) == set(Figure) - {Figure.ANALYSIS_DELTAS}  # analyze captions its own
+    exp = _with_curves(make_study(tmp_path / "sim"))
+    files = fit_and_report(exp)
+    text = files.report.read_text()
+    names = {p.name for p in files.figures}
+    assert {"5_loss_curves.png", "6_law_checks.png"} <= names
+    for path in files.figures:
+        caption = CAPTIONS[path.name]
+        assert f"![{caption}](figures/{path.name})" in text and f"*{caption}*" in text
+        assert "SIMULATED" in Image.open(path).text["Title"], path.name
+    real = _with_curves(make_study(tmp_path / "real", simulated=False))
+    for path in fit_and_report(real).figures:
+        assert "SIMULATED" not in Image.open(path).text["Title"], path.name
+
+
+def test_loss_curves_are_grid_trials_in_one_panel_per_depth(tmp_path, monkeypatch):
+    from dwtune.outputs.report import figures
+
+    drawn = {}
+    monkeypatch.setattr(figures, "save_png", lambda fig, path: drawn.setdefault(path.name, fig))
+    exp = _with_curves(make_study(tmp_path / "exp"), refine_rows=2)
+    from dwtune.storage.experiment import ExperimentReader
+
+    reader = ExperimentReader(exp)
+    experiment = reader.read()
+    figures.plot_loss_curves(experiment, reader.curves(), exp / "5.png")
+    fig = drawn["5.png"]
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_title().startswith("L = ")]
+    assert [ax.get_title() for ax in panels] == [f"L = {d}" for d in DEPTHS]
+    # depth 6's first budget's trials (both seeds) were relabelled refine: not drawn
+    lines = {ax.get_title(): len(ax.get_lines()) for ax in panels}
+    assert lines["L = 6"] == 2 * len(BUDGETS) - 2 and lines["L = 12"] == 2 * len(BUDGETS)

@@ -88,3 +88,21 @@ def test_a_full_disk_fails_the_event_write_in_the_callers_thread(store, monkeypa
         tensorboard.write_trial_board(store.root, "L6_trial", record)
     assert failed.value.errno == errno.ENOSPC
     assert set(threading.enumerate()) == threads
+
+
+def test_runs_are_grouped_by_stage_and_pair_with_pair_lr_and_parametrization_hparams(store):
+    import dataclasses
+
+    record = next(r for r in store.records() if r.completed)
+    grid = tensorboard.write_trial_board(store.root, "L6_grid", record)
+    assert grid.relative_to(store.root).parts[:2] == ("tb", vocabulary.Stage.GRID)
+    refine = dataclasses.replace(
+        record, stage=vocabulary.Stage.REFINE, pair="6-12", round=3, point_kind="bisect"
+    )
+    path = tensorboard.write_trial_board(store.root, "L6_refine", refine)
+    assert path.relative_to(store.root).parts[:3] == ("tb", "refine", "6-12")
+    session_start = next(
+        v for k, v in _events(path).PluginTagToContent("hparams").items() if "session_start" in k
+    )
+    for name in ("pair", "6-12", "lr", "parametrization", "point_kind", "bisect", "round"):
+        assert name.encode() in session_start, name

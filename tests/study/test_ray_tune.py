@@ -93,7 +93,8 @@ def test_a_small_study_records_every_trial_with_its_curve_events_and_parquet(tra
     assert [p for p in run_dir.rglob("*") if p.is_file() and p.stat().st_size] == []
 
     for request, record in zip(requests, records, strict=True):
-        path = tensorboard.run_dir(store.root, request.name, simulated=True)
+        path = tensorboard.run_dir(store.root, request.name, True, request.stage, request.pair)
+        assert path.parent == store.root / "tb" / "grid"  # runs grouped by stage
         events = EventAccumulator(str(path), size_guidance={"scalars": 0})
         events.Reload()
         logged = [(e.step, e.value) for e in events.Scalars(vocabulary.VAL_LOSS)]
@@ -146,7 +147,7 @@ def test_repeated_small_batches_each_get_a_fresh_tune_run(ray_up, tmp_path, simu
 
 def _driver_has_a_report(store, name: str) -> bool:
     """Whether the driver has taken the trial's first report (its event file has a scalar)."""
-    path = tensorboard.run_dir(store.root, name, simulated=True)
+    path = tensorboard.run_dir(store.root, name, True, vocabulary.Stage.GRID)
     if not path.is_dir():
         return False
     events = EventAccumulator(str(path), size_guidance={"scalars": 0})

@@ -12,7 +12,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from dwtune.core.vocabulary import FIGURES_DIR, FIT_FILE, PROJECTIONS_FILE, REPORT_FILE, Figure
+from dwtune.core.vocabulary import (
+    FIGURES_DIR,
+    FIT_FILE,
+    PROJECTIONS_FILE,
+    REPORT_FILE,
+    SIMULATED_TITLE,
+    Figure,
+)
 from dwtune.outputs.report import law_checks
 from dwtune.outputs.report.cells import cell_table
 from dwtune.outputs.report.figures import draw_figures, new_figure, save_png
@@ -42,7 +49,15 @@ def _law_checks_figure(
     checks = law_checks.LawChecks(record["law_checks"], outcome.points.observations)
     path = experiment.root / FIGURES_DIR / Figure.LAW_CHECKS
     simulated = experiment.simulated
-    drawn = law_checks.draw(checks, path, lambda w, h: new_figure(w, h, simulated), save_png)
+    title = f"{experiment.name}: law checks"
+    title = SIMULATED_TITLE.format(title) if simulated else title
+
+    def titled(width: float, height: float):
+        fig = new_figure(width, height, simulated)
+        fig.suptitle(title, color="red" if simulated else "black", fontsize=12)
+        return fig
+
+    drawn = law_checks.draw(checks, path, titled, save_png)
     return (drawn,) if drawn is not None else ()
 
 

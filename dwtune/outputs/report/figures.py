@@ -13,7 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
@@ -68,10 +71,17 @@ def _title(fig: Figure, experiment: Experiment, text: str) -> None:
     fig.suptitle(text, color="red" if experiment.simulated else "black", fontsize=12)
 
 
+def figure_title(fig: Figure) -> str:
+    """The figure's title (its suptitle, else its axes' titles joined)."""
+    return fig.get_suptitle() or " | ".join(ax.get_title() for ax in fig.axes if ax.get_title())
+
+
 def save_png(fig: Figure, path: Path) -> Path:
-    """The figure as a PNG at ``path``, written atomically."""
+    """The figure as a PNG at ``path``, written atomically; its title is also the PNG's
+    ``Title`` text chunk (a SIMULATED figure says so to any image tool, not only in pixels)."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120)
+    metadata = {"Title": figure_title(fig), "Software": "dwtune"}
+    fig.savefig(buffer, format="png", dpi=120, metadata=metadata)
     atomic_write_bytes(path, buffer.getvalue())
     return path
 
@@ -119,32 +129,48 @@ def plot_loss_vs_size(experiment: Experiment, cells: pd.DataFrame, path: Path) -
 def plot_loss_curves(
     experiment: Experiment, curves: pd.DataFrame | None, path: Path
 ) -> Path | None:
-    """Figure 5: validation loss against training step for every trial, coloured by depth.
+    """Figure 5: validation loss against training step of the grid trials, one panel per
+    depth (shared axes), one line per trial coloured by its size.
 
-    Drawn from curves.parquet (absent before the first export: then no figure)."""
+    Grid trials only: the refine stage's many sizes near N* would bury every panel. Drawn from
+    curves.parquet (absent before the first export: then no figure)."""
     trials = experiment.trials
     if curves is None or trials.empty or "trial_id" not in trials:
         return None
-    curves = curves.dropna(subset=["val_loss"]).merge(
-        trials[["trial_id", "depth", "width"]], on="trial_id"
-    )
-    fig = _new_figure(7.5, 5, experiment)
-    ax = fig.add_subplot()
-    colors = _depth_colors([int(d) for d in curves["depth"].unique()])
-    labelled: set[int] = set()
-    for (depth, _), trial in curves.groupby(["depth", "trial_id"]):
-        label = None if int(depth) in labelled else f"L = {int(depth)}"
-        labelled.add(int(depth))
-        ax.plot(
-            trial["step"], trial["val_loss"], color=colors[int(depth)], lw=1, alpha=0.8, label=label
-        )
-    if labelled:
-        ax.legend(title="depth", fontsize=8)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("validation loss (nats/token)")
-    ax.grid(True, alpha=0.3)
-    _title(fig, experiment, f"{experiment.name}: validation loss curves, one line per trial")
+    if "stage" in trials.columns:
+        trials = trials[trials["stage"] == vocabulary.Stage.GRID]
+    columns = ["trial_id", "depth", "params_non_embedding"]
+    curves = curves.dropna(subset=["val_loss"]).merge(trials[columns], on="trial_id")
+    if curves.empty:
+        return None
+    depths = sorted(int(d) for d in curves["depth"].unique())
+    cols = min(len(depths), 4)
+    rows = math.ceil(len(depths) / cols)
+    fig = _new_figure(3.2 * cols + 1.0, 2.8 * rows + 0.8, experiment)
+    axes = np.atleast_1d(fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)).ravel()
+    sizes = np.log10(curves["params_non_embedding"].astype(float))
+    norm = _size_norm(float(sizes.min()), float(sizes.max()))
+    cmap = colormaps["viridis"]
+    for ax, depth in zip(axes, depths, strict=False):
+        for _, trial in curves[curves["depth"] == depth].groupby("trial_id"):
+            color = cmap(norm(math.log10(float(trial["params_non_embedding"].iloc[0]))))
+            ax.plot(trial["step"], trial["val_loss"], color=color, lw=1, alpha=0.8)
+        ax.set_title(f"L = {depth}", fontsize=9)
+        ax.grid(True, alpha=0.3)
+    for ax in axes[len(depths) :]:
+        ax.set_visible(False)
+    for ax in axes[(rows - 1) * cols :]:
+        ax.set_xlabel("training step")
+    for ax in axes[::cols]:
+        ax.set_ylabel("validation loss (nats/token)")
+    bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=list(axes[: len(depths)]))
+    bar.set_label("log10 non-embedding parameters")
+    _title(fig, experiment, f"{experiment.name}: grid trials' validation loss curves per depth")
     return save_png(fig, path)
+
+
+def _size_norm(low: float, high: float) -> Normalize:
+    return Normalize(low, high if high > low else low + 1.0)
 
 
 def _transition_row(experiment: Experiment, label: str) -> pd.Series | None:

@@ -16,6 +16,7 @@ from dwtune.core.vocabulary import (
     LEVEL,
     PROJECTIONS_FILE,
     SIMULATED_BANNER,
+    SIMULATED_LABEL,
     Figure,
     FitStatus,
     TransitionStatus,
@@ -62,7 +63,12 @@ def _header(experiment: Experiment) -> list[str]:
             f"> **⚠ {SIMULATED_BANNER}.** Every number below comes from the simulated trainer.",
             "",
         ]
-    lines += [f"Experiment directory: `{experiment.root}`", ""]
+    # Relative paths only: the folder can be moved, archived or shared and the links still work.
+    lines += [
+        f"Experiment folder `{experiment.root.name}/`: every path below is relative to it "
+        "(the folder of this report).",
+        "",
+    ]
     return lines + [f"- note: {n}" for n in experiment.notes] + ([""] if experiment.notes else [])
 
 
@@ -130,15 +136,40 @@ def _transitions_section(experiment: Experiment) -> list[str]:
     return [*lines, f"{len(frame)} depth pair(s): {summary}.", "", table, ""]
 
 
-def _answer_section(experiment: Experiment) -> list[str]:
-    """The study's answer first: each pair's statement, decided by the one sign rule."""
+def _answer_section(experiment: Experiment, outcome: FitOutcome, rows, budgets) -> list[str]:
+    """The study's answer first: each pair's statement, decided by the one sign rule, then
+    the projection of the study's law at the tabulated budgets (or why there is none)."""
     lines = ["## Answer", ""]
     frame = experiment.transitions
-    if frame is None or frame.empty or "statement" not in frame.columns:
+    if frame is None or frame.empty:
         return [*lines, "No pair has been refined yet.", ""]
     for _, row in frame.iterrows():
-        lines.append(f"- **Pair {row['pair']}**: {row['statement']}")
-    return [*lines, ""]
+        statement = row.get("statement")
+        if not isinstance(statement, str) or not statement:  # a table from before statements
+            _, status, found, *_ = _transition_cells(row)
+            statement = f"{status}: {found}."
+        lines.append(f"- **Pair {row['pair']}**: {statement}")
+    return [*lines, *_answer_projection(outcome, rows, budgets), ""]
+
+
+def _answer_projection(outcome: FitOutcome, rows: pd.DataFrame, budgets) -> list[str]:
+    """One line per tabulated budget: the study law's optimal depth and width there."""
+    if outcome.law is None:
+        why = outcome.reason or "no fit"
+        return [f"- **Projection**: none from this study ({why.rstrip('.')}); see Fit."]
+    law = outcome.law
+    lines = []
+    for budget in budgets:
+        row = _row(rows, law.name, "budget", "n_params", budget)
+        if row is None:
+            continue
+        depth = _span(row.depth, row.depth_lo, row.depth_hi, ".1f")
+        width = _span(row.width, row.width_lo, row.width_hi, ",.0f")
+        lines.append(
+            f"- **Projection at {format_size(budget)} parameters** (this study's law, "
+            f"{LEVEL:.0%} intervals): optimal depth L* = {depth}, width dx* = {width}."
+        )
+    return lines
 
 
 def _length_cells(row: pd.Series) -> list[str]:
@@ -376,18 +407,32 @@ def _projection_section(experiment, outcome, rows, budgets) -> list[str]:
     ]
 
 
-def _figures_section(figures: tuple[Path, ...], exp_dir: Path) -> list[str]:
-    captions = {
-        Figure.LOSS_VS_SIZE: "Validation loss against non-embedding size, one line per depth.",
-        Figure.DELTA_PER_PAIR: "Δ loss per depth pair against size; transitions marked.",
-        Figure.FIT: "ln dx* against depth: transitions, fitted line and band.",
-        Figure.PROJECTION: "Projected optimal depth and width against budget up to 1e13.",
-        Figure.LOSS_CURVES: "Validation loss against training step, one line per trial.",
-    }
+# Every figure of the report has a caption (the analysis report captions its own).
+CAPTIONS = {
+    Figure.LOSS_VS_SIZE: "Figure 1. Best validation loss against non-embedding size, one line "
+    "per depth (bars: sd over seeds).",
+    Figure.DELTA_PER_PAIR: "Figure 2. Δ = loss(deeper) − loss(shallower) at equal size per depth "
+    "pair; the transition N* where Δ turns negative is marked.",
+    Figure.FIT: "Figure 3. ln dx* against depth: the transitions, the fitted line ln dx* = a + b·L "
+    "and its band.",
+    Figure.PROJECTION: "Figure 4. Projected optimal depth and width against budget up to 1e13 "
+    "parameters, this study's law beside the published one.",
+    Figure.LOSS_CURVES: "Figure 5. Validation loss against training step of the grid trials, "
+    "one panel per depth, one line per trial (colour: size).",
+    Figure.LAW_CHECKS: "Figure 6. Law checks: alternative law forms on the same likelihood "
+    "(left) and leave-one-pair-out projections (right).",
+    Figure.BEST_LR: "Figure 7. The best learning rate of each searched cell against width.",
+}
+
+
+def _figures_section(figures: tuple[Path, ...], exp_dir: Path, simulated: bool) -> list[str]:
     lines = ["## Figures", ""]
+    if simulated and figures:
+        lines += [f"Every figure is marked {SIMULATED_LABEL}: it draws the simulated trainer.", ""]
     for path in figures:
         rel = path.relative_to(exp_dir).as_posix()
-        lines += [f"**{captions.get(path.name, path.name)}**", "", f"![{path.stem}]({rel})", ""]
+        caption = CAPTIONS.get(path.name, path.stem.replace("_", " "))
+        lines += [f"![{caption}]({rel})", "", f"*{caption}*", ""]
     return lines
 
 
@@ -405,7 +450,7 @@ def _files_section(meta: dict, tb: Path | None) -> list[str]:
 def _markdown(experiment, outcome, cells, rows, budgets, record, figures, tb) -> str:
     sections = [
         _header(experiment),
-        _answer_section(experiment),
+        _answer_section(experiment, outcome, rows, budgets),
         _measured_section(experiment, cells),
         _transitions_section(experiment),
         _length_section(experiment),
@@ -413,7 +458,7 @@ def _markdown(experiment, outcome, cells, rows, budgets, record, figures, tb) ->
         law_checks.markdown(record.get("law_checks")),
         _projection_section(experiment, outcome, rows, budgets),
         limits_section(experiment),
-        _figures_section(figures, experiment.root),
+        _figures_section(figures, experiment.root, experiment.simulated),
         _files_section(record["metadata"], tb),
     ]
     return "\n".join(line for section in sections for line in section)

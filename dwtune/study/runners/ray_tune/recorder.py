@@ -92,7 +92,10 @@ class RecordingCallback(tune.Callback):
             state = self.states[trial_id] = _TrialState(self.requests[trial_id])
             if self.tensorboard:  # a live view; rewritten from the record at the end
                 simulated = self.spec.trainer == vocabulary.Trainer.SIMULATED
-                path = tensorboard.run_dir(self.store.root, state.request.name, simulated)
+                request = state.request
+                path = tensorboard.run_dir(
+                    self.store.root, request.name, simulated, request.stage, request.pair
+                )
                 shutil.rmtree(path, ignore_errors=True)  # left by an interrupted driver
                 with writing(path):
                     state.writer = tensorboard.open_writer(path, simulated)
