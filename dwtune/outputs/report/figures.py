@@ -194,7 +194,7 @@ def _mark_transition(ax, row: pd.Series | None) -> str:
         return f"bracketed, N* = {n:.3g}"
     pair = censored_pair(row)
     if math.isfinite(pair.bound):
-        side = ">" if status == TransitionStatus.CENSORED_HIGH else "<"
+        side = ">" if pair.direction == +1 else "<"  # an undecided pair's bound has a side too
         ax.axvline(pair.bound, color="tab:orange", ls="--", label=f"N* {side} {pair.bound:.3g}")
     return status.replace("_", " ")
 
