@@ -11,11 +11,12 @@ import argparse
 import json
 import time
 
+from dwtune.commands import argtypes
 from dwtune.core.errors import InputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", help="experiment spec, e.g. search_spaces/paper.yaml")
+    argtypes.add_spec(parser, "experiment spec, e.g. search_spaces/paper.yaml")
     parser.add_argument(
         "--workers",
         type=int,
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.workers is not None and args.workers < 1:
         raise InputError(f"--workers: got {args.workers}; expected an integer >= 1")
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, args.overrides)
     started = time.monotonic()
     prepared = prepare_corpus(
         spec.data, workers=args.workers, progress=not args.no_progress, verify=args.verify

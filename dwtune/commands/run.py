@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dwtune.commands import argtypes
 from dwtune.core import vocabulary
 from dwtune.core.vocabulary import TRANSITIONS_FILE
 
@@ -17,7 +18,7 @@ DEFAULT_STORAGE = "experiments"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", help="experiment spec, e.g. search_spaces/quickstart.yaml")
+    argtypes.add_spec(parser, "experiment spec, e.g. search_spaces/quickstart.yaml")
     parser.add_argument(
         "--storage",
         default=DEFAULT_STORAGE,
@@ -63,8 +64,8 @@ def _summary(store) -> str:
 
 def _check_scale(spec) -> None:
     """Refuse, before anything starts: a missing corpus, too many epochs, a trial too big for
-    its share of a GPU (see dwtune.commands.planning)."""
-    from dwtune.commands.planning import check_packing, check_scale
+    its share of a GPU (see dwtune.study.planning)."""
+    from dwtune.study.planning import check_packing, check_scale
 
     check_scale(spec)
     check_packing(spec)
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from dwtune.study.pipeline import Study, storage_root
     from dwtune.study.progress import StudyProgress
 
-    study = Study.from_yaml(args.spec)
+    study = Study.from_yaml(args.spec, overrides=args.overrides)
     _check_scale(study.spec)
     storage = storage_root(args.storage)  # a URL is refused before anything starts
     progress = StudyProgress()

@@ -16,7 +16,7 @@ something is left to train).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -91,8 +91,9 @@ class Study:
         self.spec, self.store = spec, store
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> Study:
-        return cls(load_spec(path))
+    def from_yaml(cls, path: str | Path, overrides: Iterable[str] = ()) -> Study:
+        """The study of a spec file, with ``KEY=VALUE`` overrides (``"train.steps=100"``)."""
+        return cls(load_spec(path, overrides))
 
     @classmethod
     def open(cls, experiment_dir: str | Path) -> Study:
