@@ -32,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="hash every token file of a prepared entry against its manifest and rebuild a "
         "damaged one (opening an entry hashes only files changed since their last check)",
     )
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
 def summary(prepared, elapsed_s: float) -> dict:
@@ -64,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
         spec.data, workers=args.workers, progress=not args.no_progress, verify=args.verify
     )
     result = summary(prepared, time.monotonic() - started)
+    if args.json:
+        print(json.dumps({"corpus": spec.data.corpus, **result}, indent=2))
+        return 0
     state = "cache hit" if result["cache_hit"] else f"prepared at {result['mb_per_s']} MB/s"
     state += " (verified)" if args.verify and result["cache_hit"] else ""
     print(

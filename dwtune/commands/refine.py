@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Ray cluster to join (HOST:PORT or auto); default: a local instance",
     )
+    parser.add_argument(
+        "--json", action="store_true", help="print the transitions and files as one JSON object"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,6 +36,19 @@ def run(args: argparse.Namespace) -> int:
 
     study = Study.open(args.experiment)
     transitions, results = study.refine(args.address, StudyProgress(stream=sys.stderr))
+    if args.json:
+        import json
+
+        from dwtune.study.api import table_records
+
+        out = {
+            "experiment": str(results.root),
+            "transitions": table_records(results.transitions),
+            "fit": results.fit,
+            "report": str(results.report),
+        }
+        print(json.dumps(out, indent=2))
+        return 0
     for transition in transitions:
         print(f"{transition.pair}: {describe(transition)}")
     print(

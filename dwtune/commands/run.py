@@ -8,6 +8,7 @@ what is missing.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from dwtune.commands import argtypes
@@ -33,6 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--grid-only", action="store_true", help="run the grid stage only (no refine, no report)"
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the answer (pairs, fit, report path) as one JSON object",
     )
 
 
@@ -97,6 +103,26 @@ def run(args: argparse.Namespace) -> int:
     if interrupted():  # swallowed below us, or it came as the study ended: still 130
         return _interrupted(study.store)
     progress.note(_summary(study.store))
-    if not args.grid_only:  # the results: stdout, after the progress display (stderr) ends
+    if args.json:
+        print(json.dumps(answer_dict(study.store, results, args.grid_only), indent=2), flush=True)
+    elif not args.grid_only:  # the results: stdout, after the progress display (stderr) ends
         print("\n".join(answer_lines(results)), flush=True)
     return 0
+
+
+def answer_dict(store, results, grid_only: bool) -> dict:
+    """``run --json``: the experiment, its trial counts, and (unless grid only) each pair's
+    transition, the fit (as fit.json) and the report's path."""
+    from dwtune.study.api import table_records
+
+    records = store.records()
+    out: dict = {
+        "experiment": str(results.root),
+        "trials": len(records),
+        "failed": sum(r.status == vocabulary.STATUS_FAILED for r in records),
+    }
+    if grid_only:
+        return out
+    table = results.root / TRANSITIONS_FILE  # absent when the spec configures no pair
+    pairs = table_records(results.transitions) if table.is_file() else []
+    return out | {"transitions": pairs, "fit": results.fit, "report": str(results.report)}
