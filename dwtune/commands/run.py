@@ -36,6 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--grid-only", action="store_true", help="run the grid stage only (no refine, no report)"
     )
     parser.add_argument(
+        "--runner",
+        choices=("ray", "local"),
+        default="ray",
+        help="ray: trials in parallel on Ray Tune (default); local: in this process, one after "
+        "another, no Ray (the simulated backend, small studies)",
+    )
+    parser.add_argument(
         "--json",
         action="store_true",
         help="print the answer (pairs, fit, report path) as one JSON object",
@@ -97,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     progress = StudyProgress()
     with catching_ctrl_c():
         try:
-            results = study.run(storage, args.address, args.grid_only, progress)
+            results = study.run(storage, args.address, args.grid_only, progress, args.runner)
         except KeyboardInterrupt:
             return _interrupted(study.store)
     if interrupted():  # swallowed below us, or it came as the study ended: still 130

@@ -242,10 +242,15 @@ class Study:
         return StudyResults(store.root)
 
     def refine(
-        self, address: str | None = None, progress: StudyProgress | None = None
+        self,
+        address: str | None = None,
+        progress: StudyProgress | None = None,
+        runner: str = "ray",
     ) -> tuple[list[Transition], StudyResults]:
-        """The refine stage alone (or its resumption), then export, fit and report."""
+        """The refine stage alone (or its resumption), then export, fit and report
+        (``runner`` as in :meth:`run`)."""
         store = self._store()
+        _check_runner(runner, self.spec)
         if not self.spec.refine.pairs:
             raise InputError(
                 f"{store.spec_path}: refine.pairs is empty; list [shallower, deeper] "
@@ -255,11 +260,15 @@ class Study:
         with store.driver_lock():
             stage = refine_stage(self.spec, store, progress)  # bad pairs fail before Ray
             with contextlib.ExitStack() as stack:
-                runner = ray_on_first_batch(stack, self.spec, store, address, progress)
-                rates = searched_rates(self.spec, store, runner)  # recorded: trains nothing
+                trainer = (
+                    local_runner(self.spec, store)
+                    if runner == "local"
+                    else ray_on_first_batch(stack, self.spec, store, address, progress)
+                )
+                rates = searched_rates(self.spec, store, trainer)  # recorded: trains nothing
                 stage.set_rate_for(rates.rate_for if rates else None)
-                transitions = stage.run(runner.run)
-                length_check(self.spec, store, stage, transitions, runner.run, progress)
+                transitions = stage.run(trainer.run)
+                length_check(self.spec, store, stage, transitions, trainer.run, progress)
             export_experiment(store)
             finish(store)
         return transitions, StudyResults(store.root)
