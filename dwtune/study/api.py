@@ -201,6 +201,8 @@ def fit(source: object, level: float = LEVEL) -> Fit:
 
 
 def _path_of(source: object) -> Path:
+    if isinstance(source, str | Path):
+        return Path(source)
     root = getattr(source, "root", None)  # StudyResults
     if root is None and hasattr(source, "results"):  # Study
         root = source.results.root  # type: ignore[attr-defined]
