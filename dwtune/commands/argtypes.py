@@ -61,3 +61,15 @@ SEED = whole(0, limits.MAX_SEED)
 MLP_RATIO = number(0.0, limits.MAX_MLP_RATIO, low_open=True)
 PEAK_FLOPS = number(0.0, 1e21, low_open=True)  # FLOP/s; the fastest chips are ~1e15-1e16
 LEVEL = number(0.0, 1.0, low_open=True)
+
+
+OVERRIDES_HELP = (
+    "spec keys to override, KEY=VALUE with a YAML value, e.g. train.steps=100 space.seeds=3 "
+    "name=quick (checked as the same keys in the file; the experiment stores the resolved spec)"
+)
+
+
+def add_spec(parser: argparse.ArgumentParser, help: str) -> None:
+    """The SPEC positional and its ``KEY=VALUE`` overrides (``args.spec``, ``args.overrides``)."""
+    parser.add_argument("spec", metavar="SPEC", help=help)
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=OVERRIDES_HELP)

@@ -182,7 +182,7 @@ def save_result(result: dict, results: str | None) -> None:
     """Append one line; CUDA results there are the MFU `dwtune plan --cost` assumes."""
     from pathlib import Path
 
-    from dwtune.commands.planning import BENCH_RESULTS
+    from dwtune.study.planning import BENCH_RESULTS
 
     if results == "none":
         return

@@ -16,6 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
+from dwtune.commands import argtypes
 from dwtune.core.errors import InputError
 from dwtune.core.spec.sections import PARAMETRIZATIONS
 from dwtune.core.vocabulary import Parametrization
@@ -24,7 +25,7 @@ DEFAULT_WIDTHS = "64,128,256,512"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", help="experiment spec (its data, model and train settings)")
+    argtypes.add_spec(parser, "experiment spec (its data, model and train settings)")
     parser.add_argument(
         "--parametrization", default="sp,mup", help="comma list of sp, mup, completep"
     )
@@ -100,7 +101,7 @@ def _table(results: dict, widths: list[int]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from dwtune.core.spec import load_spec
 
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, args.overrides)
     names = _names(args.parametrization)
     widths = _int_list("--widths", args.widths)
     depths = _int_list("--depths", args.depths or "2")

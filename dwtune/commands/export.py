@@ -12,6 +12,7 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("experiment", help="experiment directory, e.g. experiments/quickstart")
+    parser.add_argument("--json", action="store_true", help="print the files written as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,5 +27,11 @@ def run(args: argparse.Namespace) -> int:
         print(rebuilt_note(path, problem), file=sys.stderr)
     records = store.records()
     points = sum(len(r.curve) for r in records)
+    if args.json:
+        import json
+
+        out = {"trials": str(trials_path), "trials_count": len(records)}
+        print(json.dumps(out | {"curves": str(curves_path), "curve_points": points}, indent=2))
+        return 0
     print(f"wrote {trials_path} ({len(records)} trials) and {curves_path} ({points} points)")
     return 0

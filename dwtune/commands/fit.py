@@ -35,7 +35,12 @@ def format_fit(fit, level: float, simulated: bool, source: str) -> str:
     corr = fit.cov[0][1] / (fit.se_a * fit.se_b)
     lines = [SIMULATED_LAW_BANNER] if simulated else []
     censored = f" and {len(fit.censored_fitted)} censored pair(s)" if fit.censored_fitted else ""
-    method = "interval-censored likelihood" if fit.censored_fitted else "weighted least squares"
+    # fit.json's `method`, in words: the censored likelihood fits every study (it equals WLS
+    # when no pair is censored); a published table is fitted by WLS.
+    method = {
+        "censored_mle": "censored_mle: interval-censored likelihood",
+        "wls": "wls: weighted least squares",
+    }.get(fit.method, fit.method)
     lines += [
         f"fit of ln dx* = a + b·L over {fit.n_points} bracketed transitions{censored} at depths "
         f"{depths} ({method})",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from dwtune.core.budget import BUDGET_TOLERANCE, GridCell, depth_threshold, flops_per_token
-from dwtune.core.errors import InputError
+from dwtune.commands import argtypes
+from dwtune.core.budget import BUDGET_TOLERANCE
 from dwtune.core.spec import ExperimentSpec, load_spec
 from dwtune.core.units import format_size
 from dwtune.core.vocabulary import SIMULATED_LABEL, Trainer
@@ -32,7 +32,7 @@ COLUMNS = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", help="experiment spec, e.g. search_spaces/quickstart.yaml")
+    argtypes.add_spec(parser, "experiment spec, e.g. search_spaces/quickstart.yaml")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     parser.add_argument("--cost", action="store_true", help="estimate FLOPs, GPU-hours, wall time")
     parser.add_argument("--device", default=None, help="GPU for cost and packing: h100, h200, ...")
@@ -41,30 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--mfu", type=float, default=None, help="MFU (default: dwtune bench results, else 0.3)"
     )
     parser.add_argument("--gpus", type=int, default=1, help="GPUs for the wall time (default 1)")
-
-
-def cell_row(cell: GridCell) -> dict:
-    """One plan row; ``regime`` says whether the depth is above L_th = log3(width)."""
-    threshold = depth_threshold(cell.shape.width)
-    return {
-        "depth": cell.depth,
-        "budget": cell.budget,
-        "width": cell.shape.width,
-        "heads": cell.shape.heads,
-        "head_dim": cell.shape.head_dim,
-        "params_non_embedding": cell.params_non_embedding,
-        "params_total": cell.params_total,
-        "size": cell.size,
-        "budget_error_pct": round(100 * cell.budget_error, 2),
-        "within_tolerance": abs(cell.budget_error) <= BUDGET_TOLERANCE,
-        "flops_per_token": flops_per_token(cell.shape),
-        "depth_threshold": round(threshold, 2),
-        "regime": "above L_th" if cell.depth > threshold else "below L_th",
-    }
-
-
-def plan_rows(spec: ExperimentSpec) -> list[dict]:
-    return [cell_row(cell) for cell in spec.grid()]
 
 
 def _render(row: dict) -> list[str]:
@@ -100,47 +76,19 @@ def format_table(spec: ExperimentSpec, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def checks(args: argparse.Namespace, spec: ExperimentSpec) -> dict:
-    """Corpus, coverage and packing lines (and cost with --cost); raises on a refused study."""
-    from dwtune.commands import planning
-    from dwtune.core.projection import reference
-    from dwtune.core.scale import coverage_warnings, epoch_problem
-
-    corpus = planning.corpus_size(spec)
-    problem = epoch_problem(spec, corpus) if spec.trainer == "torch" else None
-    if problem:
-        raise InputError(problem)
-    return {
-        "corpus": planning.corpus_lines(spec, corpus),
-        "warnings": coverage_warnings(spec, reference(spec.fit.reference)),
-        "packing": planning.packing_lines(spec, args.device),
-        "cost": planning.cost_lines(args, spec) if args.cost else [],
-    }
-
-
 def run(args: argparse.Namespace) -> int:
-    spec = load_spec(args.spec)
-    rows = plan_rows(spec)
-    extra = checks(args, spec)
+    from dwtune.study.planning import corpus_lines, cost_lines, make_plan, packing_lines
+
+    spec = load_spec(args.spec, args.overrides)
+    plan = make_plan(spec, args.device, args.cost, args.peak_flops, args.mfu, args.gpus)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "name": spec.name,
-                    "trainer": spec.trainer,
-                    "seeds": list(spec.space.seeds),
-                    "cells": rows,
-                    **extra,
-                },
-                indent=2,
-            )
-        )
-    else:
-        print(format_table(spec, rows))
-        for line in extra["corpus"] + extra["packing"]:
-            print(line)
-        for line in extra["warnings"]:
-            print(f"warning: {line}")
-        for line in extra["cost"]:
-            print(line)
+        print(json.dumps(plan.to_dict(), indent=2))
+        return 0
+    print(format_table(spec, plan.cells))
+    for line in corpus_lines(plan.corpus) + packing_lines(plan.packing):
+        print(line)
+    for line in plan.warnings:
+        print(f"warning: {line}")
+    for line in cost_lines(plan.cost):
+        print(line)
     return 0

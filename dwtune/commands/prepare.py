@@ -11,11 +11,12 @@ import argparse
 import json
 import time
 
+from dwtune.commands import argtypes
 from dwtune.core.errors import InputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", help="experiment spec, e.g. search_spaces/paper.yaml")
+    argtypes.add_spec(parser, "experiment spec, e.g. search_spaces/paper.yaml")
     parser.add_argument(
         "--workers",
         type=int,
@@ -31,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="hash every token file of a prepared entry against its manifest and rebuild a "
         "damaged one (opening an entry hashes only files changed since their last check)",
     )
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
 def summary(prepared, elapsed_s: float) -> dict:
@@ -57,12 +59,15 @@ def run(args: argparse.Namespace) -> int:
 
     if args.workers is not None and args.workers < 1:
         raise InputError(f"--workers: got {args.workers}; expected an integer >= 1")
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, args.overrides)
     started = time.monotonic()
     prepared = prepare_corpus(
         spec.data, workers=args.workers, progress=not args.no_progress, verify=args.verify
     )
     result = summary(prepared, time.monotonic() - started)
+    if args.json:
+        print(json.dumps({"corpus": spec.data.corpus, **result}, indent=2))
+        return 0
     state = "cache hit" if result["cache_hit"] else f"prepared at {result['mb_per_s']} MB/s"
     state += " (verified)" if args.verify and result["cache_hit"] else ""
     print(

@@ -23,6 +23,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Ray cluster to join (HOST:PORT or auto); default: a local instance",
     )
+    parser.add_argument(
+        "--runner",
+        choices=("ray", "local"),
+        default="ray",
+        help="ray: trials in parallel on Ray Tune (default); local: in this process, one after "
+        "another, no Ray (the simulated backend, small studies)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the transitions and files as one JSON object"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,7 +42,20 @@ def run(args: argparse.Namespace) -> int:
     from dwtune.study.refine import describe
 
     study = Study.open(args.experiment)
-    transitions, results = study.refine(args.address, StudyProgress(stream=sys.stderr))
+    transitions, results = study.refine(args.address, StudyProgress(stream=sys.stderr), args.runner)
+    if args.json:
+        import json
+
+        from dwtune.study.api import table_records
+
+        out = {
+            "experiment": str(results.root),
+            "transitions": table_records(results.transitions),
+            "fit": results.fit,
+            "report": str(results.report),
+        }
+        print(json.dumps(out, indent=2))
+        return 0
     for transition in transitions:
         print(f"{transition.pair}: {describe(transition)}")
     print(

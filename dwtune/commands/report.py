@@ -16,6 +16,7 @@ from dwtune.core.vocabulary import FIGURES_DIR
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("exp_dir", metavar="EXPERIMENT_DIR", help="experiment directory")
+    parser.add_argument("--json", action="store_true", help="print the files written as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,8 +29,21 @@ def run(args: argparse.Namespace) -> int:
         from dwtune.study.fit_stage import write_fit
 
         written = write_fit(exp_dir)
-        print(f"fit stage: wrote {written.fit_json} and {written.projections}")
+        note = f"fit stage: wrote {written.fit_json} and {written.projections}"
+        print(note, file=sys.stderr if args.json else sys.stdout)
     files = write_report(exp_dir)
+    if args.json:
+        import json
+
+        paths = {
+            "report": files.report,
+            "fit_json": files.fit_json,
+            "projections": files.projections,
+            "tensorboard": files.tensorboard,
+        }
+        out = {k: None if v is None else str(v) for k, v in paths.items()}
+        print(json.dumps(out | {"figures": [str(f) for f in files.figures]}, indent=2))
+        return 0
     print(f"report: {files.report}")
     for path in (files.fit_json, files.projections, *files.figures):
         print(f"  {path}")

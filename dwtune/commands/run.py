@@ -8,8 +8,10 @@ what is missing.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
+from dwtune.commands import argtypes
 from dwtune.core import vocabulary
 from dwtune.core.vocabulary import TRANSITIONS_FILE
 
@@ -17,7 +19,7 @@ DEFAULT_STORAGE = "experiments"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", help="experiment spec, e.g. search_spaces/quickstart.yaml")
+    argtypes.add_spec(parser, "experiment spec, e.g. search_spaces/quickstart.yaml")
     parser.add_argument(
         "--storage",
         default=DEFAULT_STORAGE,
@@ -32,6 +34,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--grid-only", action="store_true", help="run the grid stage only (no refine, no report)"
+    )
+    parser.add_argument(
+        "--runner",
+        choices=("ray", "local"),
+        default="ray",
+        help="ray: trials in parallel on Ray Tune (default); local: in this process, one after "
+        "another, no Ray (the simulated backend, small studies)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the answer (pairs, fit, report path) as one JSON object",
     )
 
 
@@ -63,8 +77,8 @@ def _summary(store) -> str:
 
 def _check_scale(spec) -> None:
     """Refuse, before anything starts: a missing corpus, too many epochs, a trial too big for
-    its share of a GPU (see dwtune.commands.planning)."""
-    from dwtune.commands.planning import check_packing, check_scale
+    its share of a GPU (see dwtune.study.planning)."""
+    from dwtune.study.planning import check_packing, check_scale
 
     check_scale(spec)
     check_packing(spec)
@@ -84,18 +98,38 @@ def run(args: argparse.Namespace) -> int:
     from dwtune.study.pipeline import Study, storage_root
     from dwtune.study.progress import StudyProgress
 
-    study = Study.from_yaml(args.spec)
+    study = Study.from_yaml(args.spec, overrides=args.overrides)
     _check_scale(study.spec)
     storage = storage_root(args.storage)  # a URL is refused before anything starts
     progress = StudyProgress()
     with catching_ctrl_c():
         try:
-            results = study.run(storage, args.address, args.grid_only, progress)
+            results = study.run(storage, args.address, args.grid_only, progress, args.runner)
         except KeyboardInterrupt:
             return _interrupted(study.store)
     if interrupted():  # swallowed below us, or it came as the study ended: still 130
         return _interrupted(study.store)
     progress.note(_summary(study.store))
-    if not args.grid_only:  # the results: stdout, after the progress display (stderr) ends
+    if args.json:
+        print(json.dumps(answer_dict(study.store, results, args.grid_only), indent=2), flush=True)
+    elif not args.grid_only:  # the results: stdout, after the progress display (stderr) ends
         print("\n".join(answer_lines(results)), flush=True)
     return 0
+
+
+def answer_dict(store, results, grid_only: bool) -> dict:
+    """``run --json``: the experiment, its trial counts, and (unless grid only) each pair's
+    transition, the fit (as fit.json) and the report's path."""
+    from dwtune.study.api import table_records
+
+    records = store.records()
+    out: dict = {
+        "experiment": str(results.root),
+        "trials": len(records),
+        "failed": sum(r.status == vocabulary.STATUS_FAILED for r in records),
+    }
+    if grid_only:
+        return out
+    table = results.root / TRANSITIONS_FILE  # absent when the spec configures no pair
+    pairs = table_records(results.transitions) if table.is_file() else []
+    return out | {"transitions": pairs, "fit": results.fit, "report": str(results.report)}

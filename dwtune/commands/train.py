@@ -18,7 +18,7 @@ from dwtune.core.errors import InputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", help="experiment spec, e.g. search_spaces/quickstart.yaml")
+    argtypes.add_spec(parser, "experiment spec, e.g. search_spaces/quickstart.yaml")
     parser.add_argument("--depth", type=argtypes.DEPTH, required=True, help="number of blocks")
     size = parser.add_mutually_exclusive_group(required=True)
     size.add_argument(
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     from dwtune.core.budget import count_params
     from dwtune.core.spec import load_spec
 
-    spec = _overridden(load_spec(args.spec), args)
+    spec = _overridden(load_spec(args.spec, args.overrides), args)
     spec = dataclasses.replace(spec, data=resolve_data_config(spec.data))
     shape = _shape(spec, args)
     if spec.trainer != "torch":

@@ -8,6 +8,9 @@ another program drives a study the same way::
     results = Study.from_yaml("search_spaces/simulated.yaml").run(storage="experiments")
     results.fit["b"], results.transitions, results.project("175B")
 
+``Study.run(runner="local")`` trains in this process, one trial after another, without Ray
+(for the simulated backend and small studies); the records are those the Ray runner writes.
+
 Every stage resumes: a finished trial is never trained again, a refined pair is not refined again.
 Ray is started only by :meth:`Study.run` and :meth:`Study.refine` (and by ``refine`` only when
 something is left to train).
@@ -16,23 +19,29 @@ something is left to train).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import ClassVar
 
 import pandas as pd
 
 from dwtune.core.errors import InputError
-from dwtune.core.projection import BudgetProjection, project_budget
+from dwtune.core.projection import project_budget
 from dwtune.core.records import grid_requests
-from dwtune.core.spec import ExperimentSpec, load_spec
+from dwtune.core.spec import ExperimentSpec, load_spec, spec_from_dict
 from dwtune.core.transitions import Transition
 from dwtune.core.units import parse_size
 from dwtune.core.vocabulary import (
     CURVES_FILE,
+    LENGTH_CHECK_FILE,
     LEVEL,
+    PAIR_DELTAS_FILE,
+    PROJECTIONS_FILE,
     REPORT_FILE,
+    SIMULATED_COLUMN,
     TRANSITIONS_FILE,
     TRIALS_FILE,
+    FitStatus,
 )
 from dwtune.storage.experiment import ExperimentReader, export_experiment
 from dwtune.storage.store import ExperimentStore
@@ -44,9 +53,46 @@ from dwtune.study.runners.cluster_address import check_address
 DEFAULT_STORAGE = "experiments"
 
 
+class FitRecord(dict):
+    """fit.json as a dict (``fit["b"]``), also read as attributes (``fit.b``), with
+    ``to_frame()`` (the fitted points) and a one-line repr."""
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"fit.json has no {name!r} (keys: {', '.join(self)})") from None
+
+    def to_dict(self) -> dict:
+        return dict(self)
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.get("points", []))
+
+    def __repr__(self) -> str:
+        tag = " SIMULATED" if self.get(SIMULATED_COLUMN) else ""
+        if self.get("status") != FitStatus.FITTED:
+            return f"<FitRecord{tag}: {self.get('status')}: {self.get('reason', '')}>"
+        return (
+            f"<FitRecord{tag}: ln dx* = {self['a']:.3f}(±{self['se_a']:.3f}) + "
+            f"{self['b']:.4f}(±{self['se_b']:.4f})·L from {self['n_points']} transitions "
+            f"({self.get('method', '')}), R²={self['r2']:.3f}>"
+        )
+
+
 class StudyResults:
     """What an experiment directory holds, handed out as DataFrames and dicts (read on access,
-    through the store's reader)."""
+    through the store's reader): trials, curves, transitions, pair_deltas, length_check,
+    projections (tables), fit (fit.json), report (report.md's path)."""
+
+    TABLES: ClassVar[dict[str, str]] = {
+        "trials": TRIALS_FILE,
+        "curves": CURVES_FILE,
+        "transitions": TRANSITIONS_FILE,
+        "pair_deltas": PAIR_DELTAS_FILE,
+        "length_check": LENGTH_CHECK_FILE,
+        "projections": PROJECTIONS_FILE,
+    }
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
@@ -58,30 +104,61 @@ class StudyResults:
         return self._reader.table(name)
 
     @property
+    def tables(self) -> list[str]:
+        """The names of the tables this directory holds (attributes of this object)."""
+        return [name for name, file in self.TABLES.items() if self._reader.has(file)]
+
+    @property
     def trials(self) -> pd.DataFrame:
+        """One row per trained model (shape, seed, stage, final and best losses, timing)."""
         return self._table(TRIALS_FILE)
 
     @property
     def curves(self) -> pd.DataFrame:
+        """One row per reported step of every trial (trial_id, step, tokens, losses)."""
         return self._table(CURVES_FILE)
 
     @property
     def transitions(self) -> pd.DataFrame:
+        """One row per refined depth pair: status, N* and its intervals, statement."""
         return self._table(TRANSITIONS_FILE)
 
     @property
-    def fit(self) -> dict:
+    def pair_deltas(self) -> pd.DataFrame:
+        """The refine stage's paired Δ = loss_deep − loss_shallow per pair and size."""
+        return self._table(PAIR_DELTAS_FILE)
+
+    @property
+    def length_check(self) -> pd.DataFrame:
+        """N* at other training lengths (refine.length_check), where configured."""
+        return self._table(LENGTH_CHECK_FILE)
+
+    @property
+    def projections(self) -> pd.DataFrame:
+        """The fit stage's projections (fit.budgets) with intervals."""
+        return self._table(PROJECTIONS_FILE)
+
+    @property
+    def fit(self) -> FitRecord:
         """fit.json: a, b, their errors and intervals (status FitStatus.FITTED), or the reason."""
-        return self._reader.fit_record()
+        return FitRecord(self._reader.fit_record())
 
     @property
     def report(self) -> Path:
         return self.root / REPORT_FILE
 
-    def project(self, budget: float | str, level: float = LEVEL) -> BudgetProjection:
-        """Optimal depth and width at ``budget`` (parameters, or a size such as '175B')."""
+    def project(self, budget, level: float = LEVEL):
+        """Optimal depth and width at ``budget`` (parameters, or a size such as '175B'): a
+        BudgetProjection; for a list of budgets, :class:`~dwtune.study.api.Projections`."""
         law, _ = self._reader.law()
-        return project_budget(law, parse_size(budget, field="budget"), level)
+        if isinstance(budget, str | int | float):
+            return project_budget(law, parse_size(budget, field="budget"), level)
+        from dwtune.study.api import project_law
+
+        return project_law(law, budget, None, level)
+
+    def __repr__(self) -> str:
+        return f"<StudyResults {self.root}: {', '.join(self.tables) or 'no tables yet'}>"
 
 
 class Study:
@@ -91,8 +168,18 @@ class Study:
         self.spec, self.store = spec, store
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> Study:
-        return cls(load_spec(path))
+    def from_yaml(cls, path: str | Path, overrides: Iterable[str] = ()) -> Study:
+        """The study of a spec file, with ``KEY=VALUE`` overrides (``"train.steps=100"``)."""
+        return cls(load_spec(path, overrides))
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, object], overrides: Iterable[str] = ()) -> Study:
+        """The study of a spec mapping (shaped like the YAML file)."""
+        return cls(spec_from_dict(dict(raw), overrides=overrides))
+
+    def __repr__(self) -> str:
+        where = self.store.root if self.store is not None else "(no experiment folder yet)"
+        return f"<Study {self.spec.name!r} in {where}>"
 
     @classmethod
     def open(cls, experiment_dir: str | Path) -> Study:
@@ -120,9 +207,14 @@ class Study:
         address: str | None = None,
         grid_only: bool = False,
         progress: StudyProgress | None = None,
+        runner: str = "ray",
     ) -> StudyResults:
-        """Grid, refine, export, fit and report (grid and export only with ``grid_only``)."""
+        """Grid, refine, export, fit and report (grid and export only with ``grid_only``).
+
+        ``runner``: ``"ray"`` (Ray Tune, trials in parallel) or ``"local"`` (this process, one
+        trial after another: for the simulated backend and small studies)."""
         check_address(address)  # malformed: refused before anything starts
+        _check_runner(runner, self.spec)
         store, progress = self._store(storage), progress or StudyProgress()
         # Lock first: a refused second driver must not touch the running experiment's spec.
         with store.driver_lock():
@@ -131,14 +223,18 @@ class Study:
             with contextlib.ExitStack() as stack:
                 # Ray starts with the first batch that trains something: rerunning a finished
                 # study (or one whose grid is recorded) needs no Ray instance for what it reuses.
-                runner = ray_on_first_batch(stack, self.spec, store, address, progress)
-                rates = searched_rates(self.spec, store, runner)  # train.lr as a search
-                runner.run(grid_requests(self.spec, rates.grid_rates if rates else None))
+                trainer = (
+                    local_runner(self.spec, store)
+                    if runner == "local"
+                    else ray_on_first_batch(stack, self.spec, store, address, progress)
+                )
+                rates = searched_rates(self.spec, store, trainer)  # train.lr as a search
+                trainer.run(grid_requests(self.spec, rates.grid_rates if rates else None))
                 if not grid_only and self.spec.refine.pairs:
                     rate_for = rates.rate_for if rates else None
                     stage = refine_stage(self.spec, store, progress, rate_for)
-                    transitions = stage.run(runner.run)
-                    length_check(self.spec, store, stage, transitions, runner.run, progress)
+                    transitions = stage.run(trainer.run)
+                    length_check(self.spec, store, stage, transitions, trainer.run, progress)
             trials_path, curves_path = export_experiment(store)
             progress.note(f"wrote {trials_path} and {curves_path}")
             if not grid_only:
@@ -146,10 +242,15 @@ class Study:
         return StudyResults(store.root)
 
     def refine(
-        self, address: str | None = None, progress: StudyProgress | None = None
+        self,
+        address: str | None = None,
+        progress: StudyProgress | None = None,
+        runner: str = "ray",
     ) -> tuple[list[Transition], StudyResults]:
-        """The refine stage alone (or its resumption), then export, fit and report."""
+        """The refine stage alone (or its resumption), then export, fit and report
+        (``runner`` as in :meth:`run`)."""
         store = self._store()
+        _check_runner(runner, self.spec)
         if not self.spec.refine.pairs:
             raise InputError(
                 f"{store.spec_path}: refine.pairs is empty; list [shallower, deeper] "
@@ -159,14 +260,38 @@ class Study:
         with store.driver_lock():
             stage = refine_stage(self.spec, store, progress)  # bad pairs fail before Ray
             with contextlib.ExitStack() as stack:
-                runner = ray_on_first_batch(stack, self.spec, store, address, progress)
-                rates = searched_rates(self.spec, store, runner)  # recorded: trains nothing
+                trainer = (
+                    local_runner(self.spec, store)
+                    if runner == "local"
+                    else ray_on_first_batch(stack, self.spec, store, address, progress)
+                )
+                rates = searched_rates(self.spec, store, trainer)  # recorded: trains nothing
                 stage.set_rate_for(rates.rate_for if rates else None)
-                transitions = stage.run(runner.run)
-                length_check(self.spec, store, stage, transitions, runner.run, progress)
+                transitions = stage.run(trainer.run)
+                length_check(self.spec, store, stage, transitions, trainer.run, progress)
             export_experiment(store)
             finish(store)
         return transitions, StudyResults(store.root)
+
+
+RUNNERS = ("ray", "local")
+
+
+def _check_runner(runner: str, spec: ExperimentSpec) -> None:
+    if runner not in RUNNERS:
+        raise InputError(f"runner: got {runner!r}; expected one of {', '.join(RUNNERS)}")
+    if runner == "local" and spec.train.lr_search is not None:
+        raise InputError(
+            "runner: 'local' trains no learning-rate search (train.lr is a search); give "
+            "train.lr a number, or use runner='ray'"
+        )
+
+
+def local_runner(spec: ExperimentSpec, store: ExperimentStore):
+    """Trials trained in this process, one after another (no Ray)."""
+    from dwtune.study.runners.local import LocalRunner
+
+    return LocalRunner(spec, store)
 
 
 def ray_on_first_batch(stack, spec, store, address, progress) -> StartOnFirstBatch:

@@ -191,7 +191,7 @@ def test_fit_experiment_dir_keeps_censored_pairs_in_the_fit(capsys, tmp_path):
     code, out, _ = run_cli(capsys, "fit", str(exp))
     assert code == 0
     assert "over 4 bracketed transitions and 1 censored pair(s) at depths 12, 24, 30, 36" in out
-    assert "(interval-censored likelihood)" in out
+    assert "(censored_mle: interval-censored likelihood)" in out
     assert "censored, in the fit: pair 12-18: depth 18 never beat depth 12 up to N = " in out
     assert "(3 seeds)" in out
     data = json.loads(run_cli(capsys, "fit", str(exp), "--json")[1])

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from dwtune.cli import main
-from dwtune.commands import planning
+from dwtune.study import planning
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER = ROOT / "search_spaces" / "paper.yaml"
@@ -66,8 +66,9 @@ def test_a_prepared_corpus_is_counted_from_its_manifest(tmp_path, capsys):
     assert main(["prepare", spec, "--no-progress"]) == 0
     assert "cache hit" in capsys.readouterr().out
     assert main(["plan", spec, "--json"]) == 0
-    [line] = json.loads(capsys.readouterr().out)["corpus"]
-    assert "1.48e+05 training tokens (prepared manifest)" in line  # 0.9 x 163,999 chars
+    corpus_info = json.loads(capsys.readouterr().out)["corpus"]
+    assert corpus_info["exact"] and corpus_info["source"] == "prepared manifest"
+    assert round(corpus_info["train_tokens"], -3) == 1.48e5  # 0.9 x 163,999 chars
 
 
 @pytest.mark.slow  # --cost simulates the paper's refine stage

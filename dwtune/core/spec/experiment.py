@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import cast
 
 from dwtune.core.budget import GridCell, ModelShape, size_of, solve_width, training_flops
@@ -21,8 +23,12 @@ from dwtune.core.spec.sections import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ExperimentSpec:
+    """A validated study spec (``dwtune.Spec``): build it with :meth:`from_yaml` or
+    :meth:`from_dict`, change it with :meth:`with_overrides`; ``to_dict()`` is its resolved,
+    YAML-safe form (what an experiment folder stores as spec.yaml)."""
+
     name: str
     space: SpaceConfig
     train: TrainConfig
@@ -35,6 +41,41 @@ class ExperimentSpec:
     simulated: SimulatedConfig = field(default_factory=SimulatedConfig)
     description: str = ""
     source: str = ""  # the file it came from (absolute); not part of any identity
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: Iterable[str] = ()) -> ExperimentSpec:
+        """The spec in a YAML file, with ``KEY=VALUE`` overrides (``"train.steps=100"``)."""
+        from dwtune.core.spec.load import load_spec
+
+        return load_spec(path, overrides)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, object], overrides: Iterable[str] = ()) -> ExperimentSpec:
+        """A spec from a mapping shaped like the YAML file (every error reported at once)."""
+        from dwtune.core.spec.load import spec_from_dict
+
+        return spec_from_dict(dict(raw), overrides=overrides)
+
+    def with_overrides(self, *overrides: str) -> ExperimentSpec:
+        """This spec with ``KEY=VALUE`` overrides applied and validated again."""
+        from dwtune.core.spec.load import spec_from_dict
+
+        return spec_from_dict(self.to_dict(), source=self.source, overrides=overrides)
+
+    def __repr__(self) -> str:
+        space, train = self.space, self.train
+        length = (
+            f"steps={train.steps}"
+            if train.steps is not None
+            else f"tokens={train.tokens}"
+            if train.tokens is not None
+            else f"tokens_per_param={train.tokens_per_param}"
+        )
+        return (
+            f"<Spec {self.name!r}: trainer {self.trainer}, depths {list(space.depths)}, "
+            f"{len(space.budgets)} budgets {min(space.budgets):.3g}..{max(space.budgets):.3g}, "
+            f"{len(space.seeds)} seed(s), {length}, {len(self.refine.pairs)} refine pair(s)>"
+        )
 
     def shape_template(self) -> ModelShape:
         return ModelShape(

@@ -13,16 +13,17 @@ import difflib
 import math
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
-from dwtune.core.errors import InputError, shown
+from dwtune.core.errors import ErrorCollector, InputError, shown
 from dwtune.core.spec import limits
 from dwtune.core.spec.checks import at_most, nesting_depth, one_of
 from dwtune.core.spec.experiment import ExperimentSpec
+from dwtune.core.spec.overrides import apply_overrides
 from dwtune.core.spec.sections import (
     BUILTIN_CORPORA,
     TRAINERS,
@@ -54,13 +55,20 @@ REMOVED_KEYS = {
 
 
 def _check_keys(section: str, raw: Mapping[object, object], allowed: list[str]) -> None:
+    """Every unknown or removed key of ``raw``, reported together."""
+    errors = ErrorCollector()
     for key in raw:
-        removed = REMOVED_KEYS.get(f"{section}.{key}")
-        if removed:
-            raise InputError(f"{section}.{key}: no longer used: {removed}")
-        if key not in allowed:
-            where = f"{section}.{key}" if section else str(key)
-            raise InputError(f"{where}: unknown key; {_key_hint(str(key), allowed)}")
+        errors.attempt(_check_key, section, key, allowed)
+    errors.raise_any()
+
+
+def _check_key(section: str, key: object, allowed: list[str]) -> None:
+    removed = REMOVED_KEYS.get(f"{section}.{key}")
+    if removed:
+        raise InputError(f"{section}.{key}: no longer used: {removed}")
+    if key not in allowed:
+        where = f"{section}.{key}" if section else str(key)
+        raise InputError(f"{where}: unknown key; {_key_hint(str(key), allowed)}")
 
 
 LISTED_KEYS = 5  # valid keys named after an unknown one (a section has up to 27)
@@ -141,15 +149,22 @@ def _build(
     if not isinstance(raw, dict):
         raise InputError(f"{section}: got {shown(raw)}; expected a mapping of keys to values")
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    _check_keys(section, raw, list(fields))
+    errors = ErrorCollector()  # unknown keys and bad values of the section, all at once
+    errors.attempt(_check_keys, section, raw, list(fields))
     hints = typing.get_type_hints(cls)
     special = special or {}
     kwargs: dict[str, object] = {}
     for key, value in raw.items():
         name = f"{section}.{key}"
-        kwargs[key] = (
-            special[key](name, value) if key in special else _convert(name, hints[key], value)
-        )
+        if key not in fields:
+            continue
+        try:
+            kwargs[key] = (
+                special[key](name, value) if key in special else _convert(name, hints[key], value)
+            )
+        except InputError as error:
+            errors.add(error)
+    errors.raise_any()
     try:
         return cls(**kwargs)
     except TypeError as exc:  # a required key is missing
@@ -263,39 +278,62 @@ SECTIONS: dict[str, tuple[type[DataclassInstance], dict[str, _Converter]]] = {
 TOP_LEVEL = ["name", "description", "trainer", *SECTIONS]
 
 
-def spec_from_dict(raw: object, source: str = "") -> ExperimentSpec:
-    """Validate a raw mapping (parsed YAML) into an :class:`ExperimentSpec`."""
+def spec_from_dict(raw: object, source: str = "", overrides: Iterable[str] = ()) -> ExperimentSpec:
+    """Validate a raw mapping (parsed YAML) into an :class:`ExperimentSpec`, with ``KEY=VALUE``
+    ``overrides`` set first. Every unknown key, bad value and range error of the sections is
+    reported in one :class:`~dwtune.core.errors.InputErrors`."""
+    raw = apply_overrides(raw, overrides)
     if not isinstance(raw, dict):
         raise InputError(
             f"spec: got {type(raw).__name__}; expected a mapping with name, space, train"
         )
     if nesting_depth(raw, limits.MAX_NESTING) > limits.MAX_NESTING:
         raise InputError(f"spec: nested deeper than {limits.MAX_NESTING} levels; not a dwtune spec")
-    _check_keys("", raw, TOP_LEVEL)
+    # Every unknown key, bad value and range error of every section in one pass; the checks
+    # across sections need whole sections, so they run once these pass.
+    errors = ErrorCollector()
+    errors.attempt(_check_keys, "", raw, TOP_LEVEL)
     for required in ("name", "space", "train"):
         if required not in raw:
-            raise InputError(f"{required}: missing; every spec needs name, space and train")
-    builders: dict[str, Callable[[object], object]] = {"train": _train, "model": _model}
-    # each value is its key's section config, typed by ExperimentSpec's fields
-    sections: dict[str, Any] = {
-        key: builders[key](raw[key]) if key in builders else _build(cls, key, raw[key], special)
-        for key, (cls, special) in SECTIONS.items()
-        if key in raw
-    }
+            errors.add(InputError(f"{required}: missing; every spec needs name, space and train"))
+    sections = _sections(raw, errors)
+    name = errors.attempt(_as_str, "name", raw.get("name", ""))
+    if name is not None and "name" in raw:
+        errors.attempt(_check_name, name)
+    description = errors.attempt(_as_str, "description", raw.get("description", ""))
+    trainer = errors.attempt(_as_str, "trainer", raw.get("trainer", "torch"))
+    if trainer is not None:
+        errors.attempt(one_of, "trainer", trainer, TRAINERS)
+    errors.raise_any()
     spec = ExperimentSpec(
-        name=_as_str("name", raw["name"]),
-        description=_as_str("description", raw.get("description", "")),
-        trainer=_as_str("trainer", raw.get("trainer", "torch")),
+        name=str(name),
+        description=str(description),
+        trainer=str(trainer),
         source=source,
         **sections,
     )
     return _cross_check(spec)
 
 
+def _sections(raw: dict[object, object], errors: ErrorCollector) -> dict[str, Any]:
+    """Each section present in ``raw`` built into its config; a failed one adds its errors."""
+    builders: dict[str, Callable[[object], object]] = {"train": _train, "model": _model}
+    # each value is its key's section config, typed by ExperimentSpec's fields
+    sections: dict[str, Any] = {}
+    for key, (cls, special) in SECTIONS.items():
+        if key not in raw:
+            continue
+        try:
+            sections[key] = (
+                builders[key](raw[key]) if key in builders else _build(cls, key, raw[key], special)
+            )
+        except InputError as error:
+            errors.add(error)
+    return sections
+
+
 def _cross_check(spec: ExperimentSpec) -> ExperimentSpec:
     """Checks that involve more than one section."""
-    one_of("trainer", spec.trainer, TRAINERS)
-    _check_name(spec.name)
     for pair in spec.refine.pairs:
         for depth in pair:
             if depth not in spec.space.depths:
@@ -370,8 +408,11 @@ def _check_distinct_pairs(spec: ExperimentSpec) -> None:
             )
 
 
-def load_spec(path: str | Path) -> ExperimentSpec:
-    """Read and validate a spec file; every failure is an InputError naming the fix."""
+def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> ExperimentSpec:
+    """Read and validate a spec file; every failure is an InputError naming the fix.
+
+    ``overrides``: ``KEY=VALUE`` strings (``train.steps=100``) set in the raw mapping before
+    validation (:mod:`dwtune.core.spec.overrides`)."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise InputError(
@@ -379,7 +420,7 @@ def load_spec(path: str | Path) -> ExperimentSpec:
         )
     if not path.exists():
         raise InputError(f"{path}: no such spec file; see search_spaces/ for examples")
-    raw = parse_yaml_file(path)
+    raw = apply_overrides(parse_yaml_file(path), overrides)
     spec = spec_from_dict(raw, source=str(path.resolve()))
     return _corpus_relative_to(spec, path.resolve().parent)
 

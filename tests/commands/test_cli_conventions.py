@@ -1,0 +1,247 @@
+"""CLI conventions: KEY=VALUE overrides, every spec error at once, did-you-mean, a closed pipe
+is a quiet exit, --json on every command, results on stdout. No Ray: studies run with
+``--runner local`` (the simulated backend in this process)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dwtune.cli import COMMANDS, main
+from dwtune.core.records import grid_requests
+from dwtune.core.spec import load_spec
+from tests.helpers.specs import small_simulated
+
+ROOT = Path(__file__).resolve().parents[2]
+PAPER = ROOT / "search_spaces" / "paper.yaml"
+
+
+def spec_file(tmp_path: Path, raw: dict) -> str:
+    path = tmp_path / f"{raw['name']}.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return str(path)
+
+
+def ids(spec) -> set[str]:
+    return {r.trial_id for r in grid_requests(spec)}
+
+
+def test_overrides_change_the_resolved_spec_and_the_trial_identities(tmp_path):
+    path = spec_file(tmp_path, small_simulated(name="ov"))
+    plain = load_spec(path)
+    changed = load_spec(path, ["train.steps=50", "space.seeds=3"])
+    assert changed.train.steps == 50 and changed.space.seeds == (0, 1, 2)
+    assert ids(changed).isdisjoint(ids(plain))  # train.steps is in every identity
+    assert ids(load_spec(path, ["train.steps=50"])) == {
+        r.trial_id for r in grid_requests(changed) if r.seed < 2
+    }
+
+
+def run_json(capsys, *argv: str) -> dict:
+    code = main(["run", *argv, "--runner", "local", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return json.loads(captured.out)
+
+
+def test_run_with_an_override_stores_the_resolved_spec_and_resumes(tmp_path, capsys):
+    spec = spec_file(tmp_path, small_simulated(name="ov"))
+    storage = str(tmp_path / "exp")
+    argv = (spec, "train.steps=50", "--storage", storage, "--grid-only")
+    first = run_json(capsys, *argv)
+    folder = Path(first["experiment"])
+    stored = yaml.safe_load((folder / "spec.yaml").read_text())
+    assert stored["train"]["steps"] == 50 and first["trials"] == 8 and first["failed"] == 0
+    records = {p.name: p.stat().st_mtime_ns for p in (folder / "trials").glob("*.json")}
+    # An override after a flag is an override too; the same resolved spec resumes: no retraining.
+    again = run_json(capsys, spec, "--storage", storage, "train.steps=50", "--grid-only")
+    assert again["trials"] == 8
+    assert {p.name: p.stat().st_mtime_ns for p in (folder / "trials").glob("*.json")} == records
+    # Another value is another study: the folder refuses it, and a new name keeps both.
+    assert main(["run", spec, "train.steps=60", "--storage", storage, "--runner", "local"]) == 2
+    assert "holds a different spec (changed: train.steps)" in capsys.readouterr().err
+    other = run_json(
+        capsys, spec, "train.steps=60", "name=ov60", "--storage", storage, "--grid-only"
+    )
+    assert Path(other["experiment"]).name == "ov60" and other["trials"] == 8
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train.stepz=5", "train.stepz: unknown key; did you mean 'steps'?"),
+        ("trian.steps=5", "trian: unknown key; did you mean 'train'?"),
+        ("train.steps=five", "train.steps: got 'five'"),
+        ("train.steps", "override 'train.steps': expected KEY=VALUE such as train.steps=100"),
+        ("name.x=1", "override name.x: name is 'ov', not a section"),
+    ],
+)
+def test_a_bad_override_is_one_line_like_a_bad_yaml_key(tmp_path, capsys, override, message):
+    spec = spec_file(tmp_path, small_simulated(name="ov"))
+    assert main(["plan", spec, override]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_three_spec_errors_are_reported_together_one_line_each(tmp_path, capsys):
+    raw = small_simulated(name="bad")
+    raw["train"] |= {"stepz": 400, "batch_size": "eight"}
+    raw["data"]["seq_len"] = 1
+    assert main(["plan", spec_file(tmp_path, raw)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("dwtune plan: error: ") for line in lines)
+    joined = "\n".join(lines)
+    assert "train.stepz: unknown key; did you mean 'steps'?" in joined
+    assert "train.batch_size: got 'eight'" in joined
+    assert "data.seq_len: got 1; expected a value >= 2" in joined
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (["plna", "x"], "did you mean 'plan'?"),
+        (["plan", str(PAPER), "--jsno"], "--jsno: did you mean '--json'?"),
+        (["bench", "--device", "cdua"], "did you mean 'cuda'?"),
+    ],
+)
+def test_bad_subcommands_flags_and_choices_get_a_did_you_mean(capsys, argv, hint):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert hint in err and len(err.strip().splitlines()) == 1
+
+
+def test_top_level_help_describes_the_tool(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Command-line entry point" not in out
+    assert "depth against width" in out and "KEY=VALUE" in out
+
+
+def closed_early(*argv: str) -> subprocess.CompletedProcess:
+    """The command with its stdout's reader gone before it writes (as `| head -1` is)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dwtune", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        text=True,
+    )
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "", err)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("plan", str(PAPER)), ("project", "--budget", "175B", "--json")],
+    ids=["plan", "project-json"],
+)
+def test_a_closed_pipe_is_a_quiet_exit(argv):
+    done = closed_early(*argv)
+    assert done.returncode == 0 and "Traceback" not in done.stderr and done.stderr == ""
+
+
+def test_plan_piped_to_head_exits_0_without_a_traceback():
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", f"{sys.executable} -m dwtune plan {PAPER} | head -1"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.startswith("paper: ")
+
+
+# --------------------------------------------------------------------------- --json everywhere
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory) -> Path:
+    """A finished small simulated study (grid, refine of one pair, fit, report), no Ray."""
+    from dwtune.study.pipeline import Study
+
+    tmp = tmp_path_factory.mktemp("json")
+    raw = small_simulated(
+        name="js",
+        space={"budgets": [3e5, 1e6, 3e6, 1e7, 3e7]},
+        refine={"pairs": [[6, 12]]},
+    )
+    return Study.from_dict(raw).run(storage=tmp, runner="local").root
+
+
+@pytest.fixture(scope="module")
+def tiny_torch_spec(tmp_path_factory) -> str:
+    tmp = tmp_path_factory.mktemp("torch")
+    corpus = tmp / "c.txt"
+    corpus.write_text("to be or not to be, that is the question\n" * 400)
+    raw = {
+        "name": "tiny",
+        "data": {"corpus": str(corpus), "cache_dir": str(tmp / "cache"), "seq_len": 16},
+        "model": {"heads": 2},
+        "space": {"depths": [1], "budgets": [3e3], "seeds": 1},
+        "train": {"steps": 2, "batch_size": 2, "eval_every": 1, "eval_batches": 1},
+    }
+    return spec_file(tmp, raw)
+
+
+def json_commands(experiment: Path, spec: str, tmp: Path) -> dict[str, list[str]]:
+    small = spec_file(tmp, small_simulated(name="jr"))
+    table = tmp / "table.csv"
+    table.write_text("depth,width,width_err\n12,300,5\n18,420,8\n24,590,6\n")
+    tiny_bench = ["--depth", "1", "--width", "16", "--seq-len", "16", "--batch-size", "2"]
+    tiny_bench += ["--vocab-size", "50", "--steps", "1", "--warmup", "1", "--results", "none"]
+    png = str(tmp / "cc.png")
+    return {
+        "plan": ["plan", str(PAPER)],
+        "prepare": ["prepare", spec, "--no-progress"],
+        "train": ["train", spec, "--depth", "1", "--width", "16"],
+        "bench": ["bench", *tiny_bench, "--device", "cpu"],
+        "run": ["run", small, "--storage", str(tmp / "runs"), "--runner", "local"],
+        "refine": ["refine", str(experiment), "--runner", "local"],
+        "export": ["export", str(experiment)],
+        "fit": ["fit", str(table)],
+        "project": ["project", "--budget", "175B", "--depth", "96"],
+        "report": ["report", str(experiment)],
+        "analyze": ["analyze", str(experiment)],
+        "coordcheck": ["coordcheck", spec, "--widths", "16,32", "--steps", "1", "--out", png],
+    }
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_prints_one_json_document_with_json(
+    command, experiment, tiny_torch_spec, tmp_path, capsys
+):
+    argv = json_commands(experiment, tiny_torch_spec, tmp_path)[command]
+    code = main([*argv, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    parsed = json.loads(captured.out)  # stdout holds the JSON document and nothing else
+    assert isinstance(parsed, dict) and parsed
+
+
+def test_plan_json_gives_corpus_and_packing_as_numbers(capsys):
+    assert main(["plan", str(PAPER), "--json", "--device", "h100", "resources.gpu=0.5"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    corpus, packing = plan["corpus"], plan["packing"]
+    assert isinstance(corpus, dict) and isinstance(corpus["tokens_per_trial"], int)
+    assert corpus["missing"] in (True, False) and corpus["max_epochs"] > 0
+    assert isinstance(packing, dict) and packing["gpu_memory_bytes"] > 0
+    assert packing["largest_trial"]["bytes"] > 0 and packing["packed_per_gpu"] == 2
+    assert plan["trainings"] == len(plan["cells"]) * len(plan["seeds"])
+
+
+def test_run_prints_its_answer_on_stdout_and_progress_on_stderr(experiment, tmp_path, capsys):
+    raw = yaml.safe_load((experiment / "spec.yaml").read_text())
+    spec = spec_file(tmp_path, raw)
+    storage = str(experiment.parent)
+    assert main(["run", spec, "--storage", storage, "--runner", "local"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0].startswith("pair 6-12 (SIMULATED): ")
+    assert out.splitlines()[-1] == f"report: {experiment / 'report.md'}"
+    assert "trial(s) recorded" in err and "report:" not in err
