@@ -259,7 +259,7 @@ def test_a_study_runs_across_two_nodes_through_address(
     assert len(records) == 4 and all(r.completed for r in records)
     assert len({r.node for r in records}) == 2
     assert (tmp_path / "twonodes" / "trials.parquet").exists()
-    assert len(list((tmp_path / "twonodes" / "tb").iterdir())) == 4
+    assert len(list((tmp_path / "twonodes" / "tb" / "grid").iterdir())) == 4  # runs by stage
 
 
 @pytest.mark.ray
