@@ -10,6 +10,7 @@ import math
 
 from dwtune.core.errors import shown
 from dwtune.core.spec import limits
+from dwtune.core.vocabulary import Runner
 
 
 def whole(low: int, high: int):
@@ -73,3 +74,14 @@ def add_spec(parser: argparse.ArgumentParser, help: str) -> None:
     """The SPEC positional and its ``KEY=VALUE`` overrides (``args.spec``, ``args.overrides``)."""
     parser.add_argument("spec", metavar="SPEC", help=help)
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=OVERRIDES_HELP)
+
+
+def add_runner(parser: argparse.ArgumentParser) -> None:
+    """``--runner``: where the trials train (``args.runner``)."""
+    parser.add_argument(
+        "--runner",
+        choices=tuple(Runner),
+        default=Runner.RAY.value,
+        help="ray: trials in parallel on Ray Tune (default); local: in this process, one after "
+        "another, no Ray (the simulated backend, small studies)",
+    )

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dwtune.commands import argtypes
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -23,13 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Ray cluster to join (HOST:PORT or auto); default: a local instance",
     )
-    parser.add_argument(
-        "--runner",
-        choices=("ray", "local"),
-        default="ray",
-        help="ray: trials in parallel on Ray Tune (default); local: in this process, one after "
-        "another, no Ray (the simulated backend, small studies)",
-    )
+    argtypes.add_runner(parser)
     parser.add_argument(
         "--json", action="store_true", help="print the transitions and files as one JSON object"
     )

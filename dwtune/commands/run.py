@@ -35,13 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--grid-only", action="store_true", help="run the grid stage only (no refine, no report)"
     )
-    parser.add_argument(
-        "--runner",
-        choices=("ray", "local"),
-        default="ray",
-        help="ray: trials in parallel on Ray Tune (default); local: in this process, one after "
-        "another, no Ray (the simulated backend, small studies)",
-    )
+    argtypes.add_runner(parser)
     parser.add_argument(
         "--json",
         action="store_true",

@@ -102,6 +102,13 @@ class Parametrization(StrEnum):
     COMPLETEP = "completep"  # μP plus residual branches ×base_depth/L
 
 
+class Runner(StrEnum):
+    """Where a study's trials train (``dwtune run --runner``, ``Study.run(runner=...)``)."""
+
+    RAY = "ray"  # Ray Tune, trials in parallel
+    LOCAL = "local"  # this process, one after another, no Ray
+
+
 class FitStatus(StrEnum):
     """What fit.json holds (its ``status``)."""
 

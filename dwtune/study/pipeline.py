@@ -42,6 +42,7 @@ from dwtune.core.vocabulary import (
     TRANSITIONS_FILE,
     TRIALS_FILE,
     FitStatus,
+    Runner,
 )
 from dwtune.storage.experiment import ExperimentReader, export_experiment
 from dwtune.storage.store import ExperimentStore
@@ -274,7 +275,7 @@ class Study:
         return transitions, StudyResults(store.root)
 
 
-RUNNERS = ("ray", "local")
+RUNNERS = tuple(Runner)
 
 
 def _check_runner(runner: str, spec: ExperimentSpec) -> None:
