@@ -6,7 +6,8 @@ dwtune's own experiment store stays the source of truth (``Tuner.restore`` canno
 a Tune callback on the driver writes each trial's record the moment it finishes, so a killed
 driver loses nothing finished and a rerun trains only what is missing. Every call of
 :meth:`TuneRunner.run` is a fresh Tune experiment under ``<experiment>/ray/<stage>-<n>``, so the
-refine stage can call it again and again while Ray stays up.
+refine stage can call it again and again while Ray stays up; once its trials are recorded the
+run folder is removed (Ray's tools could not restore it, and dwtune never needs to).
 
 Inside a trial the trainer's ``report(metrics, checkpoint_dir)`` becomes
 ``ray.tune.report(metrics, checkpoint=...)``; a retried trial resumes from

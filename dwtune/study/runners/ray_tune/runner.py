@@ -5,6 +5,7 @@ See the package docstring (:mod:`dwtune.study.runners.ray_tune`) for what it kee
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -218,7 +219,8 @@ class TuneRunner:
         self._corpus_ready = True
 
     def _experiment_name(self, stage: str) -> str:
-        """``<stage>-<n>``: a new Tune experiment per call, never a stale one restored."""
+        """``<stage>-<n>``: a new Tune experiment per call, never a stale one restored (a driver
+        killed mid-batch leaves its run folder; the next batch takes the next number)."""
         ray_dir = self.store.root / vocabulary.RAY_DIR
         taken = [p.name for p in ray_dir.glob(f"{stage}-*")] if ray_dir.exists() else []
         numbers = [int(n.rsplit("-", 1)[1]) for n in taken if n.rsplit("-", 1)[1].isdigit()]
@@ -273,7 +275,7 @@ class TuneRunner:
             raise failure from None  # a full disk: one line, not Tune's traceback of it
         finally:
             callback.discard_boards()
-        _drop_restore_state(self.store.root / vocabulary.RAY_DIR / name)
+        _remove_run(self.store.root / vocabulary.RAY_DIR / name)
 
     def _trainable(self, by_id: dict[str, TrialRequest]):
         trainable = tune.with_parameters(trial_main, spec=self.trial_spec, requests=by_id)
@@ -281,17 +283,10 @@ class TuneRunner:
         return tune.with_resources(trainable, resources)
 
 
-# What Tune keeps for Tuner.restore, which dwtune never calls (module doc): once a batch is
-# recorded it is dead weight. The trials' checkpoints run to GBs; the experiment state is about
-# 35 kB per trial (it was 9.5 of a 13 MB simulated study). Each run's folder and its empty trial
-# folders stay: they name the run and what it trained.
-TUNE_RESTORE_STATE = ("experiment_state-*.json", "basic-variant-state-*.json", "tuner.pkl")
-
-
-def _drop_restore_state(run_dir: Path) -> None:
-    """Remove a recorded batch's checkpoints and Tune's restore state from its run folder."""
-    for path in run_dir.glob("*/checkpoint_*"):
-        shutil.rmtree(path, ignore_errors=True)
-    for pattern in TUNE_RESTORE_STATE:
-        for path in run_dir.glob(pattern):
-            path.unlink(missing_ok=True)
+def _remove_run(run_dir: Path) -> None:
+    """Remove a recorded batch's Tune run folder. dwtune resumes from its own records, never
+    through ``Tuner.restore`` (module doc), so the folder is state no tool can use: its
+    checkpoints run to GBs, its experiment state to about 35 kB a trial."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        run_dir.parent.rmdir()  # ray/ itself, once no run of a live or killed driver is left
