@@ -21,6 +21,8 @@ import re
 import sys
 from typing import NoReturn
 
+import shtab
+
 from dwtune import __version__
 from dwtune.core.errors import InputError, InputErrors
 
@@ -38,7 +40,8 @@ examples:
   dwtune analyze runs.csv --json | jq .pairs         transitions in runs dwtune did not train
 
 results go to stdout (--json: one JSON document), progress and diagnostics to stderr;
-`dwtune COMMAND --help` describes a command."""
+`dwtune COMMAND --help` describes a command;
+shell completion: eval "$(dwtune --print-completion bash)" (or zsh, tcsh)."""
 
 # name -> one-line help; the module dwtune.commands.<name> implements it.
 COMMANDS = {
@@ -108,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"dwtune {__version__}")
+    # `eval "$(dwtune --print-completion bash)"` (or zsh, tcsh): completion scripts generated
+    # from this very parser, so every command, flag and choice completes
+    shtab.add_argument_to(parser, ["--print-completion"])
     subparsers = parser.add_subparsers(
         dest="command", required=True, parser_class=_ArgumentParser, metavar="COMMAND"
     )
@@ -138,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parse(argv)
     except SystemExit as exc:  # a refused flag (its one line is printed), --help, --version
         return exc.code if isinstance(exc.code, int) else 2
+    except BrokenPipeError:  # `dwtune --help | head -1`, `--print-completion zsh | head`
+        return closed_pipe()
     try:
         code = int(args._module.run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit

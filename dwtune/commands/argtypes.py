@@ -80,7 +80,7 @@ def add_runner(parser: argparse.ArgumentParser) -> None:
     """``--runner``: where the trials train (``args.runner``)."""
     parser.add_argument(
         "--runner",
-        choices=tuple(Runner),
+        choices=[runner.value for runner in Runner],
         default=Runner.RAY.value,
         help="ray: trials in parallel on Ray Tune (default); local: in this process, one after "
         "another, no Ray (the simulated backend, small studies)",

@@ -138,8 +138,12 @@ def closed_early(*argv: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize(
     "argv",
-    [("plan", str(PAPER)), ("project", "--budget", "175B", "--json")],
-    ids=["plan", "project-json"],
+    [
+        ("plan", str(PAPER)),
+        ("project", "--budget", "175B", "--json"),
+        ("--print-completion", "zsh"),
+    ],
+    ids=["plan", "project-json", "completion"],
 )
 def test_a_closed_pipe_is_a_quiet_exit(argv):
     done = closed_early(*argv)
@@ -245,3 +249,36 @@ def test_run_prints_its_answer_on_stdout_and_progress_on_stderr(experiment, tmp_
     assert out.splitlines()[0].startswith("pair 6-12 (SIMULATED): ")
     assert out.splitlines()[-1] == f"report: {experiment / 'report.md'}"
     assert "trial(s) recorded" in err and "report:" not in err
+
+
+def completions(script: str, words: list[str]) -> list[str]:
+    """What bash offers for the last word of ``words`` with ``script`` sourced."""
+    line = " ".join(f'"{w}"' for w in words)
+    probe = (
+        f"source {script}; COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; "
+        'COMP_LINE="${COMP_WORDS[*]}"; COMP_POINT=${#COMP_LINE}; _shtab_dwtune; '
+        'printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_bash_completion_offers_commands_flags_and_choices(tmp_path, capsys):
+    assert main(["--print-completion", "bash"]) == 0
+    script = tmp_path / "dwtune.bash"
+    script.write_text(capsys.readouterr().out)
+    assert completions(str(script), ["dwtune", "ana"]) == ["analyze"]
+    assert set(completions(str(script), ["dwtune", ""])) == set(COMMANDS)
+    assert "--runner" in completions(str(script), ["dwtune", "run", "a.yaml", "--run"])
+    assert completions(str(script), ["dwtune", "run", "a.yaml", "--runner", ""]) == [
+        "ray",
+        "local",
+    ]
+
+
+def test_a_mistyped_choice_is_answered_with_the_plain_choices(capsys):
+    assert main(["run", str(PAPER), "--runner", "lcoal"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("did you mean 'local'? (see --help)") and "Runner." not in err
+    assert len(err.splitlines()) == 1
