@@ -1,5 +1,5 @@
 """`dwtune analyze --json`: an :class:`~dwtune.core.analysis.result.Analysis` as one JSON
-object (NaN and inf as null; the keys are the README's)."""
+object (NaN and inf as null; the keys are docs/analyze.md's)."""
 
 from __future__ import annotations
 

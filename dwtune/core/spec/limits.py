@@ -4,7 +4,7 @@ Each is checked at parse time, before any work starts, with one line naming the 
 value and the maximum (``checks.at_most``). They are far above any study this tool is meant
 for (the paper's largest model is 175B parameters at depth 96), and low enough that a typo
 (``num: 1e9``, ``mlp_ratio: 1e308``) fails in milliseconds instead of hanging or exhausting
-memory. The README lists them; change them here only.
+memory. docs/limits.md lists them; change them here only.
 """
 
 from __future__ import annotations
