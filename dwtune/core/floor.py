@@ -20,7 +20,15 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from dwtune.core.budget import GridCell, ModelShape, solve_width, training_flops
+from dwtune.core.budget import (
+    GridCell,
+    ModelShape,
+    size_of,
+    solve_width,
+    training_flops,
+    width_step,
+)
+from dwtune.core.errors import InputError
 from dwtune.core.projection import DepthWidthLaw, transition_size
 from dwtune.core.scale import study_pairs
 from dwtune.core.spec import ExperimentSpec
@@ -64,16 +72,27 @@ def floor_seeds(spec: ExperimentSpec) -> int:
 
 
 def net_at(spec: ExperimentSpec, depth: int, n_star: float) -> GridCell:
-    """The net of ``depth`` layers at size ``n_star``, solved as the grid solves its cells."""
+    """The net of ``depth`` layers at size ``n_star``, solved as the grid solves its cells; the
+    narrowest legal net where ``n_star`` is below it (the oracle cannot train a smaller one)."""
     model = spec.model
-    return solve_width(
-        spec.shape_template(),
-        depth,
-        n_star,
-        model.width_multiple,
-        model.size_convention,
-        head_dim=model.head_dim,
-    )
+
+    def solve(size: float) -> GridCell:
+        return solve_width(
+            spec.shape_template(),
+            depth,
+            size,
+            model.width_multiple,
+            model.size_convention,
+            head_dim=model.head_dim,
+        )
+
+    try:
+        return solve(n_star)
+    except InputError:  # too small for the narrowest width at this depth
+        narrowest = spec.shape_at(
+            depth, width_step(model.head_dim or model.heads, model.width_multiple)
+        )
+        return solve(size_of(narrowest, model.size_convention))
 
 
 def oracle_floor(

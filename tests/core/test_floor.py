@@ -64,3 +64,12 @@ def test_spent_flops_prices_each_training_by_its_tokens_and_skips_unknown_counts
     trials = [(6, 424, 2, 1000.0), (12, 304, 2, 50.0), (12, 304, 2, math.nan), (6, 8, 2, 0.0)]
     by_hand = 1000 * flops_per_token(_shape(6, 424)) + 50 * flops_per_token(_shape(12, 304))
     assert floor.spent_flops(template, trials) == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_an_n_star_below_the_narrowest_legal_net_prices_the_narrowest():
+    raw = small_simulated(space={"depths": [1, 2], "budgets": [1e7, 1e8]})
+    raw["model"] = {"head_dim": 512, "width_multiple": 8}  # depth 1: at least 12·512² = 3.1e6
+    oracle = floor.oracle_floor(ExperimentSpec.from_dict(raw), LEVINE2020)
+    (pair,) = oracle.pairs
+    assert pair.n_star == pytest.approx(12 * 2 * math.exp(2 * (A + B * 2)), rel=1e-12)  # 7.1e5
+    assert (pair.width_shallow, pair.width_deep) == (512, 512)

@@ -67,7 +67,7 @@ def efficiency_section(experiment: Experiment) -> list[str]:
     try:
         numbers = floor_numbers(experiment)
     except InputError as exc:
-        return [TITLE, "", f"Not computed: the stored spec does not load ({exc}).", ""]
+        return [TITLE, "", f"Not computed: {exc}", ""]
     if numbers is None:
         return [TITLE, "", "Not computed: no spec.yaml, trials with token counts or pairs.", ""]
     oracle: OracleFloor = numbers["oracle"]
