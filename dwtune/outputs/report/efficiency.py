@@ -78,8 +78,8 @@ def efficiency_section(experiment: Experiment) -> list[str]:
         f"The oracle floor trains each pair's two depths × {oracle.seeds} seed(s) once at "
         f"{oracle.law}'s N*: {oracle.trainings} trainings, {oracle.flops:.3g} FLOPs. This study "
         f"spent {numbers['trainings']} trainings, {numbers['spent_flops']:.3g} FLOPs "
-        f"({numbers['spent_hours']:,.2f} {unit}; the floor at the same rate: "
-        f"{numbers['floor_hours']:,.2f}).",
+        f"({_hours(numbers['spent_hours'])} {unit}; the floor at the same rate: "
+        f"{_hours(numbers['floor_hours'])}).",
         "",
         f"**η = floor FLOPs ÷ spent FLOPs = {_percent(numbers['eta'])}**; trainings per pair: "
         f"{numbers['trainings_per_pair']:,.1f} spent, {oracle.trainings_per_pair:g} at the floor "
@@ -88,6 +88,13 @@ def efficiency_section(experiment: Experiment) -> list[str]:
         *_pair_rows(oracle),
         "",
     ]
+
+
+def _hours(value: float) -> str:
+    """1,234.5 for long studies; 0.0123 for short (simulated) ones; – when unknown."""
+    if not math.isfinite(value):
+        return "–"
+    return f"{value:,.1f}" if value >= 100 else f"{value:.3g}"
 
 
 def _percent(value: float) -> str:
