@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,6 +253,7 @@ def cost_info(
     if not 0 < used <= 1:
         raise InputError(f"--mfu: got {used}; expected 0 < MFU <= 1")
     stages = study_cost(spec, peak, used, gpus)
+    total = _total(stages)
     return {
         "peak_flops": peak,
         "peak_source": peak_note,
@@ -259,8 +261,66 @@ def cost_info(
         "mfu_source": mfu_note,
         "gpus": gpus,
         "stages": [dataclasses.asdict(s) for s in stages],
-        "total": dataclasses.asdict(_total(stages)),
+        "total": dataclasses.asdict(total),
+        "floor": floor_info(spec, peak, used, total),
     }
+
+
+def floor_info(spec: ExperimentSpec, peak: float, mfu: float, planned: cost.StageCost) -> dict:
+    """The oracle floor (core/floor.py) priced as the plan prices its trainings (evaluation
+    included), and η = floor FLOPs ÷ planned FLOPs (``plan --cost --json``'s ``cost.floor``)."""
+    from dwtune.core.floor import efficiency, oracle_floor
+    from dwtune.core.projection import reference
+
+    law = reference(spec.fit.reference)
+    oracle = oracle_floor(spec, law, lambda cell: trial_flops(spec, cell))
+    pairs = [
+        {**dataclasses.asdict(p), "gpu_hours": cost.gpu_hours(p.flops, peak, mfu)}
+        for p in oracle.pairs
+    ]
+    count = len(oracle.pairs)
+    eta = efficiency(oracle.flops, planned.flops)
+    return {
+        "law": oracle.law,
+        "seeds": oracle.seeds,
+        "seeds_source": "refine.seeds" if spec.refine.pairs else "space.seeds",
+        "pairs": pairs,
+        "flops": oracle.flops,
+        "gpu_hours": cost.gpu_hours(oracle.flops, peak, mfu),
+        "trainings": oracle.trainings,
+        "trainings_per_pair": oracle.trainings_per_pair if count else None,
+        "planned_trainings_per_pair": planned.trainings / count if count else None,
+        "eta": eta if count and math.isfinite(eta) else None,  # None: no pair, or nothing planned
+    }
+
+
+def _percent(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.3g}%"  # 2.73%, 0.0412%: small η readable
+
+
+def floor_lines(info: dict | None) -> list[str]:
+    """The floor under the cost table: one line per pair, then η."""
+    if not info or not info["pairs"]:
+        return []
+    lines = [
+        f"oracle floor: each pair's two depths x {info['seeds']} seed(s) ({info['seeds_source']})"
+        f" trained once at {info['law']}'s N*:",
+        f"{'pair':<8} {'N*':>9} {'widths':>11} {'trainings':>9} {'FLOPs':>10} {'GPU-hours':>11}",
+    ]
+    for p in info["pairs"]:
+        label, widths = f"{p['shallow']}-{p['deep']}", f"{p['width_shallow']}/{p['width_deep']}"
+        lines.append(
+            f"{label:<8} {p['n_star']:>9.3g} "
+            f"{widths:>11} {p['trainings']:>9,} {p['flops']:>10.3g} {p['gpu_hours']:>11,.1f}"
+        )
+    lines += [
+        f"{'floor':<8} {'':>9} {'':>11} {info['trainings']:>9,} {info['flops']:>10.3g} "
+        f"{info['gpu_hours']:>11,.1f}",
+        f"η = floor FLOPs ÷ planned FLOPs = {_percent(info['eta'])}; trainings per pair: "
+        f"{info['planned_trainings_per_pair']:,.1f} planned, {info['trainings_per_pair']:g} "
+        "at the floor",
+    ]
+    return lines
 
 
 def cost_lines(info: dict | None) -> list[str]:
@@ -277,7 +337,7 @@ def cost_lines(info: dict | None) -> list[str]:
             f"{s['stage']:<8} {s['trainings']:>9,} {s['flops']:>10.3g} {s['gpu_hours']:>11,.1f} "
             f"{s['wall_hours']:>11,.1f}{note}"
         )
-    return lines
+    return lines + floor_lines(info.get("floor"))
 
 
 def _total(stages: list[cost.StageCost]) -> cost.StageCost:

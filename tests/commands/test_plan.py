@@ -63,6 +63,7 @@ PURE_MODULES = [
     "core.transitions",
     "core.fit",
     "core.projection",
+    "core.floor",
     "storage.store",
     "backends.simulated",
 ]

@@ -85,6 +85,11 @@ def test_paper_plan_costs_the_study_without_its_corpus(tmp_path, monkeypatch, ca
     assert abs(hours[0] + hours[1] - hours[2]) <= 0.11
     wall = [float(r[4].replace(",", "")) for r in (grid, refine)]
     assert hours[0] / 64 <= wall[0] and hours[1] / 64 <= wall[1]  # no better than perfect
+    # the oracle floor: 6 pairs x 2 depths x refine.seeds 3 at levine2020's N* (issue 25: 9.0e21)
+    floor = rows["floor"]
+    assert int(floor[1]) == 36 and float(floor[2]) == pytest.approx(9.09e21, rel=0.01)
+    eta = float(rows["η"][8].rstrip("%;")) / 100
+    assert eta == pytest.approx(float(floor[2]) / float(total[2]), rel=0.03)
 
 
 def test_budgets_short_of_a_transition_warn_per_pair(tmp_path, capsys):
@@ -129,3 +134,39 @@ def test_bench_results_on_the_device_set_the_mfu(tmp_path):
     results.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert planning.bench_mfu("h100", results) == (0.4, "median of 3 dwtune bench runs")
     assert planning.bench_mfu("a100", results) is None
+
+
+def _floor_spec(write_spec, simulated_raw) -> str:
+    """Depths 6 and 12 at the one budget N*(12) of levine2020, no refine pairs: the grid is
+    exactly the oracle floor (the pair's two depths x its seeds at the reference N*)."""
+    from dwtune.core.projection import LEVINE2020, transition_size
+
+    n_star = transition_size(LEVINE2020, 12)
+    raw = simulated_raw(name="atfloor", space={"depths": [6, 12], "budgets": [n_star], "seeds": 3})
+    return str(write_spec(raw))
+
+
+def test_a_plan_that_is_exactly_the_floor_has_eta_one(write_spec, simulated_raw, capsys):
+    spec = _floor_spec(write_spec, simulated_raw)
+    assert main(["plan", spec, "--cost", "--json"]) == 0
+    cost = json.loads(capsys.readouterr().out)["cost"]
+    floor = cost["floor"]
+    assert floor["eta"] == pytest.approx(1.0, rel=1e-12)
+    assert floor["flops"] == pytest.approx(cost["total"]["flops"], rel=1e-12)
+    assert floor["gpu_hours"] == pytest.approx(cost["total"]["gpu_hours"], rel=1e-12)
+    assert (floor["seeds"], floor["seeds_source"], floor["trainings"]) == (3, "space.seeds", 6)
+    assert floor["trainings_per_pair"] == floor["planned_trainings_per_pair"] == 6
+    (pair,) = floor["pairs"]
+    assert (pair["shallow"], pair["deep"], pair["trainings"]) == (6, 12, 6)
+
+
+def test_the_cost_text_prints_the_floor_per_pair_and_eta(write_spec, simulated_raw, capsys):
+    spec = _floor_spec(write_spec, simulated_raw)
+    assert main(["plan", spec, "--cost", "space.seeds=4"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "oracle floor: each pair's two depths x 4 seed(s) (space.seeds)" in out[-5]
+    assert out[-1].startswith("η = floor FLOPs ÷ planned FLOPs = 100%; trainings per pair: 8.0")
+    pair, floor_row = out[-3].split(), out[-2].split()
+    total_row = next(line for line in out if line.startswith("total ")).split()
+    assert pair[:2] == ["6-12", "1.3e+07"] and pair[3] == "8"
+    assert floor_row[1:3] == total_row[1:3]  # trainings and FLOPs: the grid is the floor

@@ -484,3 +484,48 @@ def test_loss_curves_are_grid_trials_in_one_panel_per_depth(tmp_path, monkeypatc
     # depth 6's first budget's trials (both seeds) were relabelled refine: not drawn
     lines = {ax.get_title(): len(ax.get_lines()) for ax in panels}
     assert lines["L = 6"] == 2 * len(BUDGETS) - 2 and lines["L = 12"] == 2 * len(BUDGETS)
+
+
+FLOOR_SPEC = """name: synthetic
+trainer: simulated
+data: {tokenizer: bpe, vocab_size: 2000, seq_len: 128}
+model: {heads: 2, width_multiple: 2}
+space: {depths: [6, 12, 18, 24, 30], budgets: [1e5, 1e10], seeds: 2}
+refine: {pairs: [[6, 12], [12, 18]], seeds: 3}
+train: {steps: 100, batch_size: 8}
+resources: {gpu: 0.5}
+"""
+
+
+def test_the_report_prices_the_study_against_the_oracle_floor(tmp_path):
+    from dwtune.core.budget import ModelShape, flops_per_token
+    from dwtune.core.floor import oracle_floor
+    from dwtune.core.spec import ExperimentSpec
+
+    exp = make_study(tmp_path / "exp", spec=FLOOR_SPEC)
+    trials = pd.read_parquet(exp / "trials.parquet")
+    trials["tokens"] = 1e3
+    trials["wall_time_s"] = 36.0
+    trials.loc[0, "tokens"] = math.nan  # the diverged trial: no token count, no FLOPs
+    trials.to_parquet(exp / "trials.parquet")
+    text = fit_and_report(exp).report.read_text()
+    section = text.partition("## Cost against the oracle floor")[2].partition("\n## ")[0]
+    spent = sum(
+        1e3 * flops_per_token(ModelShape(r.depth, r.width, 2, 2000, 128))
+        for r in trials.iloc[1:].itertuples()
+    )
+    oracle = oracle_floor(ExperimentSpec.from_dict(yaml.safe_load(FLOOR_SPEC)), LEVINE2020)
+    assert oracle.trainings == 2 * 2 * 3 and oracle.seeds == 3
+    hours = len(trials) * 36.0 * 0.5 / 3600  # GPU-hours: wall time x resources.gpu
+    assert f"spent {len(trials)} trainings, {spent:.3g} FLOPs ({hours:.3g} GPU-hours" in section
+    eta = oracle.flops / spent
+    assert 0.05 < eta < 0.5  # a readable η, not one that rounds to 0
+    assert f"**η = floor FLOPs ÷ spent FLOPs = {100 * eta:.3g}%**" in section
+    assert f"trainings per pair: {len(trials) / 2:,.1f} spent, 6 at the floor" in section
+    assert "| 6-12 | 1.3e+07 |" in section and "| 12-18 | 3.79e+07 |" in section
+
+
+def test_the_report_without_token_counts_says_the_floor_was_not_computed(reported):
+    exp, _ = reported  # its trials carry no tokens column
+    text = (exp / "report.md").read_text()
+    assert "## Cost against the oracle floor\n\nNot computed:" in text

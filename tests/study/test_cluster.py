@@ -12,6 +12,7 @@ import contextlib
 import copy
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -20,10 +21,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from dwtune.storage.store import ExperimentStore
 from tests.helpers.processes import Processes
@@ -36,9 +39,17 @@ BANNER = "Ray runtime started"
 
 # --------------------------------------------------------------------------- cluster.yaml
 
+# GPU memory per GPU of the instance types a node type may name (AWS data sheets, GB).
+GPU_MEMORY_GB = {"p5.48xlarge": 80, "p4de.24xlarge": 80, "p5en.48xlarge": 141}
+
 
 def _cluster_config() -> dict:
     return yaml.safe_load((REPO / "cluster.yaml").read_text())
+
+
+def _gpu_types(config: dict) -> dict:
+    types = config["available_node_types"]
+    return {name: t for name, t in types.items() if t["resources"].get("GPU")}
 
 
 def test_cluster_yaml_validates_against_the_schema_ray_ships():
@@ -54,9 +65,46 @@ def test_cluster_yaml_passes_the_launchers_own_checks_after_defaults_are_filled(
 
     config = prepare_config(copy.deepcopy(_cluster_config()))
     validate_config(config)
-    gpu_types = [t for t in config["available_node_types"].values() if t["resources"].get("GPU")]
-    assert gpu_types and all(t["min_workers"] >= 1 for t in gpu_types)
+    gpu_types = _gpu_types(config)
+    assert gpu_types and any(t["min_workers"] >= 1 for t in gpu_types.values())
     assert config["available_node_types"][config["head_node_type"]]["resources"] == {"CPU": 0}
+    # every node boots a named AMI (the launcher's default is Ubuntu 18.04, glibc 2.27)
+    assert all(t["node_config"].get("ImageId") for t in config["available_node_types"].values())
+
+
+def test_cluster_yaml_runs_everything_in_the_published_image():
+    config = _cluster_config()
+    assert config["docker"]["image"] == _published_tag()
+    assert "-v /mnt/dwtune:/mnt/dwtune" in config["docker"]["run_options"]
+    setup = " ".join(config["setup_commands"] + config["head_setup_commands"])
+    assert "pip install" not in setup  # dwtune, torch and Ray come with the image
+
+
+def test_gpu_workers_have_the_memory_the_shipped_gpu_specs_assume():
+    needed = max(
+        (yaml.safe_load(path.read_text()).get("resources") or {}).get("gpu_memory_gb", 0)
+        for path in (REPO / "search_spaces").glob("*.yaml")
+    )
+    assert needed >= 80  # paper.yaml: 80 GB GPUs
+    gpu_types = _gpu_types(_cluster_config())
+    memory = {
+        name: GPU_MEMORY_GB[t["node_config"]["InstanceType"]] for name, t in gpu_types.items()
+    }
+    assert all(gb >= needed for gb in memory.values()), memory
+    assert 141 in memory.values()  # an H200 type
+    for t in gpu_types.values():
+        assert t["resources"]["GPU"] == 8 and t["resources"]["CPU"] >= 8 * 8  # 8 trials of cpu: 8
+
+
+def test_cluster_yaml_mounts_efs_with_an_nfs_rule_from_the_nodes():
+    config = _cluster_config()
+    rules = config["provider"]["security_group"]["IpPermissions"]
+    nfs = [r for r in rules if r["FromPort"] <= 2049 <= r["ToPort"] and r["IpProtocol"] == "tcp"]
+    assert nfs and all(r["CidrIp"] != "0.0.0.0/0" for rule in nfs for r in rule["IpRanges"])
+    host = " ".join(config["initialization_commands"])  # on the host, before the container
+    assert "mount -t nfs4" in host and "/mnt/dwtune" in host and "chown 1000:1000" in host
+    setup = " ".join(config["setup_commands"])
+    assert "/mnt/dwtune/cache" in setup and "/mnt/dwtune/corpora" in setup
 
 
 def test_cluster_yaml_keeps_ray_private_and_token_authenticated():
@@ -73,8 +121,137 @@ def test_cluster_yaml_keeps_ray_private_and_token_authenticated():
     ]
     assert "0.0.0.0/0" not in ranges
     assert any("auth_token" in remote for remote in config["file_mounts"])
-    setup = " ".join(config["setup_commands"])
-    assert "pip install -e /home/ubuntu/dwtune" in setup and "/mnt/dwtune" in setup
+
+
+def test_cluster_yaml_documents_prepare_before_run():
+    text = (REPO / "cluster.yaml").read_text()
+    assert 0 <= text.index("dwtune prepare") < text.index("dwtune run")
+    assert text.count("data.cache_dir=/mnt/dwtune/cache") >= 2  # prepare and run alike
+
+
+# --------------------------------------------------------------------------- Dockerfile
+
+
+def _dockerfile() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) per instruction, continuation lines joined, comments dropped."""
+    lines = (REPO / "Dockerfile").read_text().splitlines()
+    joined, current = [], ""
+    for line in lines:
+        if line.lstrip().startswith("#") and not current:
+            continue
+        current += line.rstrip().removesuffix("\\") + " "
+        if not line.rstrip().endswith("\\"):
+            if current.strip():
+                joined.append(current.strip())
+            current = ""
+    return [(i.split(None, 1)[0].upper(), i.split(None, 1)[1]) for i in joined]
+
+
+def _published_tag() -> str:
+    labels = " ".join(args for op, args in _dockerfile() if op == "LABEL")
+    return re.search(r'org\.opencontainers\.image\.ref\.name="([^"]+)"', labels).group(1)
+
+
+def _pinned(requirement: str) -> str:
+    dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    return next(d for d in dependencies if d.startswith(requirement + "=="))
+
+
+def test_dockerfile_installs_the_pinned_torch_from_the_pytorch_cuda_index():
+    text = " ".join(args for op, args in _dockerfile() if op in ("RUN", "ARG"))
+    torch = _pinned("torch")  # torch==2.13.0
+    assert f"pip install --index-url ${{TORCH_INDEX}} {torch}" in text
+    assert re.search(r"TORCH_INDEX=https://download\.pytorch\.org/whl/cu1\d\d\b", text)
+    assert "torch.version.cuda" in text  # the build fails if a CPU wheel slipped in
+    ray = re.search(r'"ray\[default,tune\]==([\d.]+)"', text).group(1)
+    dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    ray_range = next(Requirement(d) for d in dependencies if d.startswith("ray"))
+    assert ray_range.specifier.contains(ray)  # the image's Ray is one dwtune supports
+    assert " /src" in text and "-c /tmp/constraints.txt" in text  # dwtune itself, pinned deps
+
+
+def test_dockerfile_is_python_311_slim_and_runs_as_a_non_root_user():
+    instructions = _dockerfile()
+    args = dict(a.split("=", 1) for op, a in instructions if op == "ARG" and "=" in a)
+    assert args["PYTHON_IMAGE"].startswith("python:3.11-slim")
+    stages = [i for i, (op, _) in enumerate(instructions) if op == "FROM"]
+    final = instructions[stages[-1] :]
+    users = [a for op, a in final if op == "USER"]
+    assert users and users[-1] not in ("root", "0")
+    assert "--uid 1000" in " ".join(a for op, a in final if op == "RUN")
+    assert not any(op == "COPY" and ".git" in a for op, a in instructions)
+
+
+def test_dockerfile_copies_only_what_exists_and_dockerignore_lets_in():
+    ignore = (REPO / ".dockerignore").read_text().splitlines()
+    allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
+    for op, args in _dockerfile():
+        if op != "COPY" or "--from=" in args:
+            continue
+        *sources, _ = [a for a in args.split() if not a.startswith("--")]
+        for source in sources:
+            assert (REPO / source).exists(), source
+            assert source.rstrip("/") in allowed, f"{source} is not let in by .dockerignore"
+
+
+# --------------------------------------------------------------------------- KubeRay
+
+
+def _rayjob_documents() -> list[dict]:
+    return list(yaml.safe_load_all((REPO / "deploy" / "rayjob.yaml").read_text()))
+
+
+def _rayjob() -> dict:
+    return next(d for d in _rayjob_documents() if d["kind"] == "RayJob")
+
+
+def _pod_specs(job: dict) -> list[tuple[str, dict]]:
+    cluster = job["spec"]["rayClusterSpec"]
+    groups = [("head", cluster["headGroupSpec"])]
+    groups += [(g["groupName"], g) for g in cluster["workerGroupSpecs"]]
+    return [(name, group["template"]["spec"]) for name, group in groups]
+
+
+def test_rayjob_is_a_kuberay_v1_job_that_prepares_then_runs():
+    job = _rayjob()
+    assert job["apiVersion"] == "ray.io/v1" and job["kind"] == "RayJob"
+    entrypoint = job["spec"]["entrypoint"]
+    assert 0 <= entrypoint.index("dwtune prepare") < entrypoint.index("dwtune run")
+    assert "--storage /mnt/dwtune/experiments" in entrypoint
+    assert entrypoint.count("data.cache_dir=/mnt/dwtune/cache") == 2
+    assert job["spec"]["shutdownAfterJobFinishes"] is True
+    cluster = job["spec"]["rayClusterSpec"]
+    ray = re.search(r"ray\[default,tune\]==([\d.]+)", (REPO / "Dockerfile").read_text()).group(1)
+    assert cluster["rayVersion"] == ray
+    assert cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"  # no trial on the head
+
+
+def test_rayjob_uses_the_published_image_with_gpus_and_the_shared_volume():
+    job = _rayjob()
+    claims = {
+        d["metadata"]["name"] for d in _rayjob_documents() if d["kind"] == "PersistentVolumeClaim"
+    }
+    pvc = next(d for d in _rayjob_documents() if d["kind"] == "PersistentVolumeClaim")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]  # every pod mounts it
+    workers = 0
+    for name, pod in _pod_specs(job):
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        for container in pod["containers"]:
+            assert container["image"] == _published_tag(), name
+            mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+            shared = volumes[mounts["/mnt/dwtune"]]
+            assert shared["persistentVolumeClaim"]["claimName"] in claims
+            if name == "head":
+                assert "nvidia.com/gpu" not in container["resources"]["limits"]
+                continue
+            workers += 1
+            limits, requests = container["resources"]["limits"], container["resources"]["requests"]
+            assert limits["nvidia.com/gpu"] == requests["nvidia.com/gpu"] == 8
+            assert "/dev/shm" in mounts
+    assert workers == len(job["spec"]["rayClusterSpec"]["workerGroupSpecs"]) >= 1
+    replicas = [g["replicas"] for g in job["spec"]["rayClusterSpec"]["workerGroupSpecs"]]
+    assert max(replicas) >= 1  # a GPU node up when `dwtune run` checks its trials fit
 
 
 # --------------------------------------------------------------------------- a local cluster

@@ -23,6 +23,7 @@ from dwtune.core.vocabulary import (
 )
 from dwtune.outputs.report import law_checks
 from dwtune.outputs.report.cells import best_depth_table
+from dwtune.outputs.report.efficiency import efficiency_section
 from dwtune.outputs.report.limits import limits_section
 from dwtune.outputs.tensorboard import FIT_BOARD
 from dwtune.storage.experiment import Experiment
@@ -457,6 +458,7 @@ def _markdown(experiment, outcome, cells, rows, budgets, record, figures, tb) ->
         _fit_section(record, outcome),
         law_checks.markdown(record.get("law_checks")),
         _projection_section(experiment, outcome, rows, budgets),
+        efficiency_section(experiment),
         limits_section(experiment),
         _figures_section(figures, experiment.root, experiment.simulated),
         _files_section(record["metadata"], tb),
