@@ -350,7 +350,9 @@ def trial_flops(spec: ExperimentSpec, cell: GridCell, share_bytes: float | None 
     per_eval = spec.train.eval_batches * spec.train.batch_size * spec.data.seq_len
     eval_tokens = (steps // spec.train.eval_every + 1) * per_eval
     split = cell_split(spec, cell, share_bytes)
-    return cost.trial_flops(cell.shape, scale.tokens_per_trial(spec), eval_tokens, split.checkpointing and split.fits)
+    return cost.trial_flops(
+        cell.shape, scale.tokens_per_trial(spec), eval_tokens, split.checkpointing and split.fits
+    )
 
 
 def study_cost(

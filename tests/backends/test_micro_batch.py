@@ -141,4 +141,3 @@ def test_a_checkpoint_resumes_under_another_split(cache_dir, tmp_path, plain):
 def test_a_micro_batch_above_the_batch_is_refused(cache_dir):
     with pytest.raises(InputError, match=r"train.micro_batch_size: got 7; expected at most"):
         make_spec(cache_dir, micro_batch_size=7)
-

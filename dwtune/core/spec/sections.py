@@ -315,8 +315,10 @@ class TrainConfig:
     @property
     def checkpointing(self) -> bool | None:
         """activation_checkpointing as a choice: None lets the memory model decide."""
-        return None if self.activation_checkpointing == "auto" else (
-            self.activation_checkpointing == "true"
+        return (
+            None
+            if self.activation_checkpointing == "auto"
+            else (self.activation_checkpointing == "true")
         )
 
     def identity(self) -> dict[str, object]:
