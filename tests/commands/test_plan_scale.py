@@ -191,3 +191,33 @@ def test_a_study_that_fits_only_as_micro_batches_plans_with_exit_0(tmp_path, cap
     assert "mbatch" in out.splitlines()[2] and "`dwtune run` would refuse" not in out
     assert main(["plan", spec, "train.micro_batch_size=512"]) == 3  # the whole batch, forced
     assert "does_not_fit (resources.gpu): resources.gpu: got 1;" in capsys.readouterr().out
+
+
+BLOG = ROOT / "search_spaces" / "blog_50m.yaml"
+PILOT = ROOT / "search_spaces" / "gpu_pilot.yaml"
+
+
+def test_blog_50m_runs_as_shipped_with_its_overfitting_design_stated(capsys):
+    assert main(["plan", str(BLOG), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["runnable"] and plan["corpus"]["epochs"] <= plan["corpus"]["max_epochs"]
+    assert plan["corpus"]["max_epochs"] > 4  # raised on purpose, and the file says why
+    assert "OVERFITTING DESIGN" in BLOG.read_text()
+
+
+def test_the_gpu_pilot_brackets_three_pairs_of_the_reference_law(capsys):
+    assert main(["plan", str(PILOT), "--json"]) == 3  # only because its corpus is not here
+    plan = json.loads(capsys.readouterr().out)
+    assert [r["reason"] for r in plan["refusals"]] == ["corpus_missing"]
+    assert plan["warnings"] == []  # every pair's reference N* lies inside the budgets
+    spec = yaml.safe_load(PILOT.read_text())
+    assert len(spec["refine"]["pairs"]) >= 3
+    assert all(c["fits"] for c in plan["cells"])
+
+
+@pytest.mark.slow  # --cost simulates the refine stage
+def test_the_gpu_pilot_costs_at_most_8_h200_hours(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(planning, "BENCH_RESULTS", tmp_path / "no_bench.jsonl")
+    assert main(["plan", str(PILOT), "--cost", "--device", "h200", "--json"]) == 3
+    total = json.loads(capsys.readouterr().out)["cost"]["total"]
+    assert 0 < total["gpu_hours"] <= 8
