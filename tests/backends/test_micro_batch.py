@@ -141,3 +141,33 @@ def test_a_checkpoint_resumes_under_another_split(cache_dir, tmp_path, plain):
 def test_a_micro_batch_above_the_batch_is_refused(cache_dir):
     with pytest.raises(InputError, match=r"train.micro_batch_size: got 7; expected at most"):
         make_spec(cache_dir, micro_batch_size=7)
+
+
+def test_on_a_gpu_the_trainer_splits_as_the_plan_shows(cache_dir, monkeypatch):
+    """The trainer's split on a (pretend) 80 GB GPU shared by 2 trials is the plan's."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from dwtune.backends.pytorch.train import Runtime, choose_split
+    from dwtune.study.planning import cell_split, trial_share_bytes
+
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda _d: SimpleNamespace(total_memory=80 * 2**30)
+    )
+    raw = {
+        "name": "gpu",
+        "data": {"cache_dir": cache_dir, "tokenizer": "bpe", "vocab_size": 2000},
+        "model": {"width_multiple": 16},
+        "space": {"depths": [48], "budgets": [1e9]},
+        "train": {"steps": 10, "batch_size": 512},
+        "resources": {"gpu": 0.5},
+    }
+    spec = spec_from_dict(raw)
+    cell = spec.grid()[0]
+    gpu = Runtime(torch.device("cuda"), compile=False, threads=1)
+    trainer_split = choose_split(spec, cell.shape, gpu)
+    assert trainer_split == cell_split(spec, cell, trial_share_bytes(spec, "h100"))
+    assert trainer_split.accumulation > 1 and trainer_split.fits
+    cpu = Runtime(torch.device("cpu"), compile=False, threads=1)
+    assert choose_split(spec, cell.shape, cpu).accumulation == 1  # CPU: no memory limit
