@@ -65,7 +65,7 @@ def _render(row: dict) -> list[str]:
     values["budget_error_pct"] = err if row["within_tolerance"] else err + "*"
     split = f"{row['micro_batch']}x{row['accumulation']}" if row["accumulation"] > 1 else ""
     split = (split or str(row["micro_batch"])) + ("+ckpt" if row["checkpointing"] else "")
-    values["split"] = split + ("!" if row["fits"] is False else "")
+    values["split"] = "no fit" if row["fits"] is False else split
     return [fmt.format(values[key]) for key, _, fmt in COLUMNS]
 
 
@@ -84,7 +84,7 @@ def format_table(spec: ExperimentSpec, rows: list[dict]) -> str:
     if any(r["accumulation"] > 1 or r["checkpointing"] or r["fits"] is False for r in rows):
         lines.append(
             "mbatch: sequences per pass x passes per step (+ckpt: activation checkpointing; "
-            "!: fits at no micro-batch)"
+            "no fit: at no micro-batch)"
         )
     lines.append(
         f"* {missed} cell(s) miss their budget by more than {BUDGET_TOLERANCE:.0%}: the width "

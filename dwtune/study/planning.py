@@ -232,8 +232,9 @@ def packing_info(spec: ExperimentSpec, device: str | None) -> dict | None:
         "packed_per_gpu": share,
         "suggested_resources_gpu": 1 / min(fits) if suggest else None,
         "cells": len(cells),
-        "cells_micro_batched": sum(s.accumulation > 1 for s in splits),
-        "cells_checkpointed": sum(s.checkpointing for s in splits),
+        # of the cells that fit: how many need micro-batches, and checkpointing
+        "cells_micro_batched": sum(s.fits and s.accumulation > 1 for s in splits),
+        "cells_checkpointed": sum(s.fits and s.checkpointing for s in splits),
         "cells_too_big": len(too_big),
         # cells whose weights, gradients and AdamW state leave no room on one whole GPU:
         # they need a trial that spans GPUs (sharded), not a smaller micro-batch
