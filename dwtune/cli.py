@@ -8,7 +8,8 @@ inside ``run`` only, so ``dwtune plan`` and ``dwtune fit`` start in a fraction o
 
 Conventions every subcommand keeps: results on stdout (``--json``: one JSON document), progress
 and diagnostics on stderr; bad input is one line per problem on stderr with exit code 2; a closed
-pipe (``dwtune plan SPEC | head -1``) ends quietly with exit code 0.
+pipe (``dwtune plan SPEC | head -1``) ends quietly with exit code 0; ``dwtune plan`` exits 3 when
+``dwtune run`` would refuse the study (its ``--json`` lists the ``refusals``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,12 @@
 
 Also: the corpus against the training length (a study that would read its training split more
 than data.max_epochs times is refused), the reference law's transitions against the budgets,
-per-trial memory and GPU packing, and with ``--cost`` the study's FLOPs, GPU-hours and wall time.
+per-trial memory, micro-batches and GPU packing, and with ``--cost`` the study's FLOPs,
+GPU-hours and wall time.
+
+Exit codes: 0 the study can run; 3 (``REFUSED_EXIT``) the plan is printed but `dwtune run`
+would refuse the study before launch (a missing corpus, too many epochs, a trial that fits its
+GPU at no micro-batch): the reasons are the ``refusals`` of ``--json``; 2 bad input.
 """
 
 from __future__ import annotations
@@ -27,11 +32,20 @@ COLUMNS = (
     ("budget_error_pct", "err%", "{:>6}"),
     ("flops_per_token", "FLOPs/tok", "{:>9}"),
     ("depth_threshold", "L_th", "{:>5}"),
-    ("regime", "regime", "{:<13}"),
+    ("regime", "regime", "{:<11}"),
+    ("split", "mbatch", "{:>10}"),
+)
+
+
+EPILOG = (
+    "exit codes: 0 the study can run; 3 `dwtune run` would refuse it before launch (a missing "
+    "corpus, too many epochs, a cell that fits its GPU at no micro-batch; --json lists them "
+    "under refusals); 2 bad input"
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
     argtypes.add_spec(parser, "experiment spec, e.g. search_spaces/quickstart.yaml")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     parser.add_argument("--cost", action="store_true", help="estimate FLOPs, GPU-hours, wall time")
@@ -49,14 +63,14 @@ def _render(row: dict) -> list[str]:
         values[key] = format_size(row[key])
     err = f"{row['budget_error_pct']:+.1f}"
     values["budget_error_pct"] = err if row["within_tolerance"] else err + "*"
+    split = f"{row['micro_batch']}x{row['accumulation']}" if row["accumulation"] > 1 else ""
+    split = (split or str(row["micro_batch"])) + ("+ckpt" if row["checkpointing"] else "")
+    values["split"] = "no fit" if row["fits"] is False else split
     return [fmt.format(values[key]) for key, _, fmt in COLUMNS]
 
 
 def format_table(spec: ExperimentSpec, rows: list[dict]) -> str:
-    header = [
-        fmt.replace(">", "<" if i == len(COLUMNS) - 1 else ">").format(title)
-        for i, (_, title, fmt) in enumerate(COLUMNS)
-    ]
+    header = [fmt.format(title) for _, title, fmt in COLUMNS]
     lines = [
         f"{spec.name}: {len(rows)} cells x {len(spec.space.seeds)} seed(s) = "
         f"{len(rows) * len(spec.space.seeds)} trainings; trainer {spec.trainer}"
@@ -67,6 +81,11 @@ def format_table(spec: ExperimentSpec, rows: list[dict]) -> str:
     ]
     lines += ["  ".join(_render(row)) for row in rows]
     missed = sum(not r["within_tolerance"] for r in rows)
+    if any(r["accumulation"] > 1 or r["checkpointing"] or r["fits"] is False for r in rows):
+        lines.append(
+            "mbatch: sequences per pass x passes per step (+ckpt: activation checkpointing; "
+            "no fit: at no micro-batch)"
+        )
     lines.append(
         f"* {missed} cell(s) miss their budget by more than {BUDGET_TOLERANCE:.0%}: the width "
         f"step is too coarse there (lower model.width_multiple to tighten)"
@@ -77,18 +96,19 @@ def format_table(spec: ExperimentSpec, rows: list[dict]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dwtune.study.planning import corpus_lines, cost_lines, make_plan, packing_lines
+    from dwtune.study import planning
 
     spec = load_spec(args.spec, args.overrides)
-    plan = make_plan(spec, args.device, args.cost, args.peak_flops, args.mfu, args.gpus)
+    plan = planning.make_plan(spec, args.device, args.cost, args.peak_flops, args.mfu, args.gpus)
+    code = 0 if plan.runnable else planning.REFUSED_EXIT
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
-        return 0
+        return code
     print(format_table(spec, plan.cells))
-    for line in corpus_lines(plan.corpus) + packing_lines(plan.packing):
+    for line in planning.corpus_lines(plan.corpus) + planning.packing_lines(plan.packing):
         print(line)
     for line in plan.warnings:
         print(f"warning: {line}")
-    for line in cost_lines(plan.cost):
+    for line in planning.cost_lines(plan.cost) + planning.refusal_lines(plan.refusals):
         print(line)
-    return 0
+    return code

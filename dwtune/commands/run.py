@@ -70,8 +70,8 @@ def _summary(store) -> str:
 
 
 def _check_scale(spec) -> None:
-    """Refuse, before anything starts: a missing corpus, too many epochs, a trial too big for
-    its share of a GPU (see dwtune.study.planning)."""
+    """Refuse, before anything starts: a missing corpus, too many epochs, a trial that fits its
+    share of a GPU at no micro-batch (dwtune.study.planning.refusals; `dwtune plan` exits 3)."""
     from dwtune.study.planning import check_packing, check_scale
 
     check_scale(spec)

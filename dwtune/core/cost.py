@@ -19,13 +19,18 @@ from dwtune.core.errors import InputError
 # Dense bf16 peak FLOP/s (no sparsity) and memory per GPU, from the vendors' data sheets.
 DEVICES = {
     "h100": (989e12, 80 * 2**30),  # H100 SXM
-    "h200": (989e12, 141 * 2**30),
+    # H200 SXM: the H100 SXM's tensor cores (989 TFLOP/s dense bf16) with "141 GB" of HBM3e
+    # (NVIDIA H200 data sheet, 2024); nvidia-smi shows 143,771 MiB, i.e. 140 GiB
+    "h200": (989e12, 140 * 2**30),
     "a100": (312e12, 80 * 2**30),  # A100 SXM 80 GB
     "l4": (121e12, 24 * 2**30),
 }
 # Used when no `dwtune bench` result exists for the device: a typical MFU of mid-size
 # Transformer training with fused kernels; the paper's narrow shapes may reach less.
 ASSUMED_MFU = 0.30
+# Training FLOPs with activation checkpointing against without: a step is one forward and a
+# backward of twice its cost (3 forward-equivalents); recomputing the forward adds one.
+RECOMPUTE_FACTOR = 4 / 3
 
 
 def device_peak(name: str) -> float:
@@ -39,9 +44,13 @@ def device_memory(name: str) -> int:
     return DEVICES[name.lower()][1]
 
 
-def trial_flops(shape: ModelShape, train_tokens: float, eval_tokens: float) -> float:
+def trial_flops(
+    shape: ModelShape, train_tokens: float, eval_tokens: float, recompute: bool = False
+) -> float:
+    """FLOPs spent; ``recompute``: activation checkpointing repeats each training forward."""
     per_token = flops_per_token(shape)
-    return per_token * train_tokens + per_token / 3 * eval_tokens
+    train = per_token * train_tokens * (RECOMPUTE_FACTOR if recompute else 1.0)
+    return train + per_token / 3 * eval_tokens
 
 
 def gpu_hours(flops: float, peak_flops: float, mfu: float) -> float:

@@ -31,7 +31,7 @@ import yaml
 from dwtune import __version__
 from dwtune.core.errors import InputError
 from dwtune.core.records import RECORD_SCHEMA_VERSION, TrialRecord
-from dwtune.core.spec import ExperimentSpec, spec_from_dict
+from dwtune.core.spec import SPLIT_FIELDS, ExperimentSpec, spec_from_dict
 from dwtune.core.vocabulary import (
     CURVES_FILE,
     FIGURES_DIR,
@@ -215,12 +215,16 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def spec_differences(old: dict, new: dict) -> list[str]:
-    """Dotted keys of identity-relevant settings that differ between two resolved specs."""
+    """Dotted keys of identity-relevant settings that differ between two resolved specs (how a
+    batch is split, train.micro_batch_size and train.activation_checkpointing, is not one)."""
     diffs = []
     for section in IDENTITY_SECTIONS:
         a, b = old.get(section), new.get(section)
         if isinstance(a, dict) and isinstance(b, dict):
-            diffs += [f"{section}.{k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+            keys = sorted(set(a) | set(b))
+            if section == "train":
+                keys = [k for k in keys if k not in SPLIT_FIELDS]
+            diffs += [f"{section}.{k}" for k in keys if a.get(k) != b.get(k)]
         elif a != b:
             diffs.append(section)
     return diffs

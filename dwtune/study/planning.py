@@ -1,9 +1,10 @@
 """The plan of a study before anything trains (``dwtune plan``, :func:`dwtune.plan`): every
-grid cell, and what `dwtune run` checks and estimates beyond the grid: the corpus's size
-against the training length, the reference transitions against the budgets, per-trial memory
-and GPU packing, and (``cost``) the study's FLOPs, GPU-hours and wall time. Each part is a plain
-mapping of numbers (the ``--json`` fields), rendered as text by the ``*_lines`` functions.
-No torch, no Ray."""
+grid cell with its micro-batches, and what `dwtune run` checks and estimates beyond the grid:
+the corpus's size against the training length, the reference transitions against the budgets,
+per-trial memory and GPU packing, and (``cost``) the study's FLOPs, GPU-hours and wall time.
+Each part is a plain mapping of numbers (the ``--json`` fields), rendered as text by the
+``*_lines`` functions; ``refusals`` are what would make `dwtune run` refuse the study before
+launch (``dwtune plan`` then exits with :data:`REFUSED_EXIT`). No torch, no Ray."""
 
 from __future__ import annotations
 
@@ -18,8 +19,12 @@ from dwtune.core import cost, memory, scale
 from dwtune.core.budget import BUDGET_TOLERANCE, GridCell, depth_threshold, flops_per_token
 from dwtune.core.errors import InputError
 from dwtune.core.spec import BUILTIN_CORPORA, DataConfig, ExperimentSpec
+from dwtune.core.units import format_size
 
 BENCH_RESULTS = Path(DataConfig().cache_dir).expanduser() / "bench" / "results.jsonl"
+# `dwtune plan`'s exit code when `dwtune run` would refuse the study (a missing corpus, too
+# many epochs, a trial that fits its GPU at no micro-batch): the plan itself is valid (not 2).
+REFUSED_EXIT = 3
 
 
 def corpus_size(spec: ExperimentSpec) -> scale.CorpusSize:
@@ -48,17 +53,18 @@ def check_scale(spec: ExperimentSpec) -> scale.CorpusSize:
     corpus = corpus_size(spec)
     if spec.trainer != "torch":
         return corpus
-    if corpus.missing:
-        raise InputError(corpus.source)
-    scale.check_epochs(spec, corpus)
+    found = [r for r in refusals(spec, corpus) if r["reason"] != "does_not_fit"]
+    if found:
+        raise InputError(found[0]["message"])
     return corpus
 
 
 # --------------------------------------------------------------------------- grid cells
 
 
-def cell_row(cell: GridCell) -> dict:
-    """One plan row; ``regime`` says whether the depth is above L_th = log3(width)."""
+def cell_row(cell: GridCell, split: memory.MicroBatches | None = None) -> dict:
+    """One plan row; ``regime`` says whether the depth is above L_th = log3(width); with
+    ``split``, the cell's micro-batches and memory (:func:`split_fields`)."""
     threshold = depth_threshold(cell.shape.width)
     return {
         "depth": cell.depth,
@@ -74,11 +80,13 @@ def cell_row(cell: GridCell) -> dict:
         "flops_per_token": flops_per_token(cell.shape),
         "depth_threshold": round(threshold, 2),
         "regime": "above L_th" if cell.depth > threshold else "below L_th",
+        **(split_fields(split) if split else {}),
     }
 
 
-def plan_rows(spec: ExperimentSpec) -> list[dict]:
-    return [cell_row(cell) for cell in spec.grid()]
+def plan_rows(spec: ExperimentSpec, device: str | None = None) -> list[dict]:
+    share = trial_share_bytes(spec, device)
+    return [cell_row(cell, cell_split(spec, cell, share)) for cell in spec.grid()]
 
 
 # --------------------------------------------------------------------------- corpus
@@ -116,48 +124,108 @@ def activation_bytes(spec: ExperimentSpec) -> int:
     return 2 if spec.resources.gpu > 0 else 4
 
 
-def cell_memory(spec: ExperimentSpec, cell: GridCell) -> int:
-    return memory.trial_memory(cell.shape, spec.train.batch_size, activation_bytes(spec)).total
-
-
 def gpu_memory_bytes(spec: ExperimentSpec, device: str | None) -> int | None:
     if spec.resources.gpu_memory_gb:
         return int(spec.resources.gpu_memory_gb * 2**30)
     return cost.device_memory(device) if device else None
 
 
+def trial_share_bytes(spec: ExperimentSpec, device: str | None) -> float | None:
+    """What one trial may use of its GPU (bytes); None without GPUs or a known GPU memory."""
+    gpu_bytes = gpu_memory_bytes(spec, device)
+    if spec.resources.gpu <= 0 or gpu_bytes is None:
+        return None
+    return memory.gpu_share_bytes(gpu_bytes, spec.resources.gpu)
+
+
+def cell_split(
+    spec: ExperimentSpec, cell: GridCell, share_bytes: float | None
+) -> memory.MicroBatches:
+    """The micro-batches and checkpointing the trainer will choose for ``cell`` (the same
+    rule, :func:`dwtune.core.memory.micro_batches`), in ``share_bytes`` of GPU memory."""
+    train = spec.train
+    return memory.micro_batches(
+        cell.shape,
+        train.batch_size,
+        activation_bytes(spec),
+        share_bytes,
+        train.micro_batch_size,
+        train.checkpointing,
+    )
+
+
+def split_fields(split: memory.MicroBatches) -> dict:
+    """A cell's ``--json`` fields for its split; ``fits`` None: no GPU memory to fit."""
+    return {
+        "micro_batch": split.micro_batch,
+        "accumulation": split.accumulation,
+        "checkpointing": split.checkpointing,
+        "memory_bytes": split.estimate.total,
+        "fits": split.fits if split.memory_bytes is not None else None,
+    }
+
+
+def cell_memory(spec: ExperimentSpec, cell: GridCell) -> int:
+    """Peak memory of the whole batch at once (no micro-batches, no checkpointing)."""
+    return memory.trial_memory(cell.shape, spec.train.batch_size, activation_bytes(spec)).total
+
+
+def _name(cell: GridCell) -> str:
+    return f"trial L{cell.depth} x w{cell.shape.width}"
+
+
 def _largest(spec: ExperimentSpec) -> tuple[GridCell, int, str]:
     widest = max(spec.grid(), key=lambda c: cell_memory(spec, c))
-    return widest, cell_memory(spec, widest), f"trial L{widest.depth} x w{widest.shape.width}"
+    return widest, cell_memory(spec, widest), _name(widest)
+
+
+def memory_problem(spec: ExperimentSpec, device: str | None = None) -> str | None:
+    """The refusal when a trial fits its share of a GPU at no micro-batch (even one sequence
+    at a time, checkpointed where allowed), else None."""
+    share = trial_share_bytes(spec, device)
+    gpu_bytes = gpu_memory_bytes(spec, device)
+    if share is None or gpu_bytes is None:
+        return None
+    splits = [(cell, cell_split(spec, cell, share)) for cell in spec.grid()]
+    failed = [(cell, split) for cell, split in splits if not split.fits]
+    if not failed:
+        return None
+    cell, split = max(failed, key=lambda item: item[1].estimate.total)
+    problem = memory.packing_problem(
+        split.estimate.total, spec.resources.gpu, gpu_bytes, _name(cell) + " (micro-batch 1)"
+    )
+    return f"{problem} ({len(failed)} of {len(splits)} cells do not fit)"
 
 
 def check_packing(spec: ExperimentSpec, device: str | None = None) -> None:
-    """Refuse (before launch) a study one of whose trials exceeds its share of a GPU."""
-    gpu_bytes = gpu_memory_bytes(spec, device)
-    if spec.resources.gpu <= 0 or gpu_bytes is None:
-        return
-    _, need, what = _largest(spec)
-    problem = memory.packing_problem(need, spec.resources.gpu, gpu_bytes, what)
+    """Refuse (before launch) a study one of whose trials fits its share of a GPU at no
+    micro-batch."""
+    problem = memory_problem(spec, device)
     if problem:
         raise InputError(problem)
 
 
 def packing_info(spec: ExperimentSpec, device: str | None) -> dict | None:
-    """How many trials of the grid share a GPU, and which do not fit their share (``plan
-    --json``'s ``packing``); None without GPUs or a known GPU memory."""
+    """How many trials of the grid share a GPU, which run as micro-batches, and which do not
+    fit their share even so (``plan --json``'s ``packing``); None without GPUs or a known GPU
+    memory."""
     gpu_bytes = gpu_memory_bytes(spec, device)
-    if spec.resources.gpu <= 0 or gpu_bytes is None:
+    share_bytes = trial_share_bytes(spec, device)
+    if share_bytes is None or gpu_bytes is None:
         return None
     cells = spec.grid()
     fits = [memory.trials_per_gpu(cell_memory(spec, c), gpu_bytes) for c in cells]
     share = round(1 / spec.resources.gpu) if spec.resources.gpu < 1 else 1
-    widest, need, what = _largest(spec)
+    widest, need, _ = _largest(spec)
     packable = [f for f in fits if f > share]
     suggest = len(packable) == len(fits) and 1 / min(fits) in (0.5, 0.25, 0.125)
-    share_bytes = gpu_bytes * (1 - memory.GPU_RESERVE_FRACTION) * min(spec.resources.gpu, 1)
+    splits = [cell_split(spec, c, share_bytes) for c in cells]
+    whole_gpu = memory.gpu_share_bytes(gpu_bytes, 1.0)
+    too_big = [(c, s) for c, s in zip(cells, splits, strict=True) if not s.fits]
     return {
         "gpu_memory_bytes": gpu_bytes,
         "activation_bytes": activation_bytes(spec),
+        "trial_memory_bytes": share_bytes,
         "largest_trial": {"depth": widest.depth, "width": widest.shape.width, "bytes": need},
         "trials_per_gpu_min": min(fits),
         "trials_per_gpu_max": max(fits),
@@ -165,8 +233,23 @@ def packing_info(spec: ExperimentSpec, device: str | None) -> dict | None:
         "packed_per_gpu": share,
         "suggested_resources_gpu": 1 / min(fits) if suggest else None,
         "cells": len(cells),
-        "cells_too_big": sum(cell_memory(spec, c) > share_bytes for c in cells),
-        "problem": memory.packing_problem(need, spec.resources.gpu, gpu_bytes, what),
+        # of the cells that fit: how many need micro-batches, and checkpointing
+        "cells_micro_batched": sum(s.fits and s.accumulation > 1 for s in splits),
+        "cells_checkpointed": sum(s.fits and s.checkpointing for s in splits),
+        "cells_too_big": len(too_big),
+        # cells whose weights, gradients and AdamW state leave no room on one whole GPU:
+        # they need a trial that spans GPUs (sharded), not a smaller micro-batch
+        "cells_beyond_one_gpu": [
+            {
+                "depth": c.depth,
+                "budget": c.budget,
+                "width": c.shape.width,
+                "weights_and_optimizer_bytes": s.estimate.weights_and_optimizer,
+            }
+            for c, s in too_big
+            if not cell_split(spec, c, whole_gpu).fits
+        ],
+        "problem": memory_problem(spec, device),
     }
 
 
@@ -176,7 +259,7 @@ def packing_lines(info: dict | None) -> list[str]:
     largest = info["largest_trial"]
     lines = [
         f"memory (bf16 activations, AdamW): the largest trial L{largest['depth']} x "
-        f"w{largest['width']} needs {largest['bytes'] / 2**30:.1f} GiB; "
+        f"w{largest['width']} needs {largest['bytes'] / 2**30:.1f} GiB at its whole batch; "
         f"on a {info['gpu_memory_bytes'] / 2**30:.0f} GiB GPU between "
         f"{info['trials_per_gpu_min']} and {info['trials_per_gpu_max']} trials of "
         f"this grid fit per GPU; resources.gpu = {info['resources_gpu']:g} packs "
@@ -187,12 +270,63 @@ def packing_lines(info: dict | None) -> list[str]:
             f"  set resources.gpu: {info['suggested_resources_gpu']:g} to pack "
             f"{info['trials_per_gpu_min']} per GPU"
         )
+    fit = info["cells"] - info["cells_too_big"]
+    lines.append(
+        f"  {fit} of {info['cells']} cells fit their {info['trial_memory_bytes'] / 2**30:.1f} "
+        f"GiB share: {info['cells_micro_batched']} as micro-batches with gradient accumulation "
+        f"({info['cells_checkpointed']} with activation checkpointing; column mbatch)"
+    )
     if info["cells_too_big"]:
+        beyond = info["cells_beyond_one_gpu"]
         lines.append(
             f"  DOES NOT FIT: {info['cells_too_big']} of {info['cells']} cells exceed their "
-            f"share of one GPU; `dwtune run` refuses the study before launch: {info['problem']}"
+            f"share of one GPU even at micro-batch 1; `dwtune run` refuses the study before "
+            f"launch: {info['problem']}"
+        )
+    if info["cells_too_big"] and beyond:
+        sizes = sorted({format_size(c["budget"]) for c in beyond})
+        lines.append(
+            f"  {len(beyond)} cell(s) (budgets {', '.join(sizes)}) do not fit one whole GPU: "
+            f"their weights, gradients and AdamW state alone exceed it; they need trials that "
+            f"span GPUs (sharded), or smaller space.budgets"
         )
     return lines
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def refusals(
+    spec: ExperimentSpec, corpus: scale.CorpusSize, device: str | None = None
+) -> list[dict]:
+    """Why `dwtune run` would refuse the study before launch, one entry per reason (``plan
+    --json``'s ``refusals``): ``reason`` (corpus_missing, too_many_epochs, does_not_fit), the
+    spec ``field`` to change, and the one-line ``message`` `dwtune run` prints."""
+    found = []
+    if spec.trainer == "torch":
+        if corpus.missing:
+            found.append(_refusal("corpus_missing", "data.corpus", corpus.source))
+        epochs = scale.epoch_problem(spec, corpus)
+        if epochs:
+            found.append(_refusal("too_many_epochs", "data.corpus", epochs))
+    fit = memory_problem(spec, device)
+    if fit:
+        found.append(_refusal("does_not_fit", "resources.gpu", fit))
+    return found
+
+
+def _refusal(reason: str, field: str, message: str) -> dict:
+    return {"reason": reason, "field": field, "message": message}
+
+
+def refusal_lines(found: list[dict]) -> list[str]:
+    if not found:
+        return []
+    return [
+        f"`dwtune run` would refuse this study ({len(found)} reason(s); plan exit code "
+        f"{REFUSED_EXIT}):",
+        *(f"  {r['reason']} ({r['field']}): {r['message']}" for r in found),
+    ]
 
 
 # --------------------------------------------------------------------------- cost
@@ -211,20 +345,28 @@ def bench_mfu(device: str | None, results: Path | None = None) -> tuple[float, s
     return statistics.median(r["mfu"] for r in rows), f"median of {len(rows)} dwtune bench runs"
 
 
-def trial_flops(spec: ExperimentSpec, cell: GridCell) -> float:
+def trial_flops(spec: ExperimentSpec, cell: GridCell, share_bytes: float | None = None) -> float:
+    """FLOPs one trial spends, the forward recomputed where it is checkpointed to fit (a cell
+    that fits at no micro-batch is costed as trained some other way, without recompute)."""
     steps = spec.train.total_steps(spec.data.seq_len)
     per_eval = spec.train.eval_batches * spec.train.batch_size * spec.data.seq_len
     eval_tokens = (steps // spec.train.eval_every + 1) * per_eval
-    return cost.trial_flops(cell.shape, scale.tokens_per_trial(spec), eval_tokens)
+    split = cell_split(spec, cell, share_bytes)
+    return cost.trial_flops(
+        cell.shape, scale.tokens_per_trial(spec), eval_tokens, split.checkpointing and split.fits
+    )
 
 
-def study_cost(spec: ExperimentSpec, peak: float, mfu: float, gpus: int) -> list[cost.StageCost]:
+def study_cost(
+    spec: ExperimentSpec, peak: float, mfu: float, gpus: int, device: str | None = None
+) -> list[cost.StageCost]:
     from dwtune.core.records import grid_requests
     from dwtune.study.estimate import refine_rounds
 
     per_gpu = round(1 / spec.resources.gpu) if 0 < spec.resources.gpu < 1 else 1
-    grid = [[trial_flops(spec, r.cell) for r in grid_requests(spec)]]
-    refine = [[trial_flops(spec, r.cell) for r in batch] for batch in refine_rounds(spec)]
+    share = trial_share_bytes(spec, device)
+    grid = [[trial_flops(spec, r.cell, share) for r in grid_requests(spec)]]
+    refine = [[trial_flops(spec, r.cell, share) for r in batch] for batch in refine_rounds(spec)]
     return [
         cost.stage_cost("grid", grid, peak, mfu, gpus, per_gpu),
         cost.stage_cost("refine", refine, peak, mfu, gpus, per_gpu, estimated=True),
@@ -252,7 +394,7 @@ def cost_info(
     )
     if not 0 < used <= 1:
         raise InputError(f"--mfu: got {used}; expected 0 < MFU <= 1")
-    stages = study_cost(spec, peak, used, gpus)
+    stages = study_cost(spec, peak, used, gpus, device)
     total = _total(stages)
     return {
         "peak_flops": peak,
@@ -364,6 +506,12 @@ class Plan:
     warnings: list[str]
     packing: dict | None = None  # None: no GPUs, or no known GPU memory
     cost: dict | None = None  # None: not asked for
+    refusals: list[dict] = dataclasses.field(default_factory=list)  # why `run` would refuse
+
+    @property
+    def runnable(self) -> bool:
+        """Whether `dwtune run` would start this study (else ``plan`` exits REFUSED_EXIT)."""
+        return not self.refusals
 
     @property
     def trainings(self) -> int:
@@ -380,6 +528,8 @@ class Plan:
             "warnings": self.warnings,
             "packing": self.packing,
             "cost": self.cost,
+            "runnable": self.runnable,
+            "refusals": self.refusals,
         }
 
     def to_frame(self):
@@ -399,7 +549,7 @@ class Plan:
         return (
             f"<Plan {self.spec.name!r}: {len(self.cells)} cells x {len(self.spec.space.seeds)} "
             f"seed(s) = {self.trainings} trainings, trainer {self.spec.trainer}; {data}"
-            f"{cost}; {len(self.warnings)} warning(s)>"
+            f"{cost}; {len(self.warnings)} warning(s), {len(self.refusals)} refusal(s)>"
         )
 
 
@@ -411,19 +561,17 @@ def make_plan(
     mfu: float | None = None,
     gpus: int = 1,
 ) -> Plan:
-    """The plan of ``spec``; raises InputError for a torch study that would read its corpus
-    more than data.max_epochs times."""
+    """The plan of ``spec``; ``refusals`` lists why `dwtune run` would refuse it (a missing
+    corpus, more than data.max_epochs epochs, a trial that fits its GPU at no micro-batch)."""
     from dwtune.core.projection import reference
 
     corpus = corpus_size(spec)
-    problem = scale.epoch_problem(spec, corpus) if spec.trainer == "torch" else None
-    if problem:
-        raise InputError(problem)
     return Plan(
         spec=spec,
-        cells=plan_rows(spec),
+        cells=plan_rows(spec, device),
         corpus=corpus_info(spec, corpus),
         warnings=scale.coverage_warnings(spec, reference(spec.fit.reference)),
         packing=packing_info(spec, device),
         cost=cost_info(spec, device, peak_flops, mfu, gpus) if cost else None,
+        refusals=refusals(spec, corpus, device),
     )

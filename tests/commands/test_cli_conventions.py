@@ -19,6 +19,8 @@ from tests.helpers.specs import small_simulated
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER = ROOT / "search_spaces" / "paper.yaml"
+# paper.yaml's long plan, made runnable here (without these its plan exits 3: no corpus)
+RUNNABLE_PAPER = (str(PAPER), "data.corpus=shakespeare", "train.steps=10", "resources.gpu=0")
 
 
 def spec_file(tmp_path: Path, raw: dict) -> str:
@@ -139,7 +141,7 @@ def closed_early(*argv: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     "argv",
     [
-        ("plan", str(PAPER)),
+        ("plan", *RUNNABLE_PAPER),
         ("project", "--budget", "175B", "--json"),
         ("--print-completion", "zsh"),
     ],
@@ -152,7 +154,13 @@ def test_a_closed_pipe_is_a_quiet_exit(argv):
 
 def test_plan_piped_to_head_exits_0_without_a_traceback():
     done = subprocess.run(
-        ["bash", "-o", "pipefail", "-c", f"{sys.executable} -m dwtune plan {PAPER} | head -1"],
+        [
+            "bash",
+            "-o",
+            "pipefail",
+            "-c",
+            f"{sys.executable} -m dwtune plan {' '.join(RUNNABLE_PAPER)} | head -1",
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -202,7 +210,7 @@ def json_commands(experiment: Path, spec: str, tmp: Path) -> dict[str, list[str]
     tiny_bench += ["--vocab-size", "50", "--steps", "1", "--warmup", "1", "--results", "none"]
     png = str(tmp / "cc.png")
     return {
-        "plan": ["plan", str(PAPER)],
+        "plan": ["plan", *RUNNABLE_PAPER],
         "prepare": ["prepare", spec, "--no-progress"],
         "train": ["train", spec, "--depth", "1", "--width", "16"],
         "bench": ["bench", *tiny_bench, "--device", "cpu"],
@@ -230,8 +238,11 @@ def test_every_command_prints_one_json_document_with_json(
 
 
 def test_plan_json_gives_corpus_and_packing_as_numbers(capsys):
-    assert main(["plan", str(PAPER), "--json", "--device", "h100", "resources.gpu=0.5"]) == 0
-    plan = json.loads(capsys.readouterr().out)
+    assert main(["plan", str(PAPER), "--json", "--device", "h100", "resources.gpu=0.5"]) == 3
+    plan = json.loads(capsys.readouterr().out)  # the plan, and why run would refuse it
+    assert not plan["runnable"]
+    assert [r["reason"] for r in plan["refusals"]] == ["corpus_missing", "does_not_fit"]
+    assert [r["field"] for r in plan["refusals"]] == ["data.corpus", "resources.gpu"]
     corpus, packing = plan["corpus"], plan["packing"]
     assert isinstance(corpus, dict) and isinstance(corpus["tokens_per_trial"], int)
     assert corpus["missing"] in (True, False) and corpus["max_epochs"] > 0

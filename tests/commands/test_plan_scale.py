@@ -27,13 +27,22 @@ def spec_file(tmp_path, base: Path, **sections) -> str:
 
 def test_quickstart_on_the_plays_at_the_papers_length_is_refused(tmp_path, capsys):
     spec = spec_file(tmp_path, QUICKSTART, train={"steps": 1_000_000, "batch_size": 512})
-    assert main(["plan", spec]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and err.startswith("dwtune plan: error: data.corpus:")
+    assert main(["plan", spec]) == planning.REFUSED_EXIT == 3  # planned, but run would refuse
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    why = [line for line in captured.out.splitlines() if "too_many_epochs" in line]
+    assert len(why) == 1 and why[0].startswith("  too_many_epochs (data.corpus): data.corpus:")
     seq_len = yaml.safe_load(QUICKSTART.read_text())["data"]["seq_len"]
-    assert f"{1_000_000 * 512 * seq_len:.2e} tokens (1,000,000 steps x 512 x {seq_len})" in err
-    assert "above data.max_epochs = 4" in err and "train.steps <= " in err
-    assert main(["plan", str(QUICKSTART)]) == 0  # the quickstart itself reads < 1 epoch
+    assert f"{1_000_000 * 512 * seq_len:.2e} tokens (1,000,000 steps x 512 x {seq_len})" in why[0]
+    assert "above data.max_epochs = 4" in why[0] and "train.steps <= " in why[0]
+    assert main(["plan", spec, "--json"]) == 3
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["runnable"] is False and len(plan["refusals"]) == 1
+    refusal = plan["refusals"][0]
+    assert (refusal["reason"], refusal["field"]) == ("too_many_epochs", "data.corpus")
+    assert refusal["message"] == why[0].split(": ", 1)[1]  # the line `dwtune run` prints
+    assert main(["plan", str(QUICKSTART), "--json"]) == 0  # it reads < 1 epoch
+    assert json.loads(capsys.readouterr().out)["refusals"] == []
 
 
 def test_run_refuses_before_anything_is_written(tmp_path, capsys):
@@ -49,8 +58,9 @@ def test_run_refuses_before_anything_is_written(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("dwtune prepare: error: data.corpus: ") and "\n" not in err
     assert "does not exist" in err and "download a web corpus" in err
-    assert main(["plan", missing]) == 0  # the plan still plans, and says so
-    assert "corpus MISSING" in capsys.readouterr().out
+    assert main(["plan", missing]) == 3  # the plan still plans, says so, and exits 3
+    out = capsys.readouterr().out
+    assert "corpus MISSING" in out and "  corpus_missing (data.corpus): data.corpus: " in out
 
 
 def test_a_prepared_corpus_is_counted_from_its_manifest(tmp_path, capsys):
@@ -74,7 +84,8 @@ def test_a_prepared_corpus_is_counted_from_its_manifest(tmp_path, capsys):
 @pytest.mark.slow  # --cost simulates the paper's refine stage
 def test_paper_plan_costs_the_study_without_its_corpus(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(planning, "BENCH_RESULTS", tmp_path / "no_bench.jsonl")
-    assert main(["plan", str(PAPER), "--cost", "--device", "h100", "--gpus", "64"]) == 0
+    # planned and costed, but run would refuse it: no corpus here (and cells beyond one GPU)
+    assert main(["plan", str(PAPER), "--cost", "--device", "h100", "--gpus", "64"]) == 3
     out = capsys.readouterr().out
     assert "corpus MISSING" in out and "warning: pair" not in out  # budgets bracket every N*
     assert "x MFU 30% (ASSUMED" in out and "on 64 GPU(s)" in out
@@ -94,7 +105,7 @@ def test_paper_plan_costs_the_study_without_its_corpus(tmp_path, monkeypatch, ca
 
 def test_budgets_short_of_a_transition_warn_per_pair(tmp_path, capsys):
     spec = spec_file(tmp_path, PAPER, space={"budgets": {"min": 2e6, "max": 3e8, "num": 6}})
-    assert main(["plan", spec]) == 0
+    assert main(["plan", spec]) == 3  # no corpus here
     out = capsys.readouterr().out
     warnings = [line for line in out.splitlines() if line.startswith("warning: pair")]
     assert len(warnings) == 2
@@ -120,8 +131,9 @@ def test_packing_counts_trials_per_gpu_and_refuses_one_too_big(tmp_path, capsys)
         resources={"gpu": 0.5, "gpu_memory_gb": 80},
     )
     assert main(["run", big, "--storage", str(tmp_path / "exp")]) == 2
-    err = capsys.readouterr().err
-    assert "resources.gpu: got 0.5; trial L48 x w4160 needs about" in err
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dwtune run: error: resources.gpu: got 0.5; trial L") and "\n" not in err
+    assert "(micro-batch 1) needs about" in err and "a trial that spans several GPUs" in err
     assert not (tmp_path / "exp").exists()
 
 
@@ -170,3 +182,83 @@ def test_the_cost_text_prints_the_floor_per_pair_and_eta(write_spec, simulated_r
     total_row = next(line for line in out if line.startswith("total ")).split()
     assert pair[:2] == ["6-12", "1.3e+07"] and pair[3] == "8"
     assert floor_row[1:3] == total_row[1:3]  # trainings and FLOPs: the grid is the floor
+
+
+def test_micro_batches_fit_every_paper_cell_whose_weights_fit_one_gpu(capsys):
+    """paper.yaml on 80 GB GPUs: the whole batch of 512 fits only the small cells; the rest
+    run as micro-batches (checkpointed where no micro-batch fits without it), and only cells
+    whose weights and AdamW state alone exceed a GPU are left, named, for sharded trials."""
+    assert main(["plan", str(PAPER), "--json", "--device", "h100"]) == 3  # and no corpus here
+    plan = json.loads(capsys.readouterr().out)
+    cells, packing = plan["cells"], plan["packing"]
+    share = packing["trial_memory_bytes"]
+    assert share == pytest.approx(0.9 * 80 * 2**30)
+    beyond = {(c["depth"], c["budget"]) for c in packing["cells_beyond_one_gpu"]}
+    for cell in cells:
+        assert cell["micro_batch"] * cell["accumulation"] >= 512
+        assert cell["micro_batch"] * (cell["accumulation"] - 1) < 512  # no empty pass
+        weights = 18 * cell["params_total"]  # fp32 weights, grads, 2 moments; bf16 copies
+        assert cell["fits"] == (weights < share and (cell["depth"], cell["budget"]) not in beyond)
+        if cell["fits"]:
+            assert cell["memory_bytes"] <= share
+    assert {c["budget"] for c in packing["cells_beyond_one_gpu"]} == {
+        b for b in {c["budget"] for c in cells} if b > 5e9
+    }
+    micro = [c for c in cells if c["accumulation"] > 1 and c["fits"]]
+    assert len(micro) == packing["cells_micro_batched"] > 0
+    assert packing["cells_too_big"] == len(beyond) == 2 * 7
+    does_not_fit = [r for r in plan["refusals"] if r["reason"] == "does_not_fit"]
+    assert len(does_not_fit) == 1 and "14 of 112 cells do not fit" in does_not_fit[0]["message"]
+
+
+def test_a_study_that_fits_only_as_micro_batches_plans_with_exit_0(tmp_path, capsys):
+    spec = spec_file(
+        tmp_path,
+        PAPER,
+        data={"corpus": "shakespeare"},
+        train={"steps": 10},
+        space={"budgets": [2e6, 1e9, 3e9]},
+    )
+    assert main(["plan", spec, "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["runnable"] and plan["refusals"] == []
+    split = {
+        (c["depth"], c["budget"]): (c["micro_batch"], c["accumulation"]) for c in plan["cells"]
+    }
+    assert split[(6, 2e6)] == (512, 1)
+    assert split[(48, 3e9)][1] > 1 and all(c["fits"] for c in plan["cells"])
+    assert main(["plan", spec]) == 0
+    out = capsys.readouterr().out
+    assert "mbatch" in out.splitlines()[2] and "`dwtune run` would refuse" not in out
+    assert main(["plan", spec, "train.micro_batch_size=512"]) == 3  # the whole batch, forced
+    assert "does_not_fit (resources.gpu): resources.gpu: got 1;" in capsys.readouterr().out
+
+
+BLOG = ROOT / "search_spaces" / "blog_50m.yaml"
+PILOT = ROOT / "search_spaces" / "gpu_pilot.yaml"
+
+
+def test_blog_50m_runs_as_shipped_with_its_overfitting_design_stated(capsys):
+    assert main(["plan", str(BLOG), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["runnable"] and plan["corpus"]["epochs"] <= plan["corpus"]["max_epochs"]
+    assert plan["corpus"]["max_epochs"] > 4  # raised on purpose, and the file says why
+    assert "OVERFITTING DESIGN" in BLOG.read_text()
+
+
+def test_the_gpu_pilot_brackets_three_pairs_of_the_reference_law(capsys):
+    assert main(["plan", str(PILOT), "--json"]) == 3  # only because its corpus is not here
+    plan = json.loads(capsys.readouterr().out)
+    assert [r["reason"] for r in plan["refusals"]] == ["corpus_missing"]
+    assert plan["warnings"] == []  # every pair's reference N* lies inside the budgets
+    spec = yaml.safe_load(PILOT.read_text())
+    assert len(spec["refine"]["pairs"]) >= 3
+    assert all(c["fits"] for c in plan["cells"])
+
+
+@pytest.mark.slow  # --cost simulates the refine stage
+def test_the_gpu_pilot_costs_at_most_8_h200_hours(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(planning, "BENCH_RESULTS", tmp_path / "no_bench.jsonl")
+    assert main(["plan", str(PILOT), "--cost", "--device", "h200", "--json"]) == 3
+    total = json.loads(capsys.readouterr().out)["cost"]["total"]
+    assert 0 < total["gpu_hours"] <= 8

@@ -78,3 +78,47 @@ def test_new_data_fields_at_their_defaults_keep_recorded_trial_identities():
     assert trial_identity(guarded, shape, 0) == "2c7eb6be9e631038"  # a guard, not a result
     sampled = dataclasses.replace(spec, data=dataclasses.replace(spec.data, bpe_sample_mb=5.0))
     assert trial_identity(sampled, shape, 0) != "2c7eb6be9e631038"
+
+
+# --------------------------------------------------------------------------- micro-batches
+
+WIDE = ModelShape(depth=24, width=2048, heads=2, vocab_size=2000, seq_len=128)
+
+
+def test_micro_batches_take_the_fewest_passes_that_fit_and_even_them_out():
+    gib = 2**30
+    whole = memory.micro_batches(WIDE, 512, 2, None)
+    assert (whole.micro_batch, whole.accumulation, whole.checkpointing) == (512, 1, False)
+    assert whole.fits and whole.sizes() == [512]
+    need = memory.trial_memory(WIDE, 512, 2).total
+    budget = 40 * gib
+    assert need > budget
+    split = memory.micro_batches(WIDE, 512, 2, budget)
+    assert split.fits and not split.checkpointing and split.accumulation > 1
+    assert split.estimate.total <= budget
+    assert sum(split.sizes()) == 512 and max(split.sizes()) == split.micro_batch
+    # one pass fewer does not fit: no larger micro-batch would do
+    fewer = -(-512 // (split.accumulation - 1))
+    assert memory.trial_memory(WIDE, fewer, 2).total > budget
+    assert memory.micro_batches(WIDE, 10, 2, None, micro_batch=4).sizes() == [4, 4, 2]
+
+
+def test_checkpointing_only_where_no_micro_batch_fits_without_it():
+    weights = memory.trial_memory(WIDE, 1, 2).weights_and_optimizer
+    one_plain = memory.trial_memory(WIDE, 1, 2).total
+    one_ckpt = memory.trial_memory(WIDE, 1, 2, checkpointing=True).total
+    assert weights < one_ckpt < one_plain
+    tight = (one_ckpt + one_plain) / 2
+    split = memory.micro_batches(WIDE, 512, 2, tight)
+    assert split.fits and split.checkpointing
+    assert not memory.micro_batches(WIDE, 512, 2, tight, checkpointing=False).fits
+    roomy = memory.micro_batches(WIDE, 512, 2, 2 * one_plain)
+    assert roomy.fits and not roomy.checkpointing
+    hopeless = memory.micro_batches(WIDE, 512, 2, weights * 0.9)
+    assert not hopeless.fits and hopeless.micro_batch == 1 and hopeless.accumulation == 512
+    assert hopeless.label() == "1x512+ckpt"
+
+
+def test_a_checkpointed_trial_costs_a_recomputed_forward():
+    plain = cost.trial_flops(WIDE, train_tokens=1e9, eval_tokens=0)
+    assert cost.trial_flops(WIDE, 1e9, 0, recompute=True) == pytest.approx(plain * 4 / 3)

@@ -98,3 +98,13 @@ def test_the_largest_size_trained_bounds_the_extrapolation_and_the_section_has_a
     section = limits_section(study())
     assert section[0] == "## What these results cannot show"
     assert "largest 1e+07" in one(section, "extrapolation")
+
+
+def test_an_epoch_guard_raised_on_purpose_is_named_as_an_overfitting_design():
+    data = {"corpus": "shakespeare", "tokenizer": "char", "max_epochs": 20.0}
+    line = one(limits_lines(study(spec={"train": {"steps": 5000}, "data": data})), "max_epochs")
+    assert line.startswith("Capacity on fresh data: `data.max_epochs: 20`")
+    assert "up to 20 times" in line and "overfitting design" in line
+    guarded = {**data, "max_epochs": 4.0}
+    lines = limits_lines(study(spec={"train": {"steps": 5000}, "data": guarded}))
+    assert not [line for line in lines if "max_epochs" in line]

@@ -56,6 +56,21 @@ def test_growing_the_space_is_allowed_but_changing_training_is_refused(tmp_path)
         store.initialise(spec_with(train={"lr": 1e-4}))
 
 
+def test_another_split_of_the_batch_reopens_the_experiment(tmp_path):
+    """micro_batch_size and activation_checkpointing say how a step is computed, not what is
+    trained: a spec stored before they existed (no such keys) or with another split reopens."""
+    store = ExperimentStore(tmp_path / "s")
+    store.initialise(spec_with())
+    stored = yaml.safe_load(store.spec_path.read_text())
+    for key in ("micro_batch_size", "activation_checkpointing"):
+        del stored["train"][key]
+    store.spec_path.write_text(yaml.safe_dump(stored))
+    split = {"micro_batch_size": 4, "activation_checkpointing": "true"}
+    store.initialise(spec_with(train=split))
+    with pytest.raises(InputError, match=r"changed: train.batch_size"):
+        store.initialise(spec_with(train={**split, "batch_size": 8}))
+
+
 def test_unwritable_storage_is_an_input_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")

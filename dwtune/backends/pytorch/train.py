@@ -34,9 +34,9 @@ from dwtune.backends.pytorch.perf import Peak, mfu, peak_flops, synchronize, tun
 from dwtune.core import vocabulary
 from dwtune.core.budget import ModelShape, flops_per_token
 from dwtune.core.errors import InputError
-from dwtune.core.memory import logit_chunk_tokens
+from dwtune.core.memory import MicroBatches, gpu_share_bytes, logit_chunk_tokens, micro_batches
 from dwtune.core.parametrization import Parametrization, for_shape
-from dwtune.core.spec import ExperimentSpec, TrainConfig
+from dwtune.core.spec import SPLIT_FIELDS, ExperimentSpec, ResourcesConfig, TrainConfig
 from dwtune.storage.store import atomic_file
 
 THREADS_ENV = "DWTUNE_THREADS"  # intra-op threads; else OMP_NUM_THREADS (Ray sets it per trial)
@@ -170,18 +170,32 @@ def lm_loss(model: GPT, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Te
 
 
 def _changed_keys(saved: dict, current: dict) -> list[str]:
-    return sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+    """Training settings that differ; how a batch is split (SPLIT_FIELDS) may change."""
+    keys = (set(saved) | set(current)) - set(SPLIT_FIELDS)
+    return sorted(k for k in keys if saved.get(k) != current.get(k))
 
 
 class TrainStep:
-    """One update: forward and loss (autocast on CUDA), backward, clipping, AdamW."""
+    """One update: forward and loss (autocast on CUDA), backward, clipping, AdamW.
+
+    With ``micro_batch`` set below the batch, the batch runs as several forward/backward
+    passes of at most that many sequences whose gradients accumulate before the one optimiser
+    step: each pass's mean loss is weighted by its share of the batch's sequences (every
+    sequence has T tokens), so the gradient and the loss are the whole batch's token mean.
+    """
 
     def __init__(
-        self, model: GPT, optimizer: torch.optim.Optimizer, runtime: Runtime, grad_clip: float
+        self,
+        model: GPT,
+        optimizer: torch.optim.Optimizer,
+        runtime: Runtime,
+        grad_clip: float,
+        micro_batch: int | None = None,
     ):
         self.model = model
         self.optimizer = optimizer
         self.runtime = runtime
+        self.micro_batch = micro_batch
         self.params = list(model.parameters())
         # max_norm = inf still returns the norm (reported as grad_norm) without clipping
         self.max_norm = grad_clip if grad_clip > 0 else math.inf
@@ -191,12 +205,27 @@ class TrainStep:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Loss (before the update) and pre-clipping gradient norm, as device tensors."""
         self.optimizer.zero_grad(set_to_none=True)
-        with self.runtime.autocast():
-            loss = lm_loss(self.model, inputs, targets)
-        loss.backward()
+        loss = self._accumulate(inputs, targets)
         norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
         self.optimizer.step()
-        return loss.detach(), norm
+        return loss, norm
+
+    def _accumulate(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        batch = inputs.shape[0]
+        size = self.micro_batch or batch
+        if size >= batch:  # one pass: exactly the unsplit step
+            with self.runtime.autocast():
+                loss = lm_loss(self.model, inputs, targets)
+            loss.backward()
+            return loss.detach()
+        total = torch.zeros((), device=inputs.device)
+        for part_in, part_target in zip(inputs.split(size), targets.split(size), strict=True):
+            share = part_in.shape[0] / batch  # (b, T) of the (B, T) batch
+            with self.runtime.autocast():
+                loss = lm_loss(self.model, part_in, part_target) * share
+            loss.backward()
+            total += loss.detach().float()
+        return total
 
 
 def to_device(windows: np.ndarray, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -213,15 +242,44 @@ def build_training(
     runtime: Runtime,
     seed: int,
     param: Parametrization | None = None,
+    split: MicroBatches | None = None,
 ) -> TrainStep:
-    """Model (initialised from ``seed``), optimizer and step; compiled blocks when enabled."""
+    """Model (initialised from ``seed``), optimizer and step; compiled blocks when enabled;
+    ``split``: micro-batches and activation checkpointing (None: the whole batch at once)."""
     check_shape(shape)
     torch.manual_seed(seed)  # same seed, same initialisation (paired seeds)
     model = build_model(shape, param).to(runtime.device)
+    model.checkpoint_blocks = bool(split and split.checkpointing)
     optimizer = make_optimizer(model, cfg)
     if runtime.compile:
         compile_blocks(model)
-    return TrainStep(model, optimizer, runtime, cfg.grad_clip)
+    micro = split.micro_batch if split else None
+    return TrainStep(model, optimizer, runtime, cfg.grad_clip, micro)
+
+
+def trial_memory_bytes(resources: ResourcesConfig, runtime: Runtime) -> float | None:
+    """What one trial may use of its GPU (bytes): its share (resources.gpu) of the device's
+    memory, or of resources.gpu_memory_gb where that is smaller; None on CPU (no limit)."""
+    if not runtime.cuda:
+        return None
+    total = float(torch.cuda.get_device_properties(runtime.device).total_memory)
+    if resources.gpu_memory_gb:
+        total = min(total, resources.gpu_memory_gb * 2**30)
+    return gpu_share_bytes(total, resources.gpu if resources.gpu > 0 else 1.0)
+
+
+def choose_split(spec: ExperimentSpec, shape: ModelShape, runtime: Runtime) -> MicroBatches:
+    """Micro-batch and checkpointing of a trial: the spec's, else from the memory model
+    (:func:`dwtune.core.memory.micro_batches`, the rule ``dwtune plan`` shows per cell)."""
+    cfg = spec.train
+    return micro_batches(
+        shape,
+        cfg.batch_size,
+        2 if runtime.cuda else 4,
+        trial_memory_bytes(spec.resources, runtime),
+        cfg.micro_batch_size,
+        cfg.checkpointing,
+    )
 
 
 def atomic_torch_save(state: dict, path: Path) -> None:
@@ -328,7 +386,8 @@ class Trainer:
         for windows in self.eval_windows:
             corpus.check_ids(windows, "val")
         param = for_shape(spec.model, shape)
-        self.step_fn = build_training(shape, self.cfg, self.runtime, seed, param)
+        self.split = choose_split(spec, shape, self.runtime)
+        self.step_fn = build_training(shape, self.cfg, self.runtime, seed, param, self.split)
         self.total_steps = self.cfg.total_steps(shape.seq_len)
         self.tokens_per_step = self.cfg.batch_size * shape.seq_len
         self.flops_per_token = flops_per_token(shape)

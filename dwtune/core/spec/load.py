@@ -82,7 +82,8 @@ def _key_hint(key: str, allowed: list[str]) -> str:
     if len(allowed) <= LISTED_KEYS:
         return f"valid keys: {', '.join(allowed)}"
     nearest = difflib.get_close_matches(key, allowed, n=3, cutoff=0.0)
-    return f"closest valid keys: {', '.join(nearest)} ({len(allowed)} in all, see docs/spec.schema.json)"
+    listed = f"{len(allowed)} in all, see docs/spec.schema.json"
+    return f"closest valid keys: {', '.join(nearest)} ({listed})"
 
 
 def _as_int(name: str, value: object) -> int:

@@ -21,6 +21,7 @@ REFERENCE_FITS = ("levine2020",)
 # the rules are in dwtune.core.parametrization.
 PARAMETRIZATIONS = tuple(Parametrization)
 COMPARISONS = ("params", "flops")  # space.compare: equal parameters or equal training FLOPs
+SWITCHES = ("auto", "true", "false")  # train.compile, train.activation_checkpointing
 LR_SEARCH_SCALES = ("log",)
 LR_REFINE_MODES = ("search", "interpolate")  # dwtune.core.projection holds their constants
 # Loss surfaces of the simulated backend; formulas in dwtune.backends.simulated's docstring.
@@ -233,6 +234,13 @@ class TrainConfig:
     # a per-shape learning-rate search (``lr: {search: ...}`` in YAML); ``lr`` is then its
     # geometric midpoint and no training uses it
     lr_search: LrSearchConfig | None = None
+    # How a step's batch is split, not what is trained (so not in a trial's identity, see
+    # SPLIT_FIELDS): sequences per forward/backward pass, the gradients of a step's passes
+    # accumulated before one optimiser step (None: the whole batch where it fits, else the
+    # fewest passes the memory model fits, dwtune.core.memory.micro_batches), and activation
+    # checkpointing per block (auto: only where no micro-batch fits without it).
+    micro_batch_size: int | None = None
+    activation_checkpointing: str = "auto"  # auto | true | false
 
     def __post_init__(self) -> None:
         lengths = (self.steps, self.tokens, self.tokens_per_param)
@@ -257,10 +265,19 @@ class TrainConfig:
         at_least("train.weight_decay", self.weight_decay, 0)
         at_least("train.grad_clip", self.grad_clip, 0)
         one_of("train.schedule", self.schedule, SCHEDULES)
-        one_of("train.compile", self.compile, ("auto", "true", "false"))
+        one_of("train.compile", self.compile, SWITCHES)
         one_of("train.device", self.device, ("auto", "cpu", "cuda"))
         if self.patience is not None:
             at_least("train.patience", self.patience, 1)
+        if self.micro_batch_size is not None:
+            at_least("train.micro_batch_size", self.micro_batch_size, 1)
+            if self.micro_batch_size > self.batch_size:
+                raise InputError(
+                    f"train.micro_batch_size: got {self.micro_batch_size}; expected at most "
+                    f"train.batch_size ({self.batch_size}), or leave it out to let the memory "
+                    f"model choose"
+                )
+        one_of("train.activation_checkpointing", self.activation_checkpointing, SWITCHES)
 
     def _check_maxima(self) -> None:
         for name in ("steps", "warmup_steps", "eval_every", "patience"):
@@ -295,14 +312,33 @@ class TrainConfig:
             raise ValueError("tokens_per_param needs the cell's size: use records.trial_spec")
         return max(1, self.tokens // (self.batch_size * seq_len))
 
+    @property
+    def checkpointing(self) -> bool | None:
+        """activation_checkpointing as a choice: None lets the memory model decide."""
+        return (
+            None
+            if self.activation_checkpointing == "auto"
+            else (self.activation_checkpointing == "true")
+        )
+
     def identity(self) -> dict[str, object]:
         """The training config in a trial's identity: the fields added after the first
-        identities only when set."""
+        identities only when set; never how a batch is split (SPLIT_FIELDS)."""
         values = dataclasses.asdict(self)
         for name in ("tokens_per_param", "lr_search"):
             if values[name] is None:
                 values.pop(name)
+        for name in SPLIT_FIELDS:
+            values.pop(name)
         return values
+
+
+# How a step is computed, not what it computes: micro-batches accumulate to the same gradient
+# (same tokens, same optimiser step, same loss up to float summation order, which the trainer's
+# CPU test bounds at 1e-5 relative), and checkpointing recomputes the same forward. A trial
+# keeps its identity, its resumable checkpoints and its experiment directory whatever split
+# the memory of the GPU it lands on needs.
+SPLIT_FIELDS = ("micro_batch_size", "activation_checkpointing")
 
 
 @dataclass(frozen=True)

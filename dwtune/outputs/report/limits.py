@@ -12,6 +12,7 @@ import math
 import pandas as pd
 
 from dwtune.core.fit import MIN_POINTS
+from dwtune.core.spec import DataConfig
 from dwtune.core.vocabulary import (
     LR_SOURCE_INTERPOLATED,
     LR_SOURCE_SEARCH,
@@ -137,7 +138,23 @@ def _data(experiment: Experiment, spec: dict | None) -> list[str]:
     return [
         f"Another corpus, tokenizer or context: these numbers hold for `{corpus}` with "
         f"`{tokenizer}` (vocabulary {vocab}, {seq_len}-token sequences); a transition moves "
-        "with any of them."
+        "with any of them.",
+        *_repeated_data(data, corpus),
+    ]
+
+
+def _repeated_data(data: dict, corpus: str) -> list[str]:
+    """An overfitting design: the epoch guard raised above its default on purpose."""
+    limit = data.get("max_epochs")
+    default = DataConfig().max_epochs
+    if not isinstance(limit, int | float) or limit <= default:
+        return []
+    return [
+        f"Capacity on fresh data: `data.max_epochs: {limit:g}` (the guard's default is "
+        f"{default:g}) lets each trial read `{corpus}` up to {limit:g} times, and a record keeps "
+        "the best validation loss over its run, so each shape's loss says how far it gets "
+        "before it starts to memorise the training split (an overfitting design), not what it "
+        "would reach on data it never repeats."
     ]
 
 
