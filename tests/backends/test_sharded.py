@@ -89,9 +89,7 @@ def test_two_sharded_workers_reach_the_plain_trials_loss_curve(spec, plain, tmp_
 
 
 @pytest.mark.slow
-def test_a_sharded_trial_resumes_from_its_checkpoint_as_a_plain_trial_does(
-    spec, plain, tmp_path
-):
+def test_a_sharded_trial_resumes_from_its_checkpoint_as_a_plain_trial_does(spec, plain, tmp_path):
     reports, _ = plain
     part = tmp_path / "ckpt"
     first = run_sharded(
@@ -102,9 +100,7 @@ def test_a_sharded_trial_resumes_from_its_checkpoint_as_a_plain_trial_does(
     assert first[0]["checkpoints"] == [str(part), str(part)]
     assert first[1]["checkpoints"] == [None, None]
     assert (part / CHECKPOINT_FILE).is_file()
-    resumed = run_sharded(
-        tmp_path / "b", 2, spec=spec, shape=SHAPE, seed=0, resume_from=str(part)
-    )
+    resumed = run_sharded(tmp_path / "b", 2, spec=spec, shape=SHAPE, seed=0, resume_from=str(part))
     got = curve(first[0]["reports"] + resumed[0]["reports"])
     assert [r[vocabulary.STEP] for r in resumed[0]["reports"]] == [15, 20]
     assert_close(got, curve(reports))

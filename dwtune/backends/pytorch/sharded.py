@@ -130,9 +130,7 @@ class ShardedTrainer(Trainer):
         fully_shard(objective)  # the rest: embeddings, final norm and head
         optimizer = make_optimizer(model, self.cfg)  # over the sharded parameters
         self.objective = objective
-        return ShardedStep(
-            objective, optimizer, self.runtime, self.cfg.grad_clip, world=self.world
-        )
+        return ShardedStep(objective, optimizer, self.runtime, self.cfg.grad_clip, world=self.world)
 
     def _local(self, windows: np.ndarray) -> np.ndarray:
         rows = len(windows) // self.world
