@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from dwtune.core import cost, memory, scale
+from dwtune.core import cost, memory, scale, sharding
 from dwtune.core.budget import BUDGET_TOLERANCE, GridCell, depth_threshold, flops_per_token
 from dwtune.core.errors import InputError
 from dwtune.core.spec import BUILTIN_CORPORA, DataConfig, ExperimentSpec
@@ -76,8 +76,13 @@ def cell_row(cell: GridCell) -> dict:
     }
 
 
-def plan_rows(spec: ExperimentSpec) -> list[dict]:
-    return [cell_row(cell) for cell in spec.grid()]
+def plan_rows(spec: ExperimentSpec, device: str | None = None) -> list[dict]:
+    """Every cell's row, with ``workers``: the processes (GPUs) one of its trials spans."""
+    gpu_bytes = gpu_memory_bytes(spec, device)
+    return [
+        {**cell_row(cell), "workers": sharding.trial_workers(spec, cell.shape, gpu_bytes)}
+        for cell in spec.grid()
+    ]
 
 
 # --------------------------------------------------------------------------- corpus
@@ -110,13 +115,13 @@ def corpus_lines(info: dict) -> list[str]:
 # --------------------------------------------------------------------------- memory, packing
 
 
-def activation_bytes(spec: ExperimentSpec) -> int:
-    """2 under bf16 autocast on a GPU, 4 in fp32 on CPU."""
-    return 2 if spec.resources.gpu > 0 else 4
+activation_bytes = sharding.activation_bytes
 
 
-def cell_memory(spec: ExperimentSpec, cell: GridCell) -> int:
-    return memory.trial_memory(cell.shape, spec.train.batch_size, activation_bytes(spec)).total
+def cell_memory(spec: ExperimentSpec, cell: GridCell, gpu_bytes: int | None = None) -> int:
+    """Peak bytes of one process of a trial of ``cell`` (one worker's, when it is sharded)."""
+    workers = sharding.trial_workers(spec, cell.shape, gpu_bytes)
+    return sharding.worker_memory(spec, cell.shape, workers)
 
 
 def gpu_memory_bytes(spec: ExperimentSpec, device: str | None) -> int | None:
@@ -125,9 +130,13 @@ def gpu_memory_bytes(spec: ExperimentSpec, device: str | None) -> int | None:
     return cost.device_memory(device) if device else None
 
 
-def _largest(spec: ExperimentSpec) -> tuple[GridCell, int, str]:
-    widest = max(spec.grid(), key=lambda c: cell_memory(spec, c))
-    return widest, cell_memory(spec, widest), f"trial L{widest.depth} x w{widest.shape.width}"
+def _largest(spec: ExperimentSpec, gpu_bytes: int | None) -> tuple[GridCell, int, str]:
+    widest = max(spec.grid(), key=lambda c: cell_memory(spec, c, gpu_bytes))
+    workers = sharding.trial_workers(spec, widest.shape, gpu_bytes)
+    what = f"trial L{widest.depth} x w{widest.shape.width}"
+    if workers > 1:
+        what += f" (each of its {workers} workers)"
+    return widest, cell_memory(spec, widest, gpu_bytes), what
 
 
 def check_packing(spec: ExperimentSpec, device: str | None = None) -> None:
@@ -135,7 +144,7 @@ def check_packing(spec: ExperimentSpec, device: str | None = None) -> None:
     gpu_bytes = gpu_memory_bytes(spec, device)
     if spec.resources.gpu <= 0 or gpu_bytes is None:
         return
-    _, need, what = _largest(spec)
+    _, need, what = _largest(spec, gpu_bytes)
     problem = memory.packing_problem(need, spec.resources.gpu, gpu_bytes, what)
     if problem:
         raise InputError(problem)
@@ -148,9 +157,9 @@ def packing_info(spec: ExperimentSpec, device: str | None) -> dict | None:
     if spec.resources.gpu <= 0 or gpu_bytes is None:
         return None
     cells = spec.grid()
-    fits = [memory.trials_per_gpu(cell_memory(spec, c), gpu_bytes) for c in cells]
+    fits = [memory.trials_per_gpu(cell_memory(spec, c, gpu_bytes), gpu_bytes) for c in cells]
     share = round(1 / spec.resources.gpu) if spec.resources.gpu < 1 else 1
-    widest, need, what = _largest(spec)
+    widest, need, what = _largest(spec, gpu_bytes)
     packable = [f for f in fits if f > share]
     suggest = len(packable) == len(fits) and 1 / min(fits) in (0.5, 0.25, 0.125)
     share_bytes = gpu_bytes * (1 - memory.GPU_RESERVE_FRACTION) * min(spec.resources.gpu, 1)
@@ -164,7 +173,7 @@ def packing_info(spec: ExperimentSpec, device: str | None) -> dict | None:
         "packed_per_gpu": share,
         "suggested_resources_gpu": 1 / min(fits) if suggest else None,
         "cells": len(cells),
-        "cells_too_big": sum(cell_memory(spec, c) > share_bytes for c in cells),
+        "cells_too_big": sum(cell_memory(spec, c, gpu_bytes) > share_bytes for c in cells),
         "problem": memory.packing_problem(need, spec.resources.gpu, gpu_bytes, what),
     }
 
@@ -361,7 +370,7 @@ def make_plan(
         raise InputError(problem)
     return Plan(
         spec=spec,
-        cells=plan_rows(spec),
+        cells=plan_rows(spec, device),
         corpus=corpus_info(spec, corpus),
         warnings=scale.coverage_warnings(spec, reference(spec.fit.reference)),
         packing=packing_info(spec, device),
