@@ -19,9 +19,11 @@ from dwtune.core import vocabulary
 from dwtune.core.budget import flops_per_token
 from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord, TrialRequest, record_from_result
+from dwtune.core.sharding import trial_workers
 from dwtune.core.spec import ExperimentSpec
 from dwtune.outputs import tensorboard
 from dwtune.storage.store import ExperimentStore, user_write_error
+from dwtune.study.planning import gpu_memory_bytes
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.base import reusable_records
 from dwtune.study.runners.cluster_address import probe
@@ -32,6 +34,9 @@ from dwtune.study.runners.ray_tune.reaper import Reaper
 from dwtune.study.runners.ray_tune.recorder import RecordingCallback
 from dwtune.study.runners.ray_tune.resources import check_resources
 from dwtune.study.runners.ray_tune.trial import trial_main
+
+# CPUs of a sharded trial's Tune function, which only waits on its Ray Train job.
+DRIVER_CPU = 0.01
 
 # Environment for Tune in the driver: no Tune console tables, no Tune-side CSV/JSON/TensorBoard
 # loggers (dwtune writes its own event files; Tune's would show twice under `tb --logdir`),
@@ -252,7 +257,7 @@ class TuneRunner:
                 trial_dirname_creator=lambda trial: by_id[trial.config["trial_id"]].name,
                 # Reusing a CPU trial's worker saves its start-up (~1 s); GPU trials get a
                 # fresh process so CUDA memory is returned between trials.
-                reuse_actors=self.spec.resources.gpu == 0,
+                reuse_actors=self.spec.resources.gpu == 0 and not self._sharded(todo),
                 scheduler=scheduler,
             ),
             run_config=tune.RunConfig(
@@ -275,9 +280,29 @@ class TuneRunner:
             callback.discard_boards()
         _drop_restore_state(self.store.root / vocabulary.RAY_DIR / name)
 
+    def _workers(self, requests: list[TrialRequest]) -> dict[str, int]:
+        """Workers of each request's trial (1: one process), the planner's choice per cell."""
+        gpu_bytes = gpu_memory_bytes(self.spec, None)
+        return {r.trial_id: trial_workers(self.spec, r.shape, gpu_bytes) for r in requests}
+
+    def _sharded(self, requests: list[TrialRequest]) -> bool:
+        return any(n > 1 for n in self._workers(requests).values())
+
     def _trainable(self, by_id: dict[str, TrialRequest]):
-        trainable = tune.with_parameters(trial_main, spec=self.trial_spec, requests=by_id)
-        resources = {"cpu": self.spec.resources.cpu, "gpu": self.spec.resources.gpu}
+        workers = self._workers(list(by_id.values()))
+        trainable = tune.with_parameters(
+            trial_main, spec=self.trial_spec, requests=by_id, workers=workers
+        )
+        plain = {"CPU": self.spec.resources.cpu, "GPU": self.spec.resources.gpu}
+        plain = {key: amount for key, amount in plain.items() if amount > 0}
+        # A sharded trial's Tune function only waits on its Ray Train job, whose workers
+        # hold the CPUs and GPUs (sharded_trial); the plain ones hold them themselves.
+        driver = {"CPU": DRIVER_CPU}
+
+        def resources(config: dict) -> tune.PlacementGroupFactory:
+            one = workers.get(config["trial_id"], 1) == 1
+            return tune.PlacementGroupFactory([plain if one else driver])
+
         return tune.with_resources(trainable, resources)
 
 
