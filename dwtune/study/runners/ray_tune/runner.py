@@ -309,14 +309,22 @@ class TuneRunner:
 # What Tune keeps for Tuner.restore, which dwtune never calls (module doc): once a batch is
 # recorded it is dead weight. The trials' checkpoints run to GBs; the experiment state is about
 # 35 kB per trial (it was 9.5 of a 13 MB simulated study). Each run's folder and its empty trial
-# folders stay: they name the run and what it trained.
+# folders stay: they name the run and what it trained. A sharded trial's Ray Train job keeps
+# its checkpoints and restore state in <trial>/train (sharded_trial.TRAIN_DIR): the folder
+# stays, empty, as the trial folders do.
 TUNE_RESTORE_STATE = ("experiment_state-*.json", "basic-variant-state-*.json", "tuner.pkl")
+TRAIN_JOB_DIR = "train"
 
 
 def _drop_restore_state(run_dir: Path) -> None:
     """Remove a recorded batch's checkpoints and Tune's restore state from its run folder."""
     for path in run_dir.glob("*/checkpoint_*"):
         shutil.rmtree(path, ignore_errors=True)
+    for path in run_dir.glob(f"*/{TRAIN_JOB_DIR}/*"):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     for pattern in TUNE_RESTORE_STATE:
         for path in run_dir.glob(pattern):
             path.unlink(missing_ok=True)
