@@ -166,6 +166,11 @@ class TuneRunner:
             f"Ray: {len([n for n in ray.nodes() if n.get('Alive')])} node(s), "
             f"{resources.get('CPU', 0):g} CPU, {resources.get('GPU', 0):g} GPU; each trial "
             f"uses {self.spec.resources.cpu:g} CPU, {self.spec.resources.gpu:g} GPU"
+            + (
+                f" per worker, up to {self.spec.resources.workers_per_trial} workers"
+                if self.spec.resources.workers_per_trial > 1
+                else ""
+            )
         )
         problem = tensorboard.tensorboard_problem()
         self.progress.note(problem or f"TensorBoard: tensorboard --logdir {self.store.root}")
