@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from dwtune.backends.pytorch.perf import PEAK_ENV
 from dwtune.backends.pytorch.sharded import check_divides
 from dwtune.backends.pytorch.train import CHECKPOINT_FILE, train_model
 from dwtune.core import vocabulary
@@ -23,6 +24,15 @@ CURVE = (vocabulary.TRAIN_LOSS, vocabulary.VAL_LOSS, vocabulary.GRAD_NORM)
 # float32 sums in another order (a slice mean, then the ranks' mean; sharded AdamW): the
 # curves agree to about 1e-6 relative; a wrong gradient scale or batch slice moves them 1e-2.
 RTOL = 1e-4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fixed_peak():
+    """A given peak FLOP/s (the CPU's is calibrated, and differs with the thread count), here
+    and in the ranks, which inherit the environment."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(PEAK_ENV, "1e12")
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +92,10 @@ def test_two_sharded_workers_reach_the_plain_trials_loss_curve(spec, plain, tmp_
         assert len(windows) == len(final[vocabulary.VAL_WINDOWS])
         for a, b in zip(windows, final[vocabulary.VAL_WINDOWS], strict=True):
             assert math.isclose(a, b, rel_tol=RTOL)
+    # MFU against the peak of both workers: per token/s, half the one-process trial's
+    per_rate = [r[vocabulary.MFU] / r[vocabulary.TOKENS_PER_S] for r in ranks[0]["reports"]]
+    plain_rate = reports[0][vocabulary.MFU] / reports[0][vocabulary.TOKENS_PER_S]
+    assert per_rate == pytest.approx([plain_rate / 2] * len(per_rate), rel=1e-9)
     # both ranks report the same numbers (they take the same branches)
     assert curve(ranks[0]["reports"]) == curve(ranks[1]["reports"])
     # the loss fell: the comparison is between trainings, not two copies of the start

@@ -28,7 +28,8 @@ from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from dwtune.backends.pytorch.model import GPT, build_model, check_shape
+from dwtune.backends.pytorch.model import GPT, build_model, check_shape, compile_blocks
+from dwtune.backends.pytorch.perf import Peak
 from dwtune.backends.pytorch.train import (
     Report,
     Trainer,
@@ -119,11 +120,15 @@ class ShardedTrainer(Trainer):
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         check_divides(spec.train.batch_size, self.world)
         super().__init__(spec, shape, seed)
+        # MFU against the job's peak: the global batch's tokens run on all W devices
+        self.peak = Peak(self.peak.flops * self.world, f"{self.world} x {self.peak.source}")
 
     def _build(self, param: Parametrization) -> TrainStep:
         check_shape(self.shape)
         torch.manual_seed(self.seed)  # every rank: the plain trainer's initialisation
         model = build_model(self.shape, param).to(self.runtime.device)
+        if self.runtime.compile:  # per block, before sharding (torchtitan's order)
+            compile_blocks(model)
         for block in model.blocks:
             fully_shard(block)  # unsharded one block at a time in forward and backward
         objective = Objective(model)
