@@ -41,3 +41,12 @@ def trial_workers(spec: ExperimentSpec, shape: ModelShape, gpu_bytes: int | None
         if worker_memory(spec, shape, workers) <= usable:
             return workers
     return most
+
+
+def sharded_concurrency(cluster: dict[str, float], cpu: float, gpu: float, workers: int) -> int:
+    """Jobs of ``workers`` workers (``cpu`` CPUs, ``gpu`` GPUs each) the cluster holds at once
+    (at least 1: a larger job waits for the autoscaler as a trial does)."""
+    fits = cluster.get("CPU", 0) // (workers * cpu)
+    if gpu > 0:
+        fits = min(fits, cluster.get("GPU", 0) // (workers * gpu))
+    return max(1, int(fits))

@@ -8,7 +8,7 @@ import pytest
 from dwtune.core import memory
 from dwtune.core.budget import ModelShape, count_params
 from dwtune.core.errors import InputError
-from dwtune.core.sharding import trial_workers, worker_memory
+from dwtune.core.sharding import sharded_concurrency, trial_workers, worker_memory
 from dwtune.core.spec import spec_from_dict
 from tests.helpers.specs import small_simulated
 
@@ -88,3 +88,10 @@ def test_on_gpus_of_known_memory_a_cell_spans_the_fewest_workers_that_hold_it():
     assert trial_workers(spec, large.shape, 1) == 8
     # unknown GPU memory: all of them
     assert trial_workers(spec, large.shape, None) == 8
+
+
+def test_as_many_sharded_jobs_run_at_once_as_the_cluster_holds():
+    assert sharded_concurrency({"CPU": 2.0}, 0.5, 0, 2) == 2
+    assert sharded_concurrency({"CPU": 64.0, "GPU": 16.0}, 8, 1, 8) == 1  # CPUs bind
+    assert sharded_concurrency({"CPU": 256.0, "GPU": 16.0}, 8, 1, 4) == 4  # GPUs bind
+    assert sharded_concurrency({"CPU": 1.0}, 1, 0, 4) == 1  # waits for the autoscaler

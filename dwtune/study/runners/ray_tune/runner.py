@@ -19,7 +19,7 @@ from dwtune.core import vocabulary
 from dwtune.core.budget import flops_per_token
 from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord, TrialRequest, record_from_result
-from dwtune.core.sharding import trial_workers
+from dwtune.core.sharding import sharded_concurrency, trial_workers
 from dwtune.core.spec import ExperimentSpec
 from dwtune.outputs import tensorboard
 from dwtune.storage.store import ExperimentStore, user_write_error
@@ -257,7 +257,7 @@ class TuneRunner:
             self._trainable(by_id),
             param_space={"trial_id": tune.grid_search(list(by_id))},
             tune_config=tune.TuneConfig(
-                max_concurrent_trials=self.spec.resources.max_concurrent,
+                max_concurrent_trials=self._max_concurrent(todo),
                 trial_name_creator=lambda trial: by_id[trial.config["trial_id"]].name,
                 trial_dirname_creator=lambda trial: by_id[trial.config["trial_id"]].name,
                 # Reusing a CPU trial's worker saves its start-up (~1 s); GPU trials get a
@@ -292,6 +292,16 @@ class TuneRunner:
 
     def _sharded(self, requests: list[TrialRequest]) -> bool:
         return any(n > 1 for n in self._workers(requests).values())
+
+    def _max_concurrent(self, requests: list[TrialRequest]) -> int | None:
+        """The spec's limit; else, when trials are sharded, as many jobs of the largest as the
+        cluster holds at once. Tune sees only a sharded trial's 0.01-CPU driver, and would
+        otherwise start every trial, each then waiting on resources with its processes up."""
+        resources = self.spec.resources
+        widest = max(self._workers(requests).values(), default=1)
+        if resources.max_concurrent is not None or widest == 1:
+            return resources.max_concurrent
+        return sharded_concurrency(ray.cluster_resources(), resources.cpu, resources.gpu, widest)
 
     def _trainable(self, by_id: dict[str, TrialRequest]):
         workers = self._workers(list(by_id.values()))
