@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus", type=int, default=1, help="GPUs for the wall time (default 1)")
 
 
-def _render(row: dict) -> list[str]:
+def _render(row: dict, columns: tuple[tuple[str, str, str], ...] = COLUMNS) -> list[str]:
     values = dict(row)
     for key in ("budget", "params_non_embedding", "params_total", "flops_per_token"):
         values[key] = format_size(row[key])
@@ -66,11 +66,21 @@ def _render(row: dict) -> list[str]:
     split = f"{row['micro_batch']}x{row['accumulation']}" if row["accumulation"] > 1 else ""
     split = (split or str(row["micro_batch"])) + ("+ckpt" if row["checkpointing"] else "")
     values["split"] = "no fit" if row["fits"] is False else split
-    return [fmt.format(values[key]) for key, _, fmt in COLUMNS]
+    return [fmt.format(values[key]) for key, _, fmt in columns]
+
+
+# Shown only when some cell's trials span several workers (resources.workers_per_trial).
+WORKERS_COLUMN = ("workers", "workers", "{:>7}")
+
+
+def _columns(rows: list[dict]) -> tuple[tuple[str, str, str], ...]:
+    sharded = any(row.get("workers", 1) > 1 for row in rows)
+    return (*COLUMNS[:-1], WORKERS_COLUMN, COLUMNS[-1]) if sharded else COLUMNS
 
 
 def format_table(spec: ExperimentSpec, rows: list[dict]) -> str:
-    header = [fmt.format(title) for _, title, fmt in COLUMNS]
+    columns = _columns(rows)
+    header = [fmt.format(title) for _, title, fmt in columns]
     lines = [
         f"{spec.name}: {len(rows)} cells x {len(spec.space.seeds)} seed(s) = "
         f"{len(rows) * len(spec.space.seeds)} trainings; trainer {spec.trainer}"
@@ -79,12 +89,19 @@ def format_table(spec: ExperimentSpec, rows: list[dict]) -> str:
         f"lcm(heads={spec.model.heads}, multiple={spec.model.width_multiple})",
         "  ".join(header),
     ]
-    lines += ["  ".join(_render(row)) for row in rows]
+    lines += ["  ".join(_render(row, columns)) for row in rows]
     missed = sum(not r["within_tolerance"] for r in rows)
     if any(r["accumulation"] > 1 or r["checkpointing"] or r["fits"] is False for r in rows):
         lines.append(
             "mbatch: sequences per pass x passes per step (+ckpt: activation checkpointing; "
             "no fit: at no micro-batch)"
+        )
+    sharded = [r for r in rows if r.get("workers", 1) > 1]
+    if sharded:
+        lines.append(
+            f"{len(sharded)} of {len(rows)} cells shard each trial over its workers "
+            f"(FSDP2, a Ray Train job per trial; resources.workers_per_trial "
+            f"{spec.resources.workers_per_trial})"
         )
     lines.append(
         f"* {missed} cell(s) miss their budget by more than {BUDGET_TOLERANCE:.0%}: the width "

@@ -27,6 +27,7 @@ is built) for three shapes, within 20%.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -207,4 +208,23 @@ def packing_problem(
         f"resources.gpu: got {gpu_fraction:g}; {what} needs about {estimate_bytes / 2**30:.1f} "
         f"GiB but its share of a {gpu_memory_bytes / 2**30:.0f} GiB GPU is "
         f"{share / 2**30:.1f} GiB; use {fix}"
+    )
+
+
+def sharded_memory(
+    shape: ModelShape, batch_size: int, workers: int, activation_bytes: int = 4
+) -> MemoryEstimate:
+    """Peak memory of one worker of a trial sharded over ``workers`` (FSDP2, bytes).
+
+    Each worker keeps 1/workers of the weights, gradients and AdamW moments, plus one block's
+    weights and gradients unsharded while that block runs (two with the next one's prefetch:
+    4 full fp32 copies of a block), and the activations and logits of its batch/workers rows.
+    """
+    if workers == 1:
+        return trial_memory(shape, batch_size, activation_bytes)
+    own = trial_memory(shape, max(1, batch_size // workers), activation_bytes)
+    params = count_params(shape)
+    gathered = 4 * 4 * params.blocks // max(1, shape.depth)
+    return dataclasses.replace(
+        own, weights_and_optimizer=math.ceil(16 * params.total / workers) + gathered
     )

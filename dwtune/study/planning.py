@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from dwtune.core import cost, memory, scale
+from dwtune.core import cost, memory, scale, sharding
 from dwtune.core.budget import BUDGET_TOLERANCE, GridCell, depth_threshold, flops_per_token
 from dwtune.core.errors import InputError
 from dwtune.core.spec import BUILTIN_CORPORA, DataConfig, ExperimentSpec
@@ -62,7 +62,7 @@ def check_scale(spec: ExperimentSpec) -> scale.CorpusSize:
 # --------------------------------------------------------------------------- grid cells
 
 
-def cell_row(cell: GridCell, split: memory.MicroBatches | None = None) -> dict:
+def cell_row(cell: GridCell, split: CellSplit | None = None, batch_size: int = 0) -> dict:
     """One plan row; ``regime`` says whether the depth is above L_th = log3(width); with
     ``split``, the cell's micro-batches and memory (:func:`split_fields`)."""
     threshold = depth_threshold(cell.shape.width)
@@ -80,13 +80,19 @@ def cell_row(cell: GridCell, split: memory.MicroBatches | None = None) -> dict:
         "flops_per_token": flops_per_token(cell.shape),
         "depth_threshold": round(threshold, 2),
         "regime": "above L_th" if cell.depth > threshold else "below L_th",
-        **(split_fields(split) if split else {}),
+        **(split_fields(split, batch_size) if split else {}),
     }
 
 
 def plan_rows(spec: ExperimentSpec, device: str | None = None) -> list[dict]:
+    """Every cell's row: its micro-batch split (:func:`cell_split`) and ``workers``, the
+    processes (GPUs) one of its trials spans."""
     share = trial_share_bytes(spec, device)
-    return [cell_row(cell, cell_split(spec, cell, share)) for cell in spec.grid()]
+    gpu_bytes = gpu_memory_bytes(spec, device)
+    batch = spec.train.batch_size
+    return [
+        cell_row(cell, cell_split(spec, cell, share, gpu_bytes), batch) for cell in spec.grid()
+    ]
 
 
 # --------------------------------------------------------------------------- corpus
@@ -119,9 +125,14 @@ def corpus_lines(info: dict) -> list[str]:
 # --------------------------------------------------------------------------- memory, packing
 
 
-def activation_bytes(spec: ExperimentSpec) -> int:
-    """2 under bf16 autocast on a GPU, 4 in fp32 on CPU."""
-    return 2 if spec.resources.gpu > 0 else 4
+activation_bytes = sharding.activation_bytes
+
+
+def cell_memory(spec: ExperimentSpec, cell: GridCell, gpu_bytes: int | None = None) -> int:
+    """Peak bytes of one process of a trial of ``cell`` with its whole batch at once (one
+    worker's, when it is sharded)."""
+    workers = sharding.trial_workers(spec, cell.shape, gpu_bytes)
+    return sharding.worker_memory(spec, cell.shape, workers)
 
 
 def gpu_memory_bytes(spec: ExperimentSpec, device: str | None) -> int | None:
@@ -138,13 +149,38 @@ def trial_share_bytes(spec: ExperimentSpec, device: str | None) -> float | None:
     return memory.gpu_share_bytes(gpu_bytes, spec.resources.gpu)
 
 
+@dataclass(frozen=True)
+class CellSplit:
+    """How a trial of a cell runs: its micro-batches, or its workers when it is sharded (a
+    sharded trial trains its B/N rows in one pass per worker)."""
+
+    split: memory.MicroBatches | None  # None when sharded
+    workers: int = 1
+    worker_bytes: int = 0  # one worker's peak, when sharded
+    share_bytes: float | None = None
+
+    @property
+    def fits(self) -> bool:
+        if self.split is not None:
+            return self.split.fits
+        return self.share_bytes is None or self.worker_bytes <= self.share_bytes
+
+
 def cell_split(
-    spec: ExperimentSpec, cell: GridCell, share_bytes: float | None
-) -> memory.MicroBatches:
+    spec: ExperimentSpec,
+    cell: GridCell,
+    share_bytes: float | None,
+    gpu_bytes: int | None = None,
+) -> CellSplit:
     """The micro-batches and checkpointing the trainer will choose for ``cell`` (the same
-    rule, :func:`dwtune.core.memory.micro_batches`), in ``share_bytes`` of GPU memory."""
+    rule, :func:`dwtune.core.memory.micro_batches`), in ``share_bytes`` of GPU memory; or, for
+    a cell the planner shards (:func:`dwtune.core.sharding.trial_workers`), its workers."""
+    workers = sharding.trial_workers(spec, cell.shape, gpu_bytes)
+    if workers > 1:
+        need = sharding.worker_memory(spec, cell.shape, workers)
+        return CellSplit(None, workers, need, share_bytes)
     train = spec.train
-    return memory.micro_batches(
+    split = memory.micro_batches(
         cell.shape,
         train.batch_size,
         activation_bytes(spec),
@@ -152,54 +188,70 @@ def cell_split(
         train.micro_batch_size,
         train.checkpointing,
     )
+    return CellSplit(split)
 
 
-def split_fields(split: memory.MicroBatches) -> dict:
+def split_fields(split: CellSplit, batch_size: int) -> dict:
     """A cell's ``--json`` fields for its split; ``fits`` None: no GPU memory to fit."""
+    if split.split is None:
+        return {
+            "workers": split.workers,
+            "micro_batch": batch_size // split.workers,
+            "accumulation": 1,
+            "checkpointing": False,
+            "memory_bytes": split.worker_bytes,
+            "fits": split.fits if split.share_bytes is not None else None,
+        }
+    micro = split.split
     return {
-        "micro_batch": split.micro_batch,
-        "accumulation": split.accumulation,
-        "checkpointing": split.checkpointing,
-        "memory_bytes": split.estimate.total,
-        "fits": split.fits if split.memory_bytes is not None else None,
+        "workers": 1,
+        "micro_batch": micro.micro_batch,
+        "accumulation": micro.accumulation,
+        "checkpointing": micro.checkpointing,
+        "memory_bytes": micro.estimate.total,
+        "fits": micro.fits if micro.memory_bytes is not None else None,
     }
-
-
-def cell_memory(spec: ExperimentSpec, cell: GridCell) -> int:
-    """Peak memory of the whole batch at once (no micro-batches, no checkpointing)."""
-    return memory.trial_memory(cell.shape, spec.train.batch_size, activation_bytes(spec)).total
 
 
 def _name(cell: GridCell) -> str:
     return f"trial L{cell.depth} x w{cell.shape.width}"
 
 
-def _largest(spec: ExperimentSpec) -> tuple[GridCell, int, str]:
-    widest = max(spec.grid(), key=lambda c: cell_memory(spec, c))
-    return widest, cell_memory(spec, widest), _name(widest)
+def _largest(spec: ExperimentSpec, gpu_bytes: int | None) -> tuple[GridCell, int, str]:
+    widest = max(spec.grid(), key=lambda c: cell_memory(spec, c, gpu_bytes))
+    workers = sharding.trial_workers(spec, widest.shape, gpu_bytes)
+    what = _name(widest)
+    if workers > 1:
+        what += f" (each of its {workers} workers)"
+    return widest, cell_memory(spec, widest, gpu_bytes), what
+
+
+def _split_bytes(split: CellSplit) -> int:
+    return split.worker_bytes if split.split is None else split.split.estimate.total
 
 
 def memory_problem(spec: ExperimentSpec, device: str | None = None) -> str | None:
     """The refusal when a trial fits its share of a GPU at no micro-batch (even one sequence
-    at a time, checkpointed where allowed), else None."""
+    at a time, checkpointed where allowed) and over no allowed number of workers, else None."""
     share = trial_share_bytes(spec, device)
     gpu_bytes = gpu_memory_bytes(spec, device)
     if share is None or gpu_bytes is None:
         return None
-    splits = [(cell, cell_split(spec, cell, share)) for cell in spec.grid()]
+    splits = [(cell, cell_split(spec, cell, share, gpu_bytes)) for cell in spec.grid()]
     failed = [(cell, split) for cell, split in splits if not split.fits]
     if not failed:
         return None
-    cell, split = max(failed, key=lambda item: item[1].estimate.total)
-    problem = memory.packing_problem(
-        split.estimate.total, spec.resources.gpu, gpu_bytes, _name(cell) + " (micro-batch 1)"
+    cell, split = max(failed, key=lambda item: _split_bytes(item[1]))
+    what = _name(cell) + (
+        f" (each of its {split.workers} workers)" if split.split is None else " (micro-batch 1)"
     )
+    problem = memory.packing_problem(_split_bytes(split), spec.resources.gpu, gpu_bytes, what)
     return f"{problem} ({len(failed)} of {len(splits)} cells do not fit)"
 
 
 def check_packing(spec: ExperimentSpec, device: str | None = None) -> None:
     """Refuse (before launch) a study one of whose trials fits its share of a GPU at no
-    micro-batch."""
+    micro-batch and over no allowed number of workers."""
     problem = memory_problem(spec, device)
     if problem:
         raise InputError(problem)
@@ -214,12 +266,12 @@ def packing_info(spec: ExperimentSpec, device: str | None) -> dict | None:
     if share_bytes is None or gpu_bytes is None:
         return None
     cells = spec.grid()
-    fits = [memory.trials_per_gpu(cell_memory(spec, c), gpu_bytes) for c in cells]
+    fits = [memory.trials_per_gpu(cell_memory(spec, c, gpu_bytes), gpu_bytes) for c in cells]
     share = round(1 / spec.resources.gpu) if spec.resources.gpu < 1 else 1
-    widest, need, _ = _largest(spec)
+    widest, need, _ = _largest(spec, gpu_bytes)
     packable = [f for f in fits if f > share]
     suggest = len(packable) == len(fits) and 1 / min(fits) in (0.5, 0.25, 0.125)
-    splits = [cell_split(spec, c, share_bytes) for c in cells]
+    splits = [cell_split(spec, c, share_bytes, gpu_bytes) for c in cells]
     whole_gpu = memory.gpu_share_bytes(gpu_bytes, 1.0)
     too_big = [(c, s) for c, s in zip(cells, splits, strict=True) if not s.fits]
     return {
@@ -234,20 +286,26 @@ def packing_info(spec: ExperimentSpec, device: str | None) -> dict | None:
         "suggested_resources_gpu": 1 / min(fits) if suggest else None,
         "cells": len(cells),
         # of the cells that fit: how many need micro-batches, and checkpointing
-        "cells_micro_batched": sum(s.fits and s.accumulation > 1 for s in splits),
-        "cells_checkpointed": sum(s.fits and s.checkpointing for s in splits),
+        "cells_micro_batched": sum(
+            s.fits and s.split is not None and s.split.accumulation > 1 for s in splits
+        ),
+        "cells_checkpointed": sum(
+            s.fits and s.split is not None and s.split.checkpointing for s in splits
+        ),
+        "cells_sharded": sum(s.split is None for s in splits),
         "cells_too_big": len(too_big),
         # cells whose weights, gradients and AdamW state leave no room on one whole GPU:
-        # they need a trial that spans GPUs (sharded), not a smaller micro-batch
+        # they need a trial that spans more GPUs (resources.workers_per_trial), not a smaller
+        # micro-batch
         "cells_beyond_one_gpu": [
             {
                 "depth": c.depth,
                 "budget": c.budget,
                 "width": c.shape.width,
-                "weights_and_optimizer_bytes": s.estimate.weights_and_optimizer,
+                "weights_and_optimizer_bytes": s.split.estimate.weights_and_optimizer,
             }
             for c, s in too_big
-            if not cell_split(spec, c, whole_gpu).fits
+            if s.split is not None and not cell_split(spec, c, whole_gpu).fits
         ],
         "problem": memory_problem(spec, device),
     }
@@ -351,10 +409,9 @@ def trial_flops(spec: ExperimentSpec, cell: GridCell, share_bytes: float | None 
     steps = spec.train.total_steps(spec.data.seq_len)
     per_eval = spec.train.eval_batches * spec.train.batch_size * spec.data.seq_len
     eval_tokens = (steps // spec.train.eval_every + 1) * per_eval
-    split = cell_split(spec, cell, share_bytes)
-    return cost.trial_flops(
-        cell.shape, scale.tokens_per_trial(spec), eval_tokens, split.checkpointing and split.fits
-    )
+    split = cell_split(spec, cell, share_bytes).split  # sharded trials never checkpoint
+    recompute = split is not None and split.checkpointing and split.fits
+    return cost.trial_flops(cell.shape, scale.tokens_per_trial(spec), eval_tokens, recompute)
 
 
 def study_cost(

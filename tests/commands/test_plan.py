@@ -98,3 +98,42 @@ def heavy_loaded() -> dict[str, list[str]]:
 def test_pure_modules_and_plan_import_no_torch_ray_or_optuna(module, heavy_loaded):
     assert heavy_loaded[module] == []
     assert heavy_loaded["plan"] == []
+
+
+# --------------------------------------------------------------------------- sharded trials
+
+QUICKSTART = ROOT / "search_spaces" / "quickstart.yaml"
+
+
+def test_plan_exits_2_on_a_fractional_gpu_for_a_sharded_trial(capsys):
+    argv = ["plan", str(QUICKSTART), "resources.workers_per_trial=2", "resources.gpu=0.5"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "resources.gpu: got 0.5 with workers_per_trial 2" in err[0]
+
+
+def test_plan_json_and_table_show_the_workers_of_each_cell(capsys):
+    assert main(["plan", str(QUICKSTART), "--json"]) == 0
+    assert {c["workers"] for c in json.loads(capsys.readouterr().out)["cells"]} == {1}
+    assert main(["plan", str(QUICKSTART)]) == 0
+    assert "workers" not in capsys.readouterr().out  # no column when nothing shards
+
+    assert main(["plan", str(QUICKSTART), "resources.workers_per_trial=2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = lines[2].split()
+    assert header[-2:] == ["workers", "regime"]
+    rows = [line.split() for line in lines[3:9]]
+    assert all(row[header.index("workers")] == "2" for row in rows)
+    assert "6 of 6 cells shard each trial over its workers" in "\n".join(lines)
+
+
+def test_paper_scale_shards_only_the_cells_one_gpu_cannot_hold(capsys):
+    argv = ["plan", str(PAPER), "resources.workers_per_trial=8", "--device", "h100", "--json"]
+    assert main(argv) == 0
+    plan = json.loads(capsys.readouterr().out)
+    workers = {(c["depth"], c["budget"]): c["workers"] for c in plan["cells"]}
+    assert workers[(6, min(b for _, b in workers))] == 1  # the smallest cell: one GPU
+    assert workers[(48, max(b for _, b in workers))] > 1  # the largest: sharded
+    assert set(workers.values()) <= {1, 2, 4, 8}
+    # sharding lets cells fit that one GPU could not hold (paper.yaml alone: 41 too big)
+    assert plan["packing"]["cells_too_big"] < 41

@@ -311,18 +311,26 @@ def window_blocks(losses: np.ndarray, blocks: int = MAX_EVAL_BLOCKS) -> list[flo
     return [float(chunk.mean()) for chunk in np.array_split(losses, blocks)]
 
 
+WindowLosses = Callable[[np.ndarray], torch.Tensor]
+
+
 @torch.no_grad()
-def evaluate(step: TrainStep, batches: list[np.ndarray]) -> tuple[float, float, list[float]]:
+def evaluate(
+    step: TrainStep, batches: list[np.ndarray], losses_of: WindowLosses | None = None
+) -> tuple[float, float, list[float]]:
     """Mean loss over the fixed held-out windows, its standard error over the batches (nats
     per token; NaN with one batch), and each window's loss (blocked, :func:`window_blocks`):
-    every trial of a spec is scored on the same windows, so two nets' losses are paired."""
+    every trial of a spec is scored on the same windows, so two nets' losses are paired.
+    ``losses_of(windows)``: the (B,) window losses of one batch (a sharded trial computes its
+    rows and gathers the rest); by default :func:`window_losses` in this process."""
     model, runtime = step.model, step.runtime
-    model.eval()
-    per_window = []
-    for windows in batches:
-        inputs, targets = to_device(windows, runtime.device)
+
+    def here(windows: np.ndarray) -> torch.Tensor:
         with runtime.autocast():
-            per_window.append(window_losses(model, inputs, targets).float())
+            return window_losses(model, *to_device(windows, runtime.device))
+
+    model.eval()
+    per_window = [(losses_of or here)(windows).float() for windows in batches]
     model.train()
     losses = torch.cat(per_window)  # equal batch sizes: the batch mean of means is the mean
     per_batch = torch.stack([w.mean() for w in per_window])
@@ -385,9 +393,8 @@ class Trainer:
         )
         for windows in self.eval_windows:
             corpus.check_ids(windows, "val")
-        param = for_shape(spec.model, shape)
         self.split = choose_split(spec, shape, self.runtime)
-        self.step_fn = build_training(shape, self.cfg, self.runtime, seed, param, self.split)
+        self.step_fn = self._build(for_shape(spec.model, shape))
         self.total_steps = self.cfg.total_steps(shape.seq_len)
         self.tokens_per_step = self.cfg.batch_size * shape.seq_len
         self.flops_per_token = flops_per_token(shape)
@@ -395,16 +402,44 @@ class Trainer:
         self.progress = Progress()
         self.last_metrics: dict = {}
 
+    # ------------------------------------------------------------------ hooks (sharding)
+
+    def _build(self, param: Parametrization) -> TrainStep:
+        """Model, optimizer and step (a sharded trainer shards the model first, and trains its
+        B/N rows in one pass: it does not micro-batch)."""
+        return build_training(self.shape, self.cfg, self.runtime, self.seed, param, self.split)
+
+    def _local(self, windows: np.ndarray) -> np.ndarray:
+        """The rows of a global batch this process trains on (all of them here)."""
+        return windows
+
+    def _evaluate(self) -> tuple[float, float, list[float]]:
+        return evaluate(self.step_fn, self.eval_windows)
+
+    def _states(self) -> tuple[dict, dict]:
+        """Full (unsharded) model and optimizer state dicts, as a one-process trainer has."""
+        return self.step_fn.model.state_dict(), self.step_fn.optimizer.state_dict()
+
+    def _load_states(self, model_state: dict, optimizer_state: dict) -> None:
+        self.step_fn.model.load_state_dict(model_state)
+        self.step_fn.optimizer.load_state_dict(optimizer_state)
+
+    def _writes_checkpoint(self) -> bool:
+        return True
+
     # ------------------------------------------------------------------ checkpoints
 
     def save(self, directory: str) -> None:
+        model_state, optimizer_state = self._states()
+        if not self._writes_checkpoint():
+            return
         state = {
             "version": CHECKPOINT_VERSION,
             "seed": self.seed,
             "shape": dataclasses.asdict(self.shape),
             "train": dataclasses.asdict(self.cfg),
-            "model": self.step_fn.model.state_dict(),
-            "optimizer": self.step_fn.optimizer.state_dict(),
+            "model": model_state,
+            "optimizer": optimizer_state,
             "progress": dataclasses.asdict(self.progress),
             "rng": torch.get_rng_state(),
             "last_metrics": self.last_metrics,
@@ -430,8 +465,7 @@ class Trainer:
                 f"resume_from: {path} was trained with other settings (changed: "
                 f"{', '.join(changed)}); resume with the original train settings or start afresh"
             )
-        self.step_fn.model.load_state_dict(state["model"])
-        self.step_fn.optimizer.load_state_dict(state["optimizer"])
+        self._load_states(state["model"], state["optimizer"])
         self.progress = Progress(**state["progress"])
         torch.set_rng_state(state["rng"].cpu())
         self.last_metrics = state["last_metrics"]
@@ -459,7 +493,7 @@ class Trainer:
             self.train_tokens, self.seed, step, self.cfg.batch_size, self.shape.seq_len
         )
         self.corpus.check_ids(windows, "train")  # a max over the batch: far below a step's cost
-        loss, norm = self.step_fn(*to_device(windows, self.runtime.device))
+        loss, norm = self.step_fn(*to_device(self._local(windows), self.runtime.device))
         self.progress.step += 1
         return loss, norm
 
@@ -477,7 +511,7 @@ class Trainer:
         train_loss = float(interval.loss_sum) / max(1, interval.steps)
         diverged = diverged or not math.isfinite(train_loss)
         no_eval = (math.nan, math.nan, [])
-        val, val_se, windows = no_eval if diverged else evaluate(self.step_fn, self.eval_windows)
+        val, val_se, windows = no_eval if diverged else self._evaluate()
         diverged = diverged or not math.isfinite(val)
         if not diverged and val < self.progress.best_val:
             self.progress.best_val, self.progress.best_step = val, self.progress.step

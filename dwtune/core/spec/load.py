@@ -344,6 +344,7 @@ def _cross_check(spec: ExperimentSpec) -> ExperimentSpec:
                 )
     _check_distinct_pairs(spec)
     _check_length_factors(spec)
+    _check_sharding(spec)
     spec.grid()  # raises for a budget too small for a depth
     for budget in spec.fit.budgets:  # the grid's rule: at least one layer at the least width
         try:
@@ -354,6 +355,25 @@ def _cross_check(spec: ExperimentSpec) -> ExperimentSpec:
                 f"expected sizes such as 1.75e11"
             ) from None
     return spec
+
+
+def _check_sharding(spec: ExperimentSpec) -> None:
+    """A sharded trial splits every global batch evenly over its workers, and only the torch
+    trainer shards."""
+    workers = spec.resources.workers_per_trial
+    if workers == 1:
+        return
+    if spec.trainer != "torch":
+        raise InputError(
+            f"resources.workers_per_trial: got {workers}; only the torch trainer shards a "
+            f"trial (trainer is {spec.trainer}); use 1"
+        )
+    if spec.train.batch_size % workers:
+        raise InputError(
+            f"train.batch_size: got {spec.train.batch_size}; a trial sharded over "
+            f"resources.workers_per_trial = {workers} workers needs a batch size divisible "
+            f"by {workers}"
+        )
 
 
 MAX_NAME_CHARS = 100  # the experiment folder's name; file systems allow 255 bytes

@@ -411,10 +411,23 @@ class ResourcesConfig:
     retries: int = 1  # re-runs of a failed trial before it is recorded as failed
     # Memory of one GPU (GiB) for packing checks; None: from `dwtune plan --device`.
     gpu_memory_gb: float | None = None
+    # Data-parallel workers one trial may span (a Ray Train job, parameters sharded with
+    # FSDP2); each worker holds `cpu` CPUs and `gpu` GPUs. On GPUs a cell is sharded only when
+    # it does not fit one (known gpu_memory_gb or `plan --device`), over the fewest workers
+    # that hold it; on CPU, or with the GPU memory unknown, every cell uses all of them.
+    workers_per_trial: int = 1
 
     def __post_init__(self) -> None:
         positive("resources.cpu", self.cpu)
         at_least("resources.gpu", self.gpu, 0)
+        at_least("resources.workers_per_trial", self.workers_per_trial, 1)
+        at_most("resources.workers_per_trial", self.workers_per_trial, limits.MAX_CONCURRENT)
+        if self.workers_per_trial > 1 and self.gpu not in (0, 1):
+            raise InputError(
+                f"resources.gpu: got {self.gpu:g} with workers_per_trial "
+                f"{self.workers_per_trial}; a sharded trial's workers hold one whole GPU each: "
+                f"use gpu 1 (or 0 on CPU)"
+            )
         if 0 < self.gpu < 1 and not math.isclose(1 / self.gpu, round(1 / self.gpu)):
             raise InputError(
                 f"resources.gpu: got {self.gpu}; fractions must divide 1 (0.5, 0.25, 0.125)"

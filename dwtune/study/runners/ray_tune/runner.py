@@ -20,9 +20,11 @@ from dwtune.core import vocabulary
 from dwtune.core.budget import flops_per_token
 from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord, TrialRequest, record_from_result
+from dwtune.core.sharding import sharded_concurrency, trial_workers
 from dwtune.core.spec import ExperimentSpec
 from dwtune.outputs import tensorboard
 from dwtune.storage.store import ExperimentStore, user_write_error
+from dwtune.study.planning import gpu_memory_bytes
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.base import reusable_records
 from dwtune.study.runners.cluster_address import probe
@@ -33,6 +35,9 @@ from dwtune.study.runners.ray_tune.reaper import Reaper
 from dwtune.study.runners.ray_tune.recorder import RecordingCallback
 from dwtune.study.runners.ray_tune.resources import check_resources
 from dwtune.study.runners.ray_tune.trial import trial_main
+
+# CPUs of a sharded trial's Tune function, which only waits on its Ray Train job.
+DRIVER_CPU = 0.01
 
 # Environment for Tune in the driver: no Tune console tables, no Tune-side CSV/JSON/TensorBoard
 # loggers (dwtune writes its own event files; Tune's would show twice under `tb --logdir`),
@@ -162,6 +167,11 @@ class TuneRunner:
             f"Ray: {len([n for n in ray.nodes() if n.get('Alive')])} node(s), "
             f"{resources.get('CPU', 0):g} CPU, {resources.get('GPU', 0):g} GPU; each trial "
             f"uses {self.spec.resources.cpu:g} CPU, {self.spec.resources.gpu:g} GPU"
+            + (
+                f" per worker, up to {self.spec.resources.workers_per_trial} workers"
+                if self.spec.resources.workers_per_trial > 1
+                else ""
+            )
         )
         problem = tensorboard.tensorboard_problem()
         self.progress.note(problem or f"TensorBoard: tensorboard --logdir {self.store.root}")
@@ -249,12 +259,12 @@ class TuneRunner:
             self._trainable(by_id),
             param_space={"trial_id": tune.grid_search(list(by_id))},
             tune_config=tune.TuneConfig(
-                max_concurrent_trials=self.spec.resources.max_concurrent,
+                max_concurrent_trials=self._max_concurrent(todo),
                 trial_name_creator=lambda trial: by_id[trial.config["trial_id"]].name,
                 trial_dirname_creator=lambda trial: by_id[trial.config["trial_id"]].name,
                 # Reusing a CPU trial's worker saves its start-up (~1 s); GPU trials get a
                 # fresh process so CUDA memory is returned between trials.
-                reuse_actors=self.spec.resources.gpu == 0,
+                reuse_actors=self.spec.resources.gpu == 0 and not self._sharded(todo),
                 scheduler=scheduler,
             ),
             run_config=tune.RunConfig(
@@ -277,16 +287,47 @@ class TuneRunner:
             callback.discard_boards()
         _remove_run(self.store.root / vocabulary.RAY_DIR / name)
 
+    def _workers(self, requests: list[TrialRequest]) -> dict[str, int]:
+        """Workers of each request's trial (1: one process), the planner's choice per cell."""
+        gpu_bytes = gpu_memory_bytes(self.spec, None)
+        return {r.trial_id: trial_workers(self.spec, r.shape, gpu_bytes) for r in requests}
+
+    def _sharded(self, requests: list[TrialRequest]) -> bool:
+        return any(n > 1 for n in self._workers(requests).values())
+
+    def _max_concurrent(self, requests: list[TrialRequest]) -> int | None:
+        """The spec's limit; else, when trials are sharded, as many jobs of the largest as the
+        cluster holds at once. Tune sees only a sharded trial's 0.01-CPU driver, and would
+        otherwise start every trial, each then waiting on resources with its processes up."""
+        resources = self.spec.resources
+        widest = max(self._workers(requests).values(), default=1)
+        if resources.max_concurrent is not None or widest == 1:
+            return resources.max_concurrent
+        return sharded_concurrency(ray.cluster_resources(), resources.cpu, resources.gpu, widest)
+
     def _trainable(self, by_id: dict[str, TrialRequest]):
-        trainable = tune.with_parameters(trial_main, spec=self.trial_spec, requests=by_id)
-        resources = {"cpu": self.spec.resources.cpu, "gpu": self.spec.resources.gpu}
+        workers = self._workers(list(by_id.values()))
+        trainable = tune.with_parameters(
+            trial_main, spec=self.trial_spec, requests=by_id, workers=workers
+        )
+        plain = {"CPU": self.spec.resources.cpu, "GPU": self.spec.resources.gpu}
+        plain = {key: amount for key, amount in plain.items() if amount > 0}
+        # A sharded trial's Tune function only waits on its Ray Train job, whose workers
+        # hold the CPUs and GPUs (sharded_trial); the plain ones hold them themselves.
+        driver = {"CPU": DRIVER_CPU}
+
+        def resources(config: dict) -> tune.PlacementGroupFactory:
+            one = workers.get(config["trial_id"], 1) == 1
+            return tune.PlacementGroupFactory([plain if one else driver])
+
         return tune.with_resources(trainable, resources)
 
 
 def _remove_run(run_dir: Path) -> None:
     """Remove a recorded batch's Tune run folder. dwtune resumes from its own records, never
     through ``Tuner.restore`` (module doc), so the folder is state no tool can use: its
-    checkpoints run to GBs, its experiment state to about 35 kB a trial."""
+    checkpoints run to GBs, its experiment state to about 35 kB a trial, and a sharded
+    trial's Ray Train job keeps its own checkpoints inside it (sharded_trial.TRAIN_DIR)."""
     shutil.rmtree(run_dir, ignore_errors=True)
     with contextlib.suppress(OSError):
         run_dir.parent.rmdir()  # ray/ itself, once no run of a live or killed driver is left

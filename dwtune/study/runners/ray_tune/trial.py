@@ -51,8 +51,16 @@ def _resume_dir() -> Iterator[str | None]:
         yield path
 
 
-def trial_main(config: dict, *, spec: ExperimentSpec, requests: dict[str, TrialRequest]) -> None:
-    """The Tune function trainable: train one request, reporting through ``tune.report``."""
+def trial_main(
+    config: dict,
+    *,
+    spec: ExperimentSpec,
+    requests: dict[str, TrialRequest],
+    workers: dict[str, int] | None = None,
+) -> None:
+    """The Tune function trainable: train one request, reporting through ``tune.report``.
+    ``workers[trial_id]`` > 1: the request is a Ray Train job of that many workers
+    (:mod:`.sharded_trial`)."""
     request = requests[config["trial_id"]]
     spec = request_spec(spec, request)  # the trial's own rate and steps
     start = time.perf_counter()
@@ -60,6 +68,11 @@ def trial_main(config: dict, *, spec: ExperimentSpec, requests: dict[str, TrialR
 
     def extra() -> dict:
         return {NODE_KEY: node, ATTEMPT_S_KEY: time.perf_counter() - start}
+
+    count = (workers or {}).get(request.trial_id, 1)
+    if count > 1:
+        _sharded_main(spec, request, count, extra)
+        return
 
     def report(values: dict, checkpoint_dir: str | None) -> None:
         # Tune copies the checkpoint to storage before report returns, so the trainer may
@@ -72,4 +85,17 @@ def trial_main(config: dict, *, spec: ExperimentSpec, requests: dict[str, TrialR
         final = run_training(
             spec, request.shape, request.seed, report, checkpoint_dir=scratch, resume_from=resume
         )
+    tune.report({**final, **extra(), FINAL_KEY: True})
+
+
+def _sharded_main(spec: ExperimentSpec, request: TrialRequest, workers: int, extra) -> None:
+    """A trial over ``workers`` workers: its reports come from the job's rank 0, through Ray
+    Train's TuneReportCallback; the final one is reported here, as a one-process trial's is."""
+    from dwtune.study.runners.ray_tune.sharded_trial import run_sharded_job
+
+    tune.report({**extra(), STARTED_KEY: True})
+    trial_dir = tune.get_context().get_trial_dir()
+    final = run_sharded_job(
+        spec, request, workers, trial_dir, {NODE_KEY: extra()[NODE_KEY]}, ATTEMPT_S_KEY
+    )
     tune.report({**final, **extra(), FINAL_KEY: True})

@@ -1,0 +1,130 @@
+"""The sharded trainer (FSDP2 over gloo, 2 local processes) against the plain one-process
+trainer: same data, seed and global batch, so the same loss curve up to summation order.
+
+Marked slow: each test spawns two processes that import torch (about 15 s on 2 cores)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dwtune.backends.pytorch.perf import PEAK_ENV
+from dwtune.backends.pytorch.sharded import check_divides
+from dwtune.backends.pytorch.train import CHECKPOINT_FILE, train_model
+from dwtune.core import vocabulary
+from dwtune.core.budget import ModelShape
+from dwtune.core.errors import InputError
+from dwtune.core.spec import spec_from_dict
+from tests.helpers.sharded import run_sharded
+
+# Two blocks, so FSDP shards the blocks and the root separately; untied head.
+SHAPE = ModelShape(depth=2, width=16, heads=2, vocab_size=96, seq_len=16)
+CURVE = (vocabulary.TRAIN_LOSS, vocabulary.VAL_LOSS, vocabulary.GRAD_NORM)
+# float32 sums in another order (a slice mean, then the ranks' mean; sharded AdamW): the
+# curves agree to about 1e-6 relative; a wrong gradient scale or batch slice moves them 1e-2.
+RTOL = 1e-4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fixed_peak():
+    """A given peak FLOP/s (the CPU's is calibrated, and differs with the thread count), here
+    and in the ranks, which inherit the environment."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(PEAK_ENV, "1e12")
+        yield
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory):
+    return spec_from_dict(
+        {
+            "name": "sharded",
+            "space": {"depths": [2], "budgets": [1e4]},
+            "data": {
+                "cache_dir": str(tmp_path_factory.mktemp("token-cache")),
+                "seq_len": 16,
+                "vocab_size": 96,
+            },
+            "model": {"width_multiple": 2},
+            "train": {
+                "steps": 20,
+                "batch_size": 4,
+                "lr": 3e-3,
+                "warmup_steps": 3,
+                "eval_every": 5,
+                "eval_batches": 2,
+            },
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def plain(spec, tmp_path_factory):
+    reports: list[dict] = []
+    directory = tmp_path_factory.mktemp("plain")
+    final = train_model(
+        spec, SHAPE, 0, lambda m, _c: reports.append(m), checkpoint_dir=str(directory)
+    )
+    return reports, final
+
+
+def curve(reports: list[dict]) -> list[tuple]:
+    return [(r[vocabulary.STEP], *(r[k] for k in CURVE)) for r in reports]
+
+
+def assert_close(got: list[tuple], want: list[tuple]) -> None:
+    assert [g[0] for g in got] == [w[0] for w in want]  # the same evaluation steps
+    for g, w in zip(got, want, strict=True):
+        for a, b in zip(g[1:], w[1:], strict=True):
+            assert math.isclose(a, b, rel_tol=RTOL), (g, w)
+
+
+@pytest.mark.slow
+def test_two_sharded_workers_reach_the_plain_trials_loss_curve(spec, plain, tmp_path):
+    reports, final = plain
+    ranks = run_sharded(tmp_path, 2, spec=spec, shape=SHAPE, seed=0)
+    for rank in ranks:
+        assert_close(curve(rank["reports"]), curve(reports))
+        assert rank["final"][vocabulary.STATUS] == vocabulary.STATUS_FINISHED
+        # the held-out windows are gathered in order: the same per-window losses
+        windows = rank["final"][vocabulary.VAL_WINDOWS]
+        assert len(windows) == len(final[vocabulary.VAL_WINDOWS])
+        for a, b in zip(windows, final[vocabulary.VAL_WINDOWS], strict=True):
+            assert math.isclose(a, b, rel_tol=RTOL)
+    # MFU against the peak of both workers: per token/s, half the one-process trial's
+    per_rate = [r[vocabulary.MFU] / r[vocabulary.TOKENS_PER_S] for r in ranks[0]["reports"]]
+    plain_rate = reports[0][vocabulary.MFU] / reports[0][vocabulary.TOKENS_PER_S]
+    assert per_rate == pytest.approx([plain_rate / 2] * len(per_rate), rel=1e-9)
+    # both ranks report the same numbers (they take the same branches)
+    assert curve(ranks[0]["reports"]) == curve(ranks[1]["reports"])
+    # the loss fell: the comparison is between trainings, not two copies of the start
+    assert reports[-1][vocabulary.VAL_LOSS] < reports[0][vocabulary.VAL_LOSS] - 0.1
+
+
+@pytest.mark.slow
+def test_a_sharded_trial_resumes_from_its_checkpoint_as_a_plain_trial_does(spec, plain, tmp_path):
+    reports, _ = plain
+    part = tmp_path / "ckpt"
+    first = run_sharded(
+        tmp_path / "a", 2, spec=spec, shape=SHAPE, seed=0, checkpoint_dir=str(part), stop_at=10
+    )
+    assert all(rank.get("interrupted") for rank in first)
+    # rank 0 writes the checkpoint and passes it on; rank 1 passes none
+    assert first[0]["checkpoints"] == [str(part), str(part)]
+    assert first[1]["checkpoints"] == [None, None]
+    assert (part / CHECKPOINT_FILE).is_file()
+    resumed = run_sharded(tmp_path / "b", 2, spec=spec, shape=SHAPE, seed=0, resume_from=str(part))
+    got = curve(first[0]["reports"] + resumed[0]["reports"])
+    assert [r[vocabulary.STEP] for r in resumed[0]["reports"]] == [15, 20]
+    assert_close(got, curve(reports))
+    # the checkpoint holds the full state in the plain format: a one-process trial resumes it
+    tail: list[dict] = []
+    train_model(spec, SHAPE, 0, lambda m, _c: tail.append(m), resume_from=str(part))
+    assert_close(curve(first[0]["reports"] + tail), curve(reports))
+
+
+def test_a_batch_the_workers_cannot_split_evenly_is_refused():
+    check_divides(8, 2)
+    with pytest.raises(InputError, match=r"^train.batch_size: got 3; .* divisible by 2$"):
+        check_divides(3, 2)

@@ -1,0 +1,97 @@
+"""Trials over several workers: the spec's rules, the per-worker memory and the per-cell
+choice (core.sharding). `dwtune plan`'s workers column: tests/commands/test_plan.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from dwtune.core import memory
+from dwtune.core.budget import ModelShape, count_params
+from dwtune.core.errors import InputError
+from dwtune.core.sharding import sharded_concurrency, trial_workers, worker_memory
+from dwtune.core.spec import spec_from_dict
+from tests.helpers.specs import small_simulated
+
+GiB = 2**30
+
+
+def torch_spec(**resources) -> object:
+    return spec_from_dict(small_simulated(trainer="torch", resources=resources))
+
+
+@pytest.mark.parametrize(
+    ("resources", "train", "message"),
+    [
+        ({"workers_per_trial": 0}, {}, r"^resources.workers_per_trial: got 0; expected a value"),
+        (
+            {"workers_per_trial": 2, "gpu": 0.5},
+            {},
+            r"^resources.gpu: got 0.5 with workers_per_trial 2; .* use gpu 1 \(or 0 on CPU\)$",
+        ),
+        (
+            {"workers_per_trial": 2, "gpu": 2},
+            {},
+            r"^resources.gpu: got 2 with workers_per_trial 2;",
+        ),
+        (
+            {"workers_per_trial": 3},
+            {"batch_size": 8},
+            r"^train.batch_size: got 8; .*workers_per_trial = 3 workers needs a batch size "
+            r"divisible by 3$",
+        ),
+    ],
+)
+def test_bad_sharding_settings_are_refused_in_one_line(resources, train, message):
+    raw = small_simulated(trainer="torch", resources=resources, train=train)
+    with pytest.raises(InputError, match=message) as caught:
+        spec_from_dict(raw)
+    assert "\n" not in str(caught.value)
+
+
+def test_only_the_torch_trainer_shards():
+    with pytest.raises(InputError, match=r"^resources.workers_per_trial: got 2; only the torch"):
+        spec_from_dict(small_simulated(resources={"workers_per_trial": 2}))
+
+
+def test_a_worker_holds_its_share_of_the_state_and_of_the_batch():
+    shape = ModelShape(depth=4, width=256, heads=2, vocab_size=2000, seq_len=128)
+    whole = memory.trial_memory(shape, 16)
+    assert memory.sharded_memory(shape, 16, 1) == whole
+    quarter = memory.sharded_memory(shape, 16, 4)
+    params = count_params(shape)
+    block = 4 * 4 * params.blocks // shape.depth  # one block gathered: weights and gradients
+    assert quarter.weights_and_optimizer == -(-16 * params.total // 4) + block
+    assert quarter.activations == memory.trial_memory(shape, 4).activations
+    assert quarter.total < whole.total / 2
+
+
+def test_on_cpu_every_cell_uses_every_worker_and_one_process_stays_one():
+    spec = torch_spec(workers_per_trial=2, cpu=1)
+    cell = spec.grid()[0]
+    assert trial_workers(spec, cell.shape, None) == 2
+    assert trial_workers(spec, cell.shape, 80 * GiB) == 2  # no GPUs: the spec's number
+    assert trial_workers(torch_spec(), cell.shape, None) == 1
+
+
+def test_on_gpus_of_known_memory_a_cell_spans_the_fewest_workers_that_hold_it():
+    spec = torch_spec(workers_per_trial=8, gpu=1)
+    small, large = spec.grid()[0], spec.grid()[-1]
+    need_small = worker_memory(spec, small.shape, 1)
+    roomy = int(need_small / (1 - memory.GPU_RESERVE_FRACTION)) + 1
+    assert trial_workers(spec, small.shape, roomy) == 1
+    # a GPU that holds half the large trial, but not all of it
+    two = worker_memory(spec, large.shape, 2)
+    gpu = int(two / (1 - memory.GPU_RESERVE_FRACTION)) + 1
+    assert worker_memory(spec, large.shape, 1) > gpu * (1 - memory.GPU_RESERVE_FRACTION)
+    assert trial_workers(spec, large.shape, gpu) == 2
+    # nothing holds it: all 8 (the plan's packing check then says it does not fit)
+    assert trial_workers(spec, large.shape, 1) == 8
+    # unknown GPU memory: all of them
+    assert trial_workers(spec, large.shape, None) == 8
+
+
+def test_as_many_sharded_jobs_run_at_once_as_the_cluster_holds():
+    assert sharded_concurrency({"CPU": 2.0}, 0.5, 0, 2) == 2
+    assert sharded_concurrency({"CPU": 64.0, "GPU": 16.0}, 8, 1, 8) == 1  # CPUs bind
+    assert sharded_concurrency({"CPU": 256.0, "GPU": 16.0}, 8, 1, 4) == 4  # GPUs bind
+    assert sharded_concurrency({"CPU": 1.0}, 1, 0, 4) == 1  # waits for the autoscaler
