@@ -167,7 +167,7 @@ def test_on_a_gpu_the_trainer_splits_as_the_plan_shows(cache_dir, monkeypatch):
     cell = spec.grid()[0]
     gpu = Runtime(torch.device("cuda"), compile=False, threads=1)
     trainer_split = choose_split(spec, cell.shape, gpu)
-    assert trainer_split == cell_split(spec, cell, trial_share_bytes(spec, "h100"))
+    assert trainer_split == cell_split(spec, cell, trial_share_bytes(spec, "h100")).split
     assert trainer_split.accumulation > 1 and trainer_split.fits
     cpu = Runtime(torch.device("cpu"), compile=False, threads=1)
     assert choose_split(spec, cell.shape, cpu).accumulation == 1  # CPU: no memory limit

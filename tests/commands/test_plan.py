@@ -121,19 +121,22 @@ def test_plan_json_and_table_show_the_workers_of_each_cell(capsys):
     assert main(["plan", str(QUICKSTART), "resources.workers_per_trial=2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     header = lines[2].split()
-    assert header[-2:] == ["workers", "regime"]
+    assert header[-3:] == ["regime", "workers", "mbatch"]
     rows = [line.split() for line in lines[3:9]]
-    assert all(row[header.index("workers")] == "2" for row in rows)
+    assert all(row[-2] == "2" for row in rows)  # workers, then mbatch ("below L_th": 2 words)
     assert "6 of 6 cells shard each trial over its workers" in "\n".join(lines)
 
 
 def test_paper_scale_shards_only_the_cells_one_gpu_cannot_hold(capsys):
     argv = ["plan", str(PAPER), "resources.workers_per_trial=8", "--device", "h100", "--json"]
-    assert main(argv) == 0
+    assert main(argv) == 3  # refused: no corpus here, and the one cell that does not fit below
     plan = json.loads(capsys.readouterr().out)
+    assert {r["reason"] for r in plan["refusals"]} == {"corpus_missing", "does_not_fit"}
     workers = {(c["depth"], c["budget"]): c["workers"] for c in plan["cells"]}
     assert workers[(6, min(b for _, b in workers))] == 1  # the smallest cell: one GPU
     assert workers[(48, max(b for _, b in workers))] > 1  # the largest: sharded
     assert set(workers.values()) <= {1, 2, 4, 8}
-    # sharding lets cells fit that one GPU could not hold (paper.yaml alone: 41 too big)
+    # sharding lets cells fit that one GPU could not hold (paper.yaml alone: 41 too big); the
+    # largest (L48, 1e10) needs 76.9 GiB a worker over 8: a sharded trial does not micro-batch
     assert plan["packing"]["cells_too_big"] < 41
+    assert plan["packing"]["cells_sharded"] == sum(w > 1 for w in workers.values()) > 0
