@@ -22,12 +22,14 @@ from dwtune.core.records import TrialRecord, TrialRequest, record_from_result
 from dwtune.core.spec import ExperimentSpec
 from dwtune.outputs import tensorboard
 from dwtune.storage.store import ExperimentStore, user_write_error
+from dwtune.study.feed import RequestFeed
 from dwtune.study.progress import StudyProgress
-from dwtune.study.runners.base import reusable_records
+from dwtune.study.runners.base import reusable_record, reusable_records
 from dwtune.study.runners.cluster_address import probe
 from dwtune.study.runners.ray_tune import embedded_ray
 from dwtune.study.runners.ray_tune.asha import CellASHA
 from dwtune.study.runners.ray_tune.cluster_token import check_token
+from dwtune.study.runners.ray_tune.feed_searcher import REQUEST_KEY, FeedSearcher
 from dwtune.study.runners.ray_tune.reaper import Reaper
 from dwtune.study.runners.ray_tune.recorder import RecordingCallback
 from dwtune.study.runners.ray_tune.resources import check_resources
@@ -44,6 +46,8 @@ QUIET_TUNE_ENV = {
 }
 # The embedded instance passes only specs and small dicts through the object store.
 EMBEDDED_OBJECT_STORE_BYTES = 512 * 2**20
+# Trials Tune queues ahead from the feed's searcher (its default for a custom searcher is 1).
+FEED_PENDING_TRIALS = 64
 
 
 # --------------------------------------------------------------------------- connecting
@@ -242,18 +246,96 @@ class TuneRunner:
             self.tensorboard,
             stopped_early=scheduler is not None,
         )
+        self._tune(
+            stage,
+            callback,
+            by_id,
+            param_space={"trial_id": tune.grid_search(list(by_id))},
+            scheduler=scheduler,
+        )
+
+    def run_feed(self, feed: RequestFeed) -> None:
+        """Train a :class:`~dwtune.study.feed.RequestFeed` until every stream is done, in one
+        Tune run: each slot takes the feed's next request as it frees, so a pair whose points
+        are in proposes and trains its next point while other pairs are still training."""
+        feed.start(lambda r: reusable_record(self.store, r, self._failed_here))
+        first = feed.queued[0] if feed.queued else None
+        stage = first.stage if first is not None else vocabulary.Stage.REFINE
+        if self.progress:
+            costs = {r.trial_id: self._cost(r) for r in feed.queued}
+            self.progress.begin(stage, list(feed.queued), [], costs)
+        feed.on_queue = self._planned
+        try:
+            while not feed.done:
+                if feed.idle:
+                    raise RuntimeError("the feed waits for trainings none will give (a bug)")
+                self._fit_feed(stage, feed)
+                # Tune ended without recording some handed-out request: recorded as failed
+                for trial_id, request in list(feed.in_flight.items()):
+                    feed.finished(trial_id, self._recorded(request))
+        finally:
+            feed.on_queue = None
+        if self.progress:
+            self.progress.end()
+
+    def _planned(self, requests: list[TrialRequest]) -> None:
+        if self.progress:
+            self.progress.add(requests, {r.trial_id: self._cost(r) for r in requests})
+
+    def _fit_feed(self, stage: str, feed: RequestFeed) -> None:
+        self._prepare_corpus()
+        by_id: dict[str, TrialRequest] = {}  # filled as the searcher hands requests out
+
+        def hand_out(request: TrialRequest) -> None:
+            by_id[request.trial_id] = request
+
+        def recorded(request: TrialRequest, record: TrialRecord) -> None:
+            if record.status == vocabulary.STATUS_FAILED:
+                self._failed_here.add(request.trial_id)
+            feed.finished(request.trial_id, record)
+
+        callback = RecordingCallback(
+            self.spec, self.store, by_id, self.progress, self.tensorboard, on_record=recorded
+        )
+        # Tune keeps one pending trial for a custom searcher unless told: enough to fill
+        # every slot at once as a round of requests comes in.
+        pending = {"TUNE_MAX_PENDING_TRIALS_PG": str(FEED_PENDING_TRIALS)}
+        saved = {key: os.environ.get(key) for key in pending}
+        embedded_ray.set_env(pending)
+        try:
+            self._tune(stage, callback, by_id, search_alg=FeedSearcher(feed, hand_out))
+        finally:
+            embedded_ray.set_env(saved)
+
+    def _tune(
+        self,
+        stage: str,
+        callback: RecordingCallback,
+        by_id: dict[str, TrialRequest],
+        param_space: dict | None = None,
+        scheduler: object = None,
+        search_alg: object = None,
+    ) -> None:
+        """One Tune run of the requests ``param_space`` or ``search_alg`` give: ``by_id`` holds
+        them (the searcher's as it hands them out, each also in its trial's config)."""
+
+        def request_of(trial) -> TrialRequest:
+            return trial.config.get(REQUEST_KEY) or by_id[trial.config["trial_id"]]
+
         name = self._experiment_name(stage)
         tuner = tune.Tuner(
-            self._trainable(by_id),
-            param_space={"trial_id": tune.grid_search(list(by_id))},
+            self._trainable(None if search_alg is not None else by_id),
+            param_space=param_space,
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=self.spec.resources.max_concurrent,
-                trial_name_creator=lambda trial: by_id[trial.config["trial_id"]].name,
-                trial_dirname_creator=lambda trial: by_id[trial.config["trial_id"]].name,
+                trial_name_creator=lambda trial: request_of(trial).name,
+                trial_dirname_creator=lambda trial: request_of(trial).name,
                 # Reusing a CPU trial's worker saves its start-up (~1 s); GPU trials get a
                 # fresh process so CUDA memory is returned between trials.
                 reuse_actors=self.spec.resources.gpu == 0,
                 scheduler=scheduler,
+                search_alg=search_alg,
+                num_samples=-1 if search_alg is not None else 1,
             ),
             run_config=tune.RunConfig(
                 name=name,
@@ -275,7 +357,8 @@ class TuneRunner:
             callback.discard_boards()
         _drop_restore_state(self.store.root / vocabulary.RAY_DIR / name)
 
-    def _trainable(self, by_id: dict[str, TrialRequest]):
+    def _trainable(self, by_id: dict[str, TrialRequest] | None):
+        """The trial function; a batch's requests travel with it, a feed's in each config."""
         trainable = tune.with_parameters(trial_main, spec=self.trial_spec, requests=by_id)
         resources = {"cpu": self.spec.resources.cpu, "gpu": self.spec.resources.gpu}
         return tune.with_resources(trainable, resources)

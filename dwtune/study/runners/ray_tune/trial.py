@@ -21,6 +21,7 @@ from dwtune.core import vocabulary
 from dwtune.core.records import TrialRequest, request_spec
 from dwtune.core.spec import ExperimentSpec
 
+REQUEST_KEY = "request"  # a trial's TrialRequest in its Tune config, when a feed hands it out
 # Keys a trial adds to its reports for the driver (not metrics; never in a curve).
 NODE_KEY = "dwtune/node"
 ATTEMPT_S_KEY = "dwtune/attempt_s"  # seconds since this attempt of the trial started
@@ -51,9 +52,12 @@ def _resume_dir() -> Iterator[str | None]:
         yield path
 
 
-def trial_main(config: dict, *, spec: ExperimentSpec, requests: dict[str, TrialRequest]) -> None:
-    """The Tune function trainable: train one request, reporting through ``tune.report``."""
-    request = requests[config["trial_id"]]
+def trial_main(
+    config: dict, *, spec: ExperimentSpec, requests: dict[str, TrialRequest] | None = None
+) -> None:
+    """The Tune function trainable: train one request, reporting through ``tune.report``.
+    The request is the config's ``request`` (a feed's trial), else ``requests``' entry."""
+    request = config.get(REQUEST_KEY) or (requests or {})[config["trial_id"]]
     spec = request_spec(spec, request)  # the trial's own rate and steps
     start = time.perf_counter()
     node = _node_label()
