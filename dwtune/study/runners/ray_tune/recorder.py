@@ -48,6 +48,7 @@ class _TrialState:
     recorded: bool = False  # its record is written (a feed's trial: at its final report)
     writer: object = None
     writer_path: str = ""  # the live TensorBoard folder, named when a write there fails
+    checkpoint_path: str = ""  # its latest checkpoint in storage (the one a retry resumes from)
 
     @property
     def curve(self) -> list[dict]:
@@ -140,6 +141,15 @@ class RecordingCallback(tune.Callback):
             with writing(state.writer_path):
                 tensorboard.add_point(state.writer, point)
                 state.writer.flush()  # the live view shows each report as it comes
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        """Keep a trial's latest checkpoint only (the one a retry resumes from). Tune would
+        keep one itself (``num_to_keep=1``), but then snapshots the whole experiment's state
+        at every checkpoint, which grows with the trials of a run (a refine stage's hundreds)."""
+        state = self._state(trial)
+        previous, state.checkpoint_path = state.checkpoint_path, str(checkpoint.path)
+        if previous and previous != state.checkpoint_path:
+            shutil.rmtree(previous, ignore_errors=True)
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         state = self._state(trial)

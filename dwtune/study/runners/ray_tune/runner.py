@@ -343,7 +343,10 @@ class TuneRunner:
                 verbose=0,
                 callbacks=[callback],
                 failure_config=tune.FailureConfig(max_failures=self.spec.resources.retries),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                # every checkpoint kept by Tune: num_to_keep=N makes Tune save the whole
+                # experiment state after every N checkpoints of a trial (what grows with the
+                # trials of a run); RecordingCallback.on_checkpoint drops all but the latest
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
             ),
         )
         try:
