@@ -85,3 +85,25 @@ def add_runner(parser: argparse.ArgumentParser) -> None:
         help="ray: trials in parallel on Ray Tune (default); local: in this process, one after "
         "another, no Ray (the simulated backend, small studies)",
     )
+
+
+def add_verbosity(parser: argparse.ArgumentParser) -> None:
+    """``-q/--quiet`` and ``-v/--verbose`` (``args.verbosity``: 0, 1 or 2)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "-q",
+        "--quiet",
+        dest="verbosity",
+        action="store_const",
+        const=0,
+        help="no progress display; warnings (failures, retries) and the answer only",
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        dest="verbosity",
+        action="store_const",
+        const=2,
+        help="also a line per finished trial, and debug diagnostics",
+    )
+    parser.set_defaults(verbosity=1)

@@ -26,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Ray cluster to join (HOST:PORT or auto); default: a local instance",
     )
     argtypes.add_runner(parser)
+    argtypes.add_verbosity(parser)
     parser.add_argument(
         "--json", action="store_true", help="print the transitions and files as one JSON object"
     )
@@ -34,11 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dwtune.core.vocabulary import REPORT_FILE, TRANSITIONS_FILE
     from dwtune.study.pipeline import Study
-    from dwtune.study.progress import StudyProgress
+    from dwtune.study.progress import StudyProgress, logging_to
     from dwtune.study.refine import describe
 
     study = Study.open(args.experiment)
-    transitions, results = study.refine(args.address, StudyProgress(stream=sys.stderr), args.runner)
+    progress = StudyProgress(stream=sys.stderr, verbosity=args.verbosity)
+    with logging_to(progress, args.verbosity):
+        transitions, results = study.refine(args.address, progress, args.runner)
     if args.json:
         import json
 

@@ -36,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--grid-only", action="store_true", help="run the grid stage only (no refine, no report)"
     )
     argtypes.add_runner(parser)
+    argtypes.add_verbosity(parser)
     parser.add_argument(
         "--json",
         action="store_true",
@@ -90,13 +91,13 @@ def _interrupted(store) -> int:
 def run(args: argparse.Namespace) -> int:
     from dwtune.study.interruption import catching_ctrl_c, interrupted
     from dwtune.study.pipeline import Study, storage_root
-    from dwtune.study.progress import StudyProgress
+    from dwtune.study.progress import StudyProgress, logging_to
 
     study = Study.from_yaml(args.spec, overrides=args.overrides)
     _check_scale(study.spec)
     storage = storage_root(args.storage)  # a URL is refused before anything starts
-    progress = StudyProgress()
-    with catching_ctrl_c():
+    progress = StudyProgress(verbosity=args.verbosity)
+    with catching_ctrl_c(), logging_to(progress, args.verbosity):
         try:
             results = study.run(storage, args.address, args.grid_only, progress, args.runner)
         except KeyboardInterrupt:

@@ -221,25 +221,33 @@ class Study:
         with store.driver_lock():
             store.initialise(self.spec)
             store.records()  # a corrupt record stops us here, before Ray starts
-            with contextlib.ExitStack() as stack:
-                # Ray starts with the first batch that trains something: rerunning a finished
-                # study (or one whose grid is recorded) needs no Ray instance for what it reuses.
-                trainer = (
-                    local_runner(self.spec, store)
-                    if runner == "local"
-                    else ray_on_first_batch(stack, self.spec, store, address, progress)
-                )
-                rates = searched_rates(self.spec, store, trainer)  # train.lr as a search
-                trainer.run(grid_requests(self.spec, rates.grid_rates if rates else None))
-                if not grid_only and self.spec.refine.pairs:
-                    rate_for = rates.rate_for if rates else None
-                    stage = refine_stage(self.spec, store, progress, rate_for)
-                    transitions = stage.run(trainer.run)
-                    length_check(self.spec, store, stage, transitions, trainer.run, progress)
-            trials_path, curves_path = export_experiment(store)
-            progress.note(f"wrote {trials_path} and {curves_path}")
-            if not grid_only:
-                finish(store)
+            _begin(progress, self.spec)
+            try:
+                with contextlib.ExitStack() as stack:
+                    # Ray starts with the first batch that trains something: rerunning a
+                    # finished study (or one whose grid is recorded) needs no Ray instance for
+                    # what it reuses; once up, it serves every stage of the study.
+                    trainer = (
+                        local_runner(self.spec, store)
+                        if runner == "local"
+                        else ray_on_first_batch(stack, self.spec, store, address, progress)
+                    )
+                    rates = searched_rates(self.spec, store, trainer)  # train.lr as a search
+                    _stage(progress, "grid")
+                    trainer.run(grid_requests(self.spec, rates.grid_rates if rates else None))
+                    if not grid_only and self.spec.refine.pairs:
+                        rate_for = rates.rate_for if rates else None
+                        _stage(progress, "refine")
+                        stage = refine_stage(self.spec, store, progress, rate_for)
+                        transitions = stage.run_on(trainer)
+                        length_check(self.spec, store, stage, transitions, trainer.run, progress)
+                _stage(progress, "export", "exporting trials.parquet and curves.parquet")
+                trials_path, curves_path = export_experiment(store)
+                progress.note(f"wrote {trials_path} and {curves_path}")
+                if not grid_only:
+                    finish(store, progress)
+            finally:
+                _close(progress)
         return StudyResults(store.root)
 
     def refine(
@@ -260,18 +268,24 @@ class Study:
         check_address(address)  # malformed: refused even when nothing needs training
         with store.driver_lock():
             stage = refine_stage(self.spec, store, progress)  # bad pairs fail before Ray
-            with contextlib.ExitStack() as stack:
-                trainer = (
-                    local_runner(self.spec, store)
-                    if runner == "local"
-                    else ray_on_first_batch(stack, self.spec, store, address, progress)
-                )
-                rates = searched_rates(self.spec, store, trainer)  # recorded: trains nothing
-                stage.set_rate_for(rates.rate_for if rates else None)
-                transitions = stage.run(trainer.run)
-                length_check(self.spec, store, stage, transitions, trainer.run, progress)
-            export_experiment(store)
-            finish(store)
+            _begin(progress, self.spec)
+            try:
+                with contextlib.ExitStack() as stack:
+                    trainer = (
+                        local_runner(self.spec, store)
+                        if runner == "local"
+                        else ray_on_first_batch(stack, self.spec, store, address, progress)
+                    )
+                    rates = searched_rates(self.spec, store, trainer)  # recorded: none trained
+                    stage.set_rate_for(rates.rate_for if rates else None)
+                    _stage(progress, "refine")
+                    transitions = stage.run_on(trainer)
+                    length_check(self.spec, store, stage, transitions, trainer.run, progress)
+                _stage(progress, "export", "exporting trials.parquet and curves.parquet")
+                export_experiment(store)
+                finish(store, progress)
+            finally:
+                _close(progress)
         return transitions, StudyResults(store.root)
 
 
@@ -332,12 +346,37 @@ def searched_rates(spec: ExperimentSpec, store: ExperimentStore, runner):
     return book
 
 
-def finish(store: ExperimentStore) -> None:
+def finish(store: ExperimentStore, progress=None) -> None:
     """The fit stage (fit.json, projections.parquet), then the report that draws them."""
+    _stage(progress, "fit", "fitting ln dx* = a + b·L to the transitions")
+    write_fit(store.root)
+    _stage(progress, "report", "drawing the figures and writing report.md")
     from dwtune.outputs.report import write_report  # matplotlib: only when a report is drawn
 
-    write_fit(store.root)
     write_report(store.root)
+
+
+def _begin(progress, spec: ExperimentSpec) -> None:
+    study = getattr(progress, "study", None)
+    if study is not None:
+        study(spec)
+
+
+def _stage(progress, name: str, message: str = "") -> None:
+    """Tell the display the study moved on (any progress object without ``stage``: a note)."""
+    if progress is None:
+        return
+    stage = getattr(progress, "stage", None)
+    if stage is not None:
+        stage(name, message)
+    elif message:
+        progress.note(message)
+
+
+def _close(progress) -> None:
+    close = getattr(progress, "close", None)
+    if close is not None:
+        close()
 
 
 def storage_root(storage: str | Path) -> Path:
@@ -375,6 +414,20 @@ class StartOnFirstBatch:
     def run_lr_search(self, requests: list) -> list:
         recorded = self._all_recorded(requests)
         return recorded if recorded is not None else self._started().run_lr_search(requests)
+
+    def run_feed(self, feed) -> None:
+        """Train a :class:`~dwtune.study.feed.RequestFeed`: what the records answer needs no
+        Ray; Ray starts once something is left to train."""
+        if self.runner is None and self.store is not None:
+            reused: list = []
+            feed.on_reuse = reused.extend
+            feed.start(lambda r: reusable_records(self.store, [r], set()).get(r.trial_id))
+            feed.on_reuse = None
+            if self.progress and reused:
+                self.progress.begin(reused[0].stage, [], reused)
+            if feed.done:
+                return
+        self._started().run_feed(feed)
 
     def _started(self):
         if self.runner is None:

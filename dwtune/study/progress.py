@@ -1,21 +1,40 @@
-"""Console progress of a study: one status line, one line per finished trial.
+"""Console progress of a whole study: one display from the first trial to the report.
 
-The runner calls :meth:`StudyProgress.begin` for each batch of requests it receives, then
-``trial_started`` / ``trial_finished`` as Ray Tune reports, and ``tick`` from its event loop.
-The status line says what the study is doing::
+The pipeline calls :meth:`StudyProgress.study` once (the spec: its name, SIMULATED or not, what
+it plans), :meth:`stage` as it moves on (grid, refine, export, fit, report); runners call
+:meth:`begin` / :meth:`add` for the trials they plan, ``trial_started`` / ``trial_finished`` as
+Ray Tune reports and ``tick`` from their event loop; the refine stage calls :meth:`pair` after
+each of a pair's rounds. On a terminal the display is a few rows redrawn in place (rich's
+``Live``), each cropped to the terminal's width so that none wraps::
 
-    [grid] 5/8 done, 1 running, 2 pending, 0 failed | best val/loss L1 2.412, L2 2.388 |
-    0:42 elapsed, ETA 0:20
+    dwtune SIMULATED · refine · 1:02 elapsed · ETA 0:41 · simulated
+    trials 143 done / 160 planned · 4 running · 0 failed
+      6-12   round 3/8  bracket ×1.21   bisect
+      12-18  round 8/8  bracket ×1.04   bracketed
 
-On a terminal the status line is redrawn in place; elsewhere (a log file, `ray job logs`) it is
-printed at most every ``interval_s`` seconds, so logs stay short.
+Lines of their own (start-up facts, each pair's decisions, failures) print above it. Elsewhere
+(a log file, a pipe, ``ray job logs``) everything is plain lines: no escape codes, no carriage
+returns, the status at most every ``interval_s`` seconds; the first line says SIMULATED when
+the backend is simulated.
+
+The ETA is the study's, not a batch's: trials left (planned, plus the refine rounds each pair
+may still take, at most ``refine.max_rounds``) over the rate trials have finished at so far.
+
+Verbosity: ``QUIET`` shows only warnings (failures, retries), ``NORMAL`` the display and its
+lines, ``VERBOSE`` also one line per finished trial. :class:`ProgressHandler` sends the
+``dwtune`` logger's records through the display, so diagnostics never tear it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
+import shutil
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TextIO
 
 from dwtune.core import vocabulary
@@ -23,10 +42,15 @@ from dwtune.core.records import TrialRecord, TrialRequest
 
 # Seconds between status lines when the stream is not a terminal.
 LOG_INTERVAL_S = 30.0
-# Seconds between redraws of the status line on a terminal.
-TTY_INTERVAL_S = 1.0
+# Seconds between redraws of the display on a terminal.
+TTY_INTERVAL_S = 0.5
 # Characters of a failed trial's error shown on its line (the record keeps all of it).
 ERROR_CHARS = 200
+# Pair rows shown on a terminal; the rest are summed up in one row.
+MAX_PAIR_ROWS = 8
+QUIET, NORMAL, VERBOSE = 0, 1, 2
+
+log = logging.getLogger("dwtune")
 
 
 def format_duration(seconds: float) -> str:
@@ -39,36 +63,117 @@ def format_duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-class StudyProgress:
-    """Counts and best losses of the running study, rendered to ``stream``."""
+@dataclass
+class PairState:
+    """Where one depth pair of the refine stage stands."""
 
-    def __init__(self, stream: TextIO | None = None, interval_s: float | None = None):
+    label: str
+    round: int = 0
+    max_rounds: int = 0
+    bracket: float = math.nan  # N_high / N_low of its bracket (nan: none yet)
+    status: str = "waiting"
+    done: bool = False
+
+    def row(self) -> str:
+        bracket = f"×{self.bracket:.3g}" if math.isfinite(self.bracket) else "--"
+        rounds = f"{self.round}/{self.max_rounds}"
+        return f"  {self.label:<7}round {rounds:<5} bracket {bracket:<8} {self.status}"
+
+    def left(self, per_round: float) -> float:
+        """Trainings this pair may still ask for (its rounds left, at most max_rounds)."""
+        return 0.0 if self.done else max(self.max_rounds - self.round, 0) * per_round
+
+
+class StudyProgress:
+    """The study's counts, pairs and ETA, rendered to ``stream`` (default stderr)."""
+
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        interval_s: float | None = None,
+        verbosity: int = NORMAL,
+    ):
         self.stream = stream or sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.verbosity = verbosity
         self.interval_s = (
             interval_s
             if interval_s is not None
             else (TTY_INTERVAL_S if self.tty else LOG_INTERVAL_S)
         )
+        self.title, self.name, self.simulated = "", "", False
+        self.stage_name = ""
         self.best: dict[int, float] = {}  # depth -> best completed final val loss
-        self.stage = ""
-        self.total = self.done = self.failed = 0
+        self.planned: dict[str, float] = {}  # trial_id -> expected cost, trials to train
         self.running: dict[str, float] = {}  # trial_id -> start time (s, monotonic)
-        self.costs: dict[str, float] = {}  # trial_id -> expected cost (any unit) of this batch
-        self.spent_s = 0.0  # wall seconds of the trials finished in this batch
-        self.spent_cost = 0.0  # their summed cost
-        self.peak_running = 0
+        self.finished: set[str] = set()
+        self.failed = 0
+        self.pairs: dict[str, PairState] = {}
+        self.per_round = 2.0  # trainings a refine round asks for (both depths × seeds)
         self.started = time.monotonic()
+        self.first_trial: float | None = None
         self._last_draw = 0.0
-        self._drawn = False
-        self._printed_counts: tuple = ()  # (done, running, failed) of the last line printed
+        self._live = None
+        self._printed: tuple = ()
 
-    # ------------------------------------------------------------------ events
+    # ------------------------------------------------------------------ the study
+
+    def study(self, spec) -> None:
+        """The study starts: its title line (SIMULATED when it is) and its refine forecast."""
+        self.simulated = spec.trainer == vocabulary.Trainer.SIMULATED
+        # SIMULATED leads: a long name is what the terminal's width crops, never the tag
+        self.title = f"dwtune {vocabulary.SIMULATED_LABEL}" if self.simulated else "dwtune"
+        self.name = spec.name
+        refine = spec.refine
+        self.per_round = 2.0 * max(refine.seeds, 1)
+        for pair in refine.pairs:
+            label = f"{pair[0]}-{pair[1]}"
+            self.pairs[label] = PairState(label, max_rounds=refine.max_rounds)
+        self.started = time.monotonic()
+        if self.tty and self.verbosity >= NORMAL:
+            self._start_live()
+        elif self.verbosity >= NORMAL:
+            self._line(self._header())
+
+    def stage(self, name: str, message: str = "") -> None:
+        """The study moves on to ``name`` (grid, refine, export, fit, report)."""
+        self.stage_name = name
+        if message:
+            self.note(message)
+        self.tick(force=True)
+
+    def pair(self, label: str, round: int, bracket: float, status: str, done: bool = False):
+        """A refine pair after a round: bisection rounds, N_high/N_low, what it does next."""
+        state = self.pairs.setdefault(label, PairState(label))
+        state.round, state.bracket, state.status, state.done = round, bracket, status, done
+        self.tick()
+
+    def close(self) -> None:
+        """Leave the last display on the console and stop redrawing."""
+        if self._live is not None:
+            self._live.update(self._renderable(), refresh=True)
+            self._live.stop()
+            self._live = None
+        elif self.verbosity >= NORMAL and self._counts() != self._printed and self.planned:
+            self._line(self.status_line())
+
+    # ------------------------------------------------------------------ lines
 
     def note(self, message: str) -> None:
-        """A line of its own (start-up facts, warnings)."""
-        self._clear()
-        print(message, file=self.stream, flush=True)
+        """A line of its own (start-up facts, each pair's decisions)."""
+        if self.verbosity >= NORMAL:
+            self._line(message)
+
+    def warn(self, message: str) -> None:
+        """A line shown even with --quiet (a failure, a retry)."""
+        self._line(message)
+
+    def detail(self, message: str) -> None:
+        """A line shown with --verbose only (each finished trial)."""
+        if self.verbosity >= VERBOSE:
+            self._line(message)
+
+    # ------------------------------------------------------------------ trials
 
     def begin(
         self,
@@ -77,101 +182,135 @@ class StudyProgress:
         reused: list[TrialRecord],
         costs: dict[str, float] | None = None,
     ) -> None:
-        """A batch: ``requests`` to train now, ``reused`` already recorded earlier.
-
-        ``costs`` (trial_id -> expected cost in any unit; default all equal) let the ETA
-        weigh a large model more than a small one.
-        """
+        """A runner's batch: ``requests`` to train now, ``reused`` already recorded earlier."""
         for record in reused:
             self._remember(record)
-        self.stage, self.total, self.done, self.failed = stage, len(requests), 0, 0
-        self.costs = {r.trial_id: (costs or {}).get(r.trial_id, 1.0) for r in requests}
-        self.running.clear()
-        self.spent_s = self.spent_cost = 0.0
-        self.peak_running = 0
-        self.started = time.monotonic()
+        self.stage_name = stage
         if reused:
             self.note(f"[{stage}] {len(reused)} trial(s) already recorded, not trained again")
         if requests:
             self.note(f"[{stage}] training {len(requests)} trial(s)")
+        self.add(requests, costs)
+
+    def add(self, requests: list[TrialRequest], costs: dict[str, float] | None = None) -> None:
+        """More trials to train (a refine pair's next point)."""
+        for r in requests:
+            if r.trial_id not in self.finished:
+                self.planned[r.trial_id] = (costs or {}).get(r.trial_id, 1.0)
+        self.tick()
+
+    def end(self) -> None:
+        """A runner's batch is over (the display stays up for the study)."""
+        self.tick(force=True)
 
     def trial_started(self, request: TrialRequest) -> None:
-        self.running.setdefault(request.trial_id, time.monotonic())
-        self.peak_running = max(self.peak_running, len(self.running))
+        now = time.monotonic()
+        self.running.setdefault(request.trial_id, now)
+        self.planned.setdefault(request.trial_id, 1.0)
+        self.first_trial = self.first_trial or now
         self.tick()
 
     def trial_finished(self, request: TrialRequest, record: TrialRecord) -> None:
-        start = self.running.pop(request.trial_id, None)
-        self.done += 1
-        self.failed += record.status == vocabulary.STATUS_FAILED
-        if start is not None:
-            self.spent_s += time.monotonic() - start
-            self.spent_cost += self.costs.get(request.trial_id, 1.0)
-        self.costs.pop(request.trial_id, None)
+        self.running.pop(request.trial_id, None)
+        self.planned.setdefault(request.trial_id, 1.0)
+        self.finished.add(request.trial_id)
+        self.first_trial = self.first_trial or time.monotonic()
+        failed = record.status == vocabulary.STATUS_FAILED
+        self.failed += failed
         self._remember(record)
-        self.note(self._trial_line(request, record))
+        line = self._trial_line(request, record)
+        if failed:
+            self.warn(line)
+        else:
+            self.detail(line)
         self.tick(force=True)
 
     def tick(self, force: bool = False) -> None:
         now = time.monotonic()
-        if not self.total or (not force and now - self._last_draw < self.interval_s):
+        if self.verbosity < NORMAL or (not force and now - self._last_draw < self.interval_s):
+            return
+        if self._live is not None:
+            self._last_draw = now
+            self._live.update(self._renderable(), refresh=True)
+            return
+        if not self.planned or (force and not self.tty and now - self._last_draw < self.interval_s):
             return
         self._last_draw = now
-        line = self.status_line()
-        if self.tty:
-            self.stream.write("\r\033[K" + line)
-            self._drawn = True
-        else:
-            self.stream.write(line + "\n")
-        self._printed_counts = self._counts()
-        self.stream.flush()
-
-    def end(self) -> None:
-        """Leave the final status line on the console (once)."""
-        if self.total and (self.tty or self._counts() != self._printed_counts):
-            self._clear()
-            print(self.status_line(), file=self.stream, flush=True)
-        self._drawn = False
+        self._printed = self._counts()
+        self._line(self.status_line())
 
     # ------------------------------------------------------------------ rendering
 
-    def status_line(self) -> str:
-        running = len(self.running)
-        pending = max(self.total - self.done - running, 0)
-        elapsed = time.monotonic() - self.started
+    def _header(self) -> str:
+        stage = f" · {self.stage_name}" if self.stage_name else ""
+        elapsed = format_duration(time.monotonic() - self.started)
+        eta = format_duration(self.eta_s())
+        name = f" · {self.name}" if self.name else ""
+        return f"{self.title or 'dwtune'}{stage} · {elapsed} elapsed · ETA {eta}{name}"
+
+    def _trials_row(self) -> str:
+        done = len(self.finished)
         return (
-            f"[{self.stage}] {self.done}/{self.total} done, {running} running, {pending} pending, "
-            f"{self.failed} failed | best {vocabulary.VAL_LOSS} {self._best_text()} | "
-            f"{format_duration(elapsed)} elapsed, ETA {format_duration(self.eta_s())}"
+            f"trials {done} done / {len(self.planned)} planned · {len(self.running)} running · "
+            f"{self.failed} failed"
         )
+
+    def _pair_rows(self) -> list[str]:
+        states = list(self.pairs.values())
+        rows = [s.row() for s in states[:MAX_PAIR_ROWS]]
+        if len(states) > MAX_PAIR_ROWS:
+            rest = states[MAX_PAIR_ROWS:]
+            rows.append(f"  … {len(rest)} more pair(s), {sum(s.done for s in rest)} done")
+        return rows
+
+    def status_line(self) -> str:
+        """The display as one plain line (logs)."""
+        pairs = ", ".join(
+            f"{s.label} r{s.round} {s.status}" for s in self.pairs.values() if s.round or s.done
+        )
+        stage = self.stage_name or "study"
+        elapsed = format_duration(time.monotonic() - self.started)
+        return (
+            f"[{stage}] {len(self.finished)}/{len(self.planned)} trials done, "
+            f"{len(self.running)} running, {self.failed} failed"
+            + (f" | pairs {pairs}" if pairs else "")
+            + f" | {elapsed} elapsed, ETA {format_duration(self.eta_s())}"
+        )
+
+    def rows(self) -> list[str]:
+        """The display's rows on a terminal (before cropping to its width)."""
+        rows = [self._header(), self._trials_row()]
+        if self.stage_name not in ("", vocabulary.Stage.GRID, vocabulary.Stage.LR_SEARCH):
+            rows += self._pair_rows()
+        return rows
+
+    def _renderable(self):
+        from rich.text import Text
+
+        width = self._width()
+        text = Text("\n".join(_crop(row, width) for row in self.rows()), no_wrap=True)
+        text.overflow = "ellipsis"
+        return text
+
+    def _width(self) -> int:
+        if self._live is not None:
+            return max(self._live.console.width - 1, 20)
+        return shutil.get_terminal_size((80, 24)).columns - 1
 
     def eta_s(self) -> float:
-        """Seconds of work left over the trials run at once; inf before any trial finished.
-
-        Work is priced at the seconds per unit of cost seen so far: the whole cost of each
-        pending trial, and what a running trial's cost leaves after the time it already ran.
-        """
-        if self.done >= self.total:
+        """Seconds the study has left: trials left (planned and forecast) over the rate they
+        have finished at so far; inf before any trial finished, 0 when nothing is left."""
+        left = len(self.planned) - len(self.finished)
+        left += sum(s.left(self.per_round) for s in self.pairs.values())
+        if left <= 0:
             return 0.0
-        if not self.spent_cost:
+        if not self.finished or self.first_trial is None:
             return math.inf
-        rate = self.spent_s / self.spent_cost  # seconds per unit of cost
-        now = time.monotonic()
-        left = sum(
-            max(cost * rate - (now - self.running[trial_id]), 0.0)
-            if trial_id in self.running
-            else cost * rate
-            for trial_id, cost in self.costs.items()
-        )
-        return left / max(self.peak_running, 1)
+        rate = len(self.finished) / max(time.monotonic() - self.first_trial, 1e-9)
+        return left / rate
 
     def _counts(self) -> tuple[int, int, int]:
-        return self.done, len(self.running), self.failed
-
-    def _best_text(self) -> str:
-        if not self.best:
-            return "--"
-        return ", ".join(f"L{depth} {loss:.3f}" for depth, loss in sorted(self.best.items()))
+        return len(self.finished), len(self.running), self.failed
 
     def _trial_line(self, request: TrialRequest, record: TrialRecord) -> str:
         if record.completed:
@@ -187,7 +326,75 @@ class StudyProgress:
             best = self.best.get(record.depth, math.inf)
             self.best[record.depth] = min(best, record.final_val_loss)
 
-    def _clear(self) -> None:
-        if self._drawn:
-            self.stream.write("\r\033[K")
-            self._drawn = False
+    # ------------------------------------------------------------------ output
+
+    def _start_live(self) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        console = Console(file=self.stream, highlight=False, soft_wrap=False)
+        self._live = Live(
+            self._renderable_placeholder(),
+            console=console,
+            auto_refresh=False,
+            transient=False,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._live.start()
+        self._live.update(self._renderable(), refresh=True)
+
+    @staticmethod
+    def _renderable_placeholder():
+        from rich.text import Text
+
+        return Text("")
+
+    def _line(self, message: str) -> None:
+        if self._live is not None:
+            from rich.text import Text
+
+            self._live.console.print(Text(message), soft_wrap=True)
+            return
+        print(message, file=self.stream, flush=True)
+
+
+def _crop(row: str, width: int) -> str:
+    return row if len(row) <= width else row[: max(width - 1, 0)] + "…"
+
+
+class ProgressHandler(logging.Handler):
+    """The ``dwtune`` logger's records as lines of the display (above it on a terminal)."""
+
+    def __init__(self, progress: StudyProgress, level: int = logging.INFO):
+        super().__init__(level)
+        self.progress = progress
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = self.format(record)
+        except Exception:  # a bad format string: logging's own policy
+            self.handleError(record)
+            return
+        if record.levelno >= logging.WARNING:
+            self.progress.warn(message)
+        else:
+            self.progress._line(message)
+
+
+@contextlib.contextmanager
+def logging_to(progress: StudyProgress, verbosity: int) -> Iterator[ProgressHandler]:
+    """Route the ``dwtune`` logger through ``progress`` for the block: warnings only with
+    --quiet, info by default, debug with --verbose."""
+    level = {QUIET: logging.WARNING, NORMAL: logging.INFO}.get(verbosity, logging.DEBUG)
+    handler = ProgressHandler(progress, level)
+    saved = log.level, log.propagate
+    log.addHandler(handler)
+    log.setLevel(level)
+    log.propagate = False
+    try:
+        yield handler
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(saved[0])
+        log.propagate = saved[1]

@@ -52,6 +52,7 @@ from dwtune.core.vocabulary import (
 from dwtune.outputs import tensorboard
 from dwtune.storage.experiment import ExperimentWriter
 from dwtune.storage.store import ExperimentStore
+from dwtune.study.feed import RequestFeed
 from dwtune.study.journal import (
     POINT_ATTR,
     clear_stale_trials,
@@ -129,6 +130,8 @@ class PairRefiner:
     """Runs one pair's study to its end and derives the pair's transition."""
 
     rate_for: RateFor | None = None  # set by RefineStage when the spec searches rates
+    # told (pair, bisection rounds, bracket N_high/N_low, status, done) as the pair moves on
+    watch: Callable[..., None] | None = None
 
     def __init__(self, spec: ExperimentSpec, store: ExperimentStore, grid: PairGrid, say: Progress):
         self.spec, self.store, self.grid, self.say = spec, store, grid, say
@@ -156,8 +159,19 @@ class PairRefiner:
         while True:
             step = plan_step(self.grid.points, self.study, self.refine, self._deep_width)
             if step.kind == StepKind.DONE:
-                return self._transition(step)
+                transition = self._transition(step)
+                self._show(step, str(transition.status), done=True)
+                return transition
+            self._show(step, str(step.kind))
             yield from self._round(step)
+
+    def _show(self, step: Step, status: str, done: bool = False) -> None:
+        if self.watch is None:
+            return
+        low, high = step.outcome.low, step.outcome.high
+        bracket = math.exp(high - low) if math.isfinite(low) and math.isfinite(high) else math.nan
+        rounds = bisection_rounds(self.study)
+        self.watch(self.grid.label, rounds, bracket, status, done)
 
     def _round(self, step: Step) -> Rounds:
         if step.kind == StepKind.VERIFY:
@@ -480,8 +494,10 @@ class RefineStage:
         say = _say(progress)
         grids = grid_pairs(spec, store.records())
         self.refiners = [PairRefiner(spec, store, grid, say) for grid in grids]
+        watch = getattr(progress, "pair", None)
         for refiner in self.refiners:
             refiner.rate_for = rate_for
+            refiner.watch = watch
 
     def set_rate_for(self, rate_for: RateFor | None) -> None:
         """Searched rates for the refine trainings (``dwtune refine`` finds them after the
@@ -490,10 +506,12 @@ class RefineStage:
             refiner.rate_for = rate_for
 
     def run(self, run_trials: RunTrials) -> list[Transition]:
-        """Refine every pair (or resume), write transitions.parquet, return its rows.
+        """Refine every pair (or resume) in rounds, write transitions.parquet, return its rows.
 
-        The pairs advance together: each call of ``run_trials`` holds the next batch of every
-        pair still refining, so trainings of different pairs run in parallel.
+        Each call of ``run_trials`` holds the next batch of every pair still refining, so
+        trainings of different pairs run in parallel, but every pair waits for the slowest
+        pair of the round. :meth:`run_feed` lets each pair go on as soon as its own points
+        are in; both take the same decisions (a pair sees only its own records).
         """
         waiting: dict[int, tuple[Rounds, list[TrialRequest]]] = {}
         done: dict[int, Transition] = {}
@@ -506,7 +524,28 @@ class RefineStage:
             for index, (rounds, requests) in batches:
                 mine, records = records[: len(requests)], records[len(requests) :]
                 _advance(index, rounds, mine, waiting, done)
-        transitions = [done[index] for index in range(len(self.refiners))]
+        return self._write([done[index] for index in range(len(self.refiners))])
+
+    def feed(self) -> RequestFeed:
+        """Every pair's rounds as one :class:`~dwtune.study.feed.RequestFeed`."""
+        return RequestFeed([refiner.rounds() for refiner in self.refiners])
+
+    def run_feed(self, run_feed: Callable[[RequestFeed], None]) -> list[Transition]:
+        """Refine every pair (or resume) with the pairs advancing independently:
+        ``run_feed(feed)`` trains the feed's requests until every pair is done (a runner's
+        ``run_feed``); then transitions.parquet is written and its rows returned."""
+        feed = self.feed()
+        run_feed(feed)
+        if not feed.done:
+            raise RuntimeError("the runner returned before every pair was refined")
+        return self._write(feed.results_in_order())
+
+    def run_on(self, runner) -> list[Transition]:
+        """:meth:`run_feed` on a runner that has ``run_feed``, else :meth:`run` in rounds."""
+        run_feed = getattr(runner, "run_feed", None)
+        return self.run_feed(run_feed) if run_feed is not None else self.run(runner.run)
+
+    def _write(self, transitions: list[Transition]) -> list[Transition]:
         writer = ExperimentWriter(self.store, self.spec.to_dict())
         writer.transitions(transitions)
         pairs = [r.pair_points() for r in self.refiners]

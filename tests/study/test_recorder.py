@@ -52,3 +52,34 @@ def test_a_trial_failed_by_its_own_error_is_recorded_failed(tmp_path, recording)
     callback.on_trial_error(0, [], _failed_trial(tmp_path, trial_id, "ValueError: [Errno 2]"))
     record = store.read_record(trial_id)
     assert record.status == vocabulary.STATUS_FAILED and record.error == "ValueError: [Errno 2]"
+
+
+def test_only_a_trials_latest_checkpoint_is_kept(tmp_path, recording):
+    callback, _ = recording
+    trial = types.SimpleNamespace(config={"trial_id": next(iter(callback.requests))})
+    paths = [tmp_path / f"checkpoint_{i:06d}" for i in range(3)]
+    for path in paths:
+        path.mkdir()
+        (path / "state.pt").write_text("x")
+        callback.on_checkpoint(0, [], trial, types.SimpleNamespace(path=str(path)))
+    assert [p.exists() for p in paths] == [False, False, True]
+
+
+def test_a_feeds_trial_is_recorded_at_its_final_report_and_told_once(tmp_path, simulated_raw):
+    spec = spec_from_dict(simulated_raw())
+    store = ExperimentStore.for_spec(tmp_path / "exp", spec)
+    store.initialise(spec)
+    requests = {r.trial_id: r for r in grid_requests(spec)}
+    told = []
+    callback = RecordingCallback(
+        spec, store, requests, None, tensorboard=False, on_record=lambda q, r: told.append(r)
+    )
+    trial_id = next(iter(requests))
+    trial = types.SimpleNamespace(config={"trial_id": trial_id})
+    point = {vocabulary.STEP: 100, vocabulary.VAL_LOSS: 2.5}
+    callback.on_trial_result(0, [], trial, point)
+    final = {**point, vocabulary.STATUS: vocabulary.STATUS_FINISHED, "dwtune/final": True}
+    callback.on_trial_result(0, [], trial, final)
+    assert store.read_record(trial_id) is not None and len(told) == 1
+    callback.on_trial_complete(0, [], trial)
+    assert len(told) == 1 and told[0].status == vocabulary.STATUS_FINISHED

@@ -11,6 +11,7 @@ from dwtune.core.records import TrialRecord, TrialRequest
 from dwtune.core.spec import ExperimentSpec
 from dwtune.core.vocabulary import TrialStatus
 from dwtune.storage.store import ExperimentStore
+from dwtune.study.feed import RequestFeed, drain
 from dwtune.study.runners.base import reusable_record
 
 
@@ -24,6 +25,11 @@ class LocalRunner:
 
     def run(self, requests: list[TrialRequest]) -> list[TrialRecord]:
         return [self._one(request) for request in requests]
+
+    def run_feed(self, feed: RequestFeed) -> None:
+        """Train the feed's requests one after another until every stream is done."""
+        feed.start(lambda r: reusable_record(self.store, r, self._failed_here))
+        drain(feed, self._one)
 
     def _one(self, request: TrialRequest) -> TrialRecord:
         record = reusable_record(self.store, request, self._failed_here)

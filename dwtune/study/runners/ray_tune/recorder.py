@@ -45,8 +45,10 @@ class _TrialState:
     earlier_attempts_s: float = 0.0  # seconds spent in attempts that failed and were retried
     attempt: int = 1
     announce_resume: bool = False  # say where a retried attempt picks up, at its first report
+    recorded: bool = False  # its record is written (a feed's trial: at its final report)
     writer: object = None
     writer_path: str = ""  # the live TensorBoard folder, named when a write there fails
+    checkpoint_path: str = ""  # its latest checkpoint in storage (the one a retry resumes from)
 
     @property
     def curve(self) -> list[dict]:
@@ -73,6 +75,7 @@ class RecordingCallback(tune.Callback):
         progress: StudyProgress | None,
         tensorboard: bool,
         stopped_early: bool = False,
+        on_record=None,
     ):
         self.spec, self.store, self.requests = spec, store, requests
         self.progress, self.tensorboard = progress, tensorboard
@@ -80,11 +83,13 @@ class RecordingCallback(tune.Callback):
         # report after reporting a curve was stopped there: early_stopped, not failed
         self.stopped_early = stopped_early
         self.states: dict[str, _TrialState] = {}
+        # told (request, record) after each record is written and shown (a feed's runner)
+        self.on_record = on_record
 
     def __getstate__(self) -> dict:
         # Tune pickles its callbacks into the experiment dir for Tuner.restore, which dwtune
         # never uses; the console (pytest's capture, a notebook's stream) need not pickle.
-        return self.__dict__ | {"progress": None, "states": {}}
+        return self.__dict__ | {"progress": None, "states": {}, "on_record": None}
 
     def _state(self, trial) -> _TrialState:
         trial_id = trial.config["trial_id"]
@@ -114,6 +119,12 @@ class RecordingCallback(tune.Callback):
         state.attempt_s = float(result.get(ATTEMPT_S_KEY, state.attempt_s))
         if result.get(FINAL_KEY):
             state.final = dict(result)
+            if self.on_record is not None and not state.recorded:
+                # A feed's trial is recorded at its final report, before Tune stops it: the
+                # pair's next point is then queued while this trial's worker is still up, and
+                # Tune hands that worker on (reuse_actors) instead of starting a new one.
+                status = state.final.get(vocabulary.STATUS, vocabulary.STATUS_FINISHED)
+                self._finish(state, status, "")
             return
         if result.get(STARTED_KEY):
             return
@@ -131,6 +142,15 @@ class RecordingCallback(tune.Callback):
                 tensorboard.add_point(state.writer, point)
                 state.writer.flush()  # the live view shows each report as it comes
 
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        """Keep a trial's latest checkpoint only (the one a retry resumes from). Tune would
+        keep one itself (``num_to_keep=1``), but then snapshots the whole experiment's state
+        at every checkpoint, which grows with the trials of a run (a refine stage's hundreds)."""
+        state = self._state(trial)
+        previous, state.checkpoint_path = state.checkpoint_path, str(checkpoint.path)
+        if previous and previous != state.checkpoint_path:
+            shutil.rmtree(previous, ignore_errors=True)
+
     def on_trial_recover(self, iteration, trials, trial, **info):
         state = self._state(trial)
         state.earlier_attempts_s += state.failed_attempt_s()
@@ -146,6 +166,8 @@ class RecordingCallback(tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         state = self._state(trial)
+        if state.recorded:
+            return
         if not state.final and self.stopped_early and state.points:
             self._finish(state, vocabulary.STATUS_EARLY_STOPPED, "")
             return
@@ -156,6 +178,9 @@ class RecordingCallback(tune.Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info):
         state = self._state(trial)
+        if state.recorded:  # it failed after its final report: the training is recorded
+            forget_pickled_error(trial)
+            return
         state.attempt_s = state.failed_attempt_s()
         error = error_text(trial)
         forget_pickled_error(trial)
@@ -170,8 +195,9 @@ class RecordingCallback(tune.Callback):
             self.progress.tick()
 
     def _note(self, message: str) -> None:
+        """A retry: shown even with --quiet."""
         if self.progress:
-            self.progress.note(message)
+            getattr(self.progress, "warn", self.progress.note)(message)
 
     def _finish(self, state: _TrialState, status: str, error: str) -> None:
         record = record_from_result(
@@ -184,12 +210,15 @@ class RecordingCallback(tune.Callback):
             error=error,
         )
         self.store.write_record(record)  # first: the result is safe before anything else
+        state.recorded = True
         if state.writer is not None:
             with writing(state.writer_path):
                 state.writer.close()
                 tensorboard.write_trial_board(self.store.root, state.request.name, record)
         if self.progress:
             self.progress.trial_finished(state.request, record)
+        if self.on_record is not None:
+            self.on_record(state.request, record)
 
     def discard_boards(self) -> None:
         """Close every live TensorBoard file, quietly: called as a batch ends, when a write

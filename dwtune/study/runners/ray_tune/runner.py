@@ -24,17 +24,19 @@ from dwtune.core.sharding import sharded_concurrency, trial_workers
 from dwtune.core.spec import ExperimentSpec
 from dwtune.outputs import tensorboard
 from dwtune.storage.store import ExperimentStore, user_write_error
+from dwtune.study.feed import RequestFeed
 from dwtune.study.planning import gpu_memory_bytes
 from dwtune.study.progress import StudyProgress
-from dwtune.study.runners.base import reusable_records
+from dwtune.study.runners.base import reusable_record, reusable_records
 from dwtune.study.runners.cluster_address import probe
 from dwtune.study.runners.ray_tune import embedded_ray
 from dwtune.study.runners.ray_tune.asha import CellASHA
 from dwtune.study.runners.ray_tune.cluster_token import check_token
+from dwtune.study.runners.ray_tune.feed_searcher import REQUEST_KEY, FeedSearcher
 from dwtune.study.runners.ray_tune.reaper import Reaper
 from dwtune.study.runners.ray_tune.recorder import RecordingCallback
 from dwtune.study.runners.ray_tune.resources import check_resources
-from dwtune.study.runners.ray_tune.trial import trial_main
+from dwtune.study.runners.ray_tune.trial import WORKERS_KEY, trial_main
 
 # CPUs of a sharded trial's Tune function, which only waits on its Ray Train job.
 DRIVER_CPU = 0.01
@@ -50,6 +52,8 @@ QUIET_TUNE_ENV = {
 }
 # The embedded instance passes only specs and small dicts through the object store.
 EMBEDDED_OBJECT_STORE_BYTES = 512 * 2**20
+# Trials Tune queues ahead from the feed's searcher (its default for a custom searcher is 1).
+FEED_PENDING_TRIALS = 64
 
 
 # --------------------------------------------------------------------------- connecting
@@ -254,18 +258,100 @@ class TuneRunner:
             self.tensorboard,
             stopped_early=scheduler is not None,
         )
-        name = self._experiment_name(stage)
-        tuner = tune.Tuner(
-            self._trainable(by_id),
+        self._tune(
+            stage,
+            callback,
+            by_id,
             param_space={"trial_id": tune.grid_search(list(by_id))},
+            scheduler=scheduler,
+        )
+
+    def run_feed(self, feed: RequestFeed) -> None:
+        """Train a :class:`~dwtune.study.feed.RequestFeed` until every stream is done, in one
+        Tune run: each slot takes the feed's next request as it frees, so a pair whose points
+        are in proposes and trains its next point while other pairs are still training."""
+        feed.start(lambda r: reusable_record(self.store, r, self._failed_here))
+        first = feed.queued[0] if feed.queued else None
+        stage = first.stage if first is not None else vocabulary.Stage.REFINE
+        if self.progress:
+            costs = {r.trial_id: self._cost(r) for r in feed.queued}
+            self.progress.begin(stage, list(feed.queued), [], costs)
+        feed.on_queue = self._planned
+        try:
+            while not feed.done:
+                if feed.idle:
+                    raise RuntimeError("the feed waits for trainings none will give (a bug)")
+                self._fit_feed(stage, feed)
+                # Tune ended without recording some handed-out request: recorded as failed
+                for trial_id, request in list(feed.in_flight.items()):
+                    feed.finished(trial_id, self._recorded(request))
+        finally:
+            feed.on_queue = None
+        if self.progress:
+            self.progress.end()
+
+    def _planned(self, requests: list[TrialRequest]) -> None:
+        if self.progress:
+            self.progress.add(requests, {r.trial_id: self._cost(r) for r in requests})
+
+    def _fit_feed(self, stage: str, feed: RequestFeed) -> None:
+        self._prepare_corpus()
+        by_id: dict[str, TrialRequest] = {}  # filled as the searcher hands requests out
+
+        def hand_out(request: TrialRequest) -> None:
+            by_id[request.trial_id] = request
+
+        def recorded(request: TrialRequest, record: TrialRecord) -> None:
+            if record.status == vocabulary.STATUS_FAILED:
+                self._failed_here.add(request.trial_id)
+            feed.finished(request.trial_id, record)
+
+        callback = RecordingCallback(
+            self.spec, self.store, by_id, self.progress, self.tensorboard, on_record=recorded
+        )
+        # Tune keeps one pending trial for a custom searcher unless told: enough to fill
+        # every slot at once as a round of requests comes in.
+        pending = {"TUNE_MAX_PENDING_TRIALS_PG": str(FEED_PENDING_TRIALS)}
+        saved = {key: os.environ.get(key) for key in pending}
+        embedded_ray.set_env(pending)
+        try:
+            searcher = FeedSearcher(feed, hand_out, self._workers_of)
+            self._tune(stage, callback, by_id, search_alg=searcher)
+        finally:
+            embedded_ray.set_env(saved)
+
+    def _tune(
+        self,
+        stage: str,
+        callback: RecordingCallback,
+        by_id: dict[str, TrialRequest],
+        param_space: dict | None = None,
+        scheduler: object = None,
+        search_alg: object = None,
+    ) -> None:
+        """One Tune run of the requests ``param_space`` or ``search_alg`` give: ``by_id`` holds
+        them (the searcher's as it hands them out, each also in its trial's config)."""
+
+        def request_of(trial) -> TrialRequest:
+            return trial.config.get(REQUEST_KEY) or by_id[trial.config["trial_id"]]
+
+        name = self._experiment_name(stage)
+        reuse = self.spec.resources.gpu == 0 and not self._may_shard(by_id, search_alg)
+        tuner = tune.Tuner(
+            self._trainable(None if search_alg is not None else by_id),
+            param_space=param_space,
             tune_config=tune.TuneConfig(
-                max_concurrent_trials=self._max_concurrent(todo),
-                trial_name_creator=lambda trial: by_id[trial.config["trial_id"]].name,
-                trial_dirname_creator=lambda trial: by_id[trial.config["trial_id"]].name,
+                max_concurrent_trials=self._max_concurrent(
+                    list(by_id.values()) if search_alg is None else None
+                ),
+                trial_name_creator=lambda trial: request_of(trial).name,
+                trial_dirname_creator=lambda trial: request_of(trial).name,
                 # Reusing a CPU trial's worker saves its start-up (~1 s); GPU trials get a
                 # fresh process so CUDA memory is returned between trials.
-                reuse_actors=self.spec.resources.gpu == 0 and not self._sharded(todo),
+                reuse_actors=reuse,
                 scheduler=scheduler,
+                search_alg=search_alg,
+                num_samples=-1 if search_alg is not None else 1,
             ),
             run_config=tune.RunConfig(
                 name=name,
@@ -273,7 +359,10 @@ class TuneRunner:
                 verbose=0,
                 callbacks=[callback],
                 failure_config=tune.FailureConfig(max_failures=self.spec.resources.retries),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                # every checkpoint kept by Tune: num_to_keep=N makes Tune save the whole
+                # experiment state after every N checkpoints of a trial (what grows with the
+                # trials of a run); RecordingCallback.on_checkpoint drops all but the latest
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
             ),
         )
         try:
@@ -287,26 +376,38 @@ class TuneRunner:
             callback.discard_boards()
         _remove_run(self.store.root / vocabulary.RAY_DIR / name)
 
+    def _workers_of(self, request: TrialRequest) -> int:
+        return trial_workers(self.spec, request.shape, gpu_memory_bytes(self.spec, None))
+
     def _workers(self, requests: list[TrialRequest]) -> dict[str, int]:
         """Workers of each request's trial (1: one process), the planner's choice per cell."""
         gpu_bytes = gpu_memory_bytes(self.spec, None)
         return {r.trial_id: trial_workers(self.spec, r.shape, gpu_bytes) for r in requests}
 
-    def _sharded(self, requests: list[TrialRequest]) -> bool:
-        return any(n > 1 for n in self._workers(requests).values())
+    def _may_shard(self, by_id: dict[str, TrialRequest], search_alg: object) -> bool:
+        """Whether some trial of this run may span workers (a feed's are not known yet)."""
+        if search_alg is not None:
+            return self.spec.resources.workers_per_trial > 1
+        return any(n > 1 for n in self._workers(list(by_id.values())).values())
 
-    def _max_concurrent(self, requests: list[TrialRequest]) -> int | None:
+    def _max_concurrent(self, requests: list[TrialRequest] | None) -> int | None:
         """The spec's limit; else, when trials are sharded, as many jobs of the largest as the
-        cluster holds at once. Tune sees only a sharded trial's 0.01-CPU driver, and would
-        otherwise start every trial, each then waiting on resources with its processes up."""
+        cluster holds at once (``None``: a feed's, not known yet; the widest allowed). Tune
+        sees only a sharded trial's 0.01-CPU driver, and would otherwise start every trial,
+        each then waiting on resources with its processes up."""
         resources = self.spec.resources
-        widest = max(self._workers(requests).values(), default=1)
+        if requests is None:
+            widest = resources.workers_per_trial
+        else:
+            widest = max(self._workers(requests).values(), default=1)
         if resources.max_concurrent is not None or widest == 1:
             return resources.max_concurrent
         return sharded_concurrency(ray.cluster_resources(), resources.cpu, resources.gpu, widest)
 
-    def _trainable(self, by_id: dict[str, TrialRequest]):
-        workers = self._workers(list(by_id.values()))
+    def _trainable(self, by_id: dict[str, TrialRequest] | None):
+        """The trial function; a batch's requests travel with it, a feed's in each config
+        (with the workers each spans)."""
+        workers = self._workers(list(by_id.values())) if by_id is not None else {}
         trainable = tune.with_parameters(
             trial_main, spec=self.trial_spec, requests=by_id, workers=workers
         )
@@ -317,8 +418,8 @@ class TuneRunner:
         driver = {"CPU": DRIVER_CPU}
 
         def resources(config: dict) -> tune.PlacementGroupFactory:
-            one = workers.get(config["trial_id"], 1) == 1
-            return tune.PlacementGroupFactory([plain if one else driver])
+            count = config.get(WORKERS_KEY) or workers.get(config["trial_id"], 1)
+            return tune.PlacementGroupFactory([plain if count == 1 else driver])
 
         return tune.with_resources(trainable, resources)
 

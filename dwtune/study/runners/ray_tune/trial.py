@@ -21,6 +21,8 @@ from dwtune.core import vocabulary
 from dwtune.core.records import TrialRequest, request_spec
 from dwtune.core.spec import ExperimentSpec
 
+REQUEST_KEY = "request"  # a trial's TrialRequest in its Tune config, when a feed hands it out
+WORKERS_KEY = "workers"  # and the workers that trial spans (sharded_trial), when more than one
 # Keys a trial adds to its reports for the driver (not metrics; never in a curve).
 NODE_KEY = "dwtune/node"
 ATTEMPT_S_KEY = "dwtune/attempt_s"  # seconds since this attempt of the trial started
@@ -55,13 +57,14 @@ def trial_main(
     config: dict,
     *,
     spec: ExperimentSpec,
-    requests: dict[str, TrialRequest],
+    requests: dict[str, TrialRequest] | None = None,
     workers: dict[str, int] | None = None,
 ) -> None:
     """The Tune function trainable: train one request, reporting through ``tune.report``.
-    ``workers[trial_id]`` > 1: the request is a Ray Train job of that many workers
-    (:mod:`.sharded_trial`)."""
-    request = requests[config["trial_id"]]
+    The request is the config's ``request`` (a feed's trial), else ``requests``' entry.
+    ``workers[trial_id]`` > 1 (or the config's ``workers``, for a feed's trial): the request is
+    a Ray Train job of that many workers (:mod:`.sharded_trial`)."""
+    request = config.get(REQUEST_KEY) or (requests or {})[config["trial_id"]]
     spec = request_spec(spec, request)  # the trial's own rate and steps
     start = time.perf_counter()
     node = _node_label()
@@ -69,7 +72,7 @@ def trial_main(
     def extra() -> dict:
         return {NODE_KEY: node, ATTEMPT_S_KEY: time.perf_counter() - start}
 
-    count = (workers or {}).get(request.trial_id, 1)
+    count = config.get(WORKERS_KEY) or (workers or {}).get(request.trial_id, 1)
     if count > 1:
         _sharded_main(spec, request, count, extra)
         return
