@@ -143,24 +143,28 @@ def test_repeated_small_batches_each_get_a_fresh_tune_run(ray_up, tmp_path, simu
     assert len(list(store.trials_dir.iterdir())) == 2 and _tune_runs(store) == []
 
 
-def _driver_has_a_report(store, name: str) -> bool:
-    """Whether the driver has taken the trial's first report (its event file has a scalar)."""
+def _driver_reports(store, name: str) -> int:
+    """How many of the trial's reports the driver has taken (scalars in its event file)."""
     path = tensorboard.run_dir(store.root, name, True, vocabulary.Stage.GRID)
     if not path.is_dir():
-        return False
+        return 0
     events = EventAccumulator(str(path), size_guidance={"scalars": 0})
     events.Reload()
-    return vocabulary.VAL_LOSS in events.Tags().get("scalars", [])
+    if vocabulary.VAL_LOSS not in events.Tags().get("scalars", []):
+        return 0
+    return len(events.Scalars(vocabulary.VAL_LOSS))
 
 
 def _kill_trial_when_checkpointed(store, name: str, killed: list) -> None:
-    """SIGKILL the running trial's process (as an OOM kill) once the driver has taken a report
-    that carries a checkpoint. A checkpoint folder alone is not enough: under load Tune may not
-    have registered it yet, and the retry then starts from step 0."""
+    """SIGKILL the running trial's process (as an OOM kill) once the driver has taken two of
+    its reports, each carrying a checkpoint. A checkpoint folder alone is not enough, nor is
+    the driver's first report: under load (the CI machine, tests in parallel) Tune had not yet
+    registered that checkpoint, and the retry started from step 0. The second report follows
+    the first checkpoint's registration."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         checkpointed = list((store.root / "ray").glob("grid-*/*/checkpoint_*"))
-        if checkpointed and _driver_has_a_report(store, name):
+        if checkpointed and _driver_reports(store, name) >= 2:
             for pid in Processes.children_named(TRIAL_PROCESS):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
