@@ -115,6 +115,7 @@ class StudyProgress:
         self._last_draw = 0.0
         self._live = None
         self._printed: tuple = ()
+        self._opening = False  # study() called: the title awaits the display's first output
 
     # ------------------------------------------------------------------ the study
 
@@ -130,10 +131,19 @@ class StudyProgress:
             label = f"{pair[0]}-{pair[1]}"
             self.pairs[label] = PairState(label, max_rounds=refine.max_rounds)
         self.started = time.monotonic()
-        if self.tty and self.verbosity >= NORMAL:
+        self._opening = True
+
+    def _open(self) -> None:
+        """Show the title line (or start the live display) with the display's first output,
+        not before: a study refused before it starts prints its one error line and nothing
+        else (bad input is one line)."""
+        if not self._opening or self.verbosity < NORMAL:
+            return
+        self._opening = False
+        if self.tty:
             self._start_live()
-        elif self.verbosity >= NORMAL:
-            self._line(self._header())
+        else:
+            print(self._header(), file=self.stream, flush=True)
 
     def stage(self, name: str, message: str = "") -> None:
         """The study moves on to ``name`` (grid, refine, export, fit, report)."""
@@ -229,6 +239,9 @@ class StudyProgress:
         now = time.monotonic()
         if self.verbosity < NORMAL or (not force and now - self._last_draw < self.interval_s):
             return
+        if not self.planned and self._live is None:
+            return  # nothing to show before a trial is planned; the title waits with it
+        self._open()
         if self._live is not None:
             self._last_draw = now
             self._live.update(self._renderable(), refresh=True)
@@ -351,6 +364,7 @@ class StudyProgress:
         return Text("")
 
     def _line(self, message: str) -> None:
+        self._open()
         if self._live is not None:
             from rich.text import Text
 

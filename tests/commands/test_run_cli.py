@@ -44,7 +44,8 @@ def test_run_trains_the_grid_exports_and_shows_progress(watched_run):
     assert len(trials) == 8 and set(trials.status) == {"finished"}
     assert len(pd.read_parquet(root / "curves.parquet")) == 8 * 4
     assert len(list((root / "tb" / "grid").glob("L*_w*_s*-SIMULATED"))) == 8  # runs by stage
-    assert "[grid] 8/8 done, 0 running, 0 pending, 0 failed | best val/loss L6 " in done.stderr
+    assert "] 8/8 trials done, 0 running, 0 failed | " in done.stderr  # the last status line
+    assert done.stderr.startswith("dwtune SIMULATED")  # the display's first line says so
     assert "TensorBoard: tensorboard --logdir" in done.stderr
     assert "Traceback" not in done.stderr and "Trial" not in done.stderr  # no Tune tables
 

@@ -315,7 +315,13 @@ class TuneRunner:
         saved = {key: os.environ.get(key) for key in pending}
         embedded_ray.set_env(pending)
         try:
-            searcher = FeedSearcher(feed, hand_out, self._workers_of)
+            # a plain closure: Tune pickles the searcher, and the runner holds locks
+            spec, gpu_bytes = self.spec, gpu_memory_bytes(self.spec, None)
+
+            def workers_of(request: TrialRequest) -> int:
+                return trial_workers(spec, request.shape, gpu_bytes)
+
+            searcher = FeedSearcher(feed, hand_out, workers_of)
             self._tune(stage, callback, by_id, search_alg=searcher)
         finally:
             embedded_ray.set_env(saved)
@@ -375,9 +381,6 @@ class TuneRunner:
         finally:
             callback.discard_boards()
         _remove_run(self.store.root / vocabulary.RAY_DIR / name)
-
-    def _workers_of(self, request: TrialRequest) -> int:
-        return trial_workers(self.spec, request.shape, gpu_memory_bytes(self.spec, None))
 
     def _workers(self, requests: list[TrialRequest]) -> dict[str, int]:
         """Workers of each request's trial (1: one process), the planner's choice per cell."""
