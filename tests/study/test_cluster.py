@@ -389,7 +389,9 @@ def _study(write_spec, simulated_raw, name: str, depths: list[int]) -> Path:
     raw = simulated_raw(
         name=name,
         space={"depths": depths, "budgets": [1e6, 1e7], "seeds": 1},
-        simulated={"seconds_per_step": 0.004},  # ~1.6 s per trial: both nodes get work
+        # ~6 s per trial: the second node starts an actor while the first trains (at 1.6 s a
+        # reused actor on one node took all four trials under load)
+        simulated={"seconds_per_step": 0.015},
         resources={"cpu": 1, "retries": 0},
     )
     return write_spec(raw)
