@@ -16,6 +16,7 @@ solves its cells; a ``space.compare: flops`` study is priced at equal parameters
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -135,15 +136,6 @@ def spent_flops(template: ModelShape, trials: Iterable[tuple[int, int, int, floa
     for depth, width, heads, tokens in trials:
         if not math.isfinite(tokens) or tokens <= 0:
             continue
-        shape = ModelShape(
-            depth=int(depth),
-            width=int(width),
-            heads=int(heads),
-            vocab_size=template.vocab_size,
-            seq_len=template.seq_len,
-            mlp_ratio=template.mlp_ratio,
-            tied_embeddings=template.tied_embeddings,
-            bias=template.bias,
-        )
+        shape = dataclasses.replace(template, depth=int(depth), width=int(width), heads=int(heads))
         total += training_flops(shape, tokens)
     return total
