@@ -101,7 +101,8 @@ def format_table(spec: ExperimentSpec, rows: list[dict]) -> str:
         lines.append(
             f"{len(sharded)} of {len(rows)} cells shard each trial over its workers "
             f"(FSDP2, a Ray Train job per trial; resources.workers_per_trial "
-            f"{spec.resources.workers_per_trial})"
+            f"{spec.resources.workers_per_trial}); their mbatch splits each worker's "
+            f"{spec.train.batch_size} / workers rows"
         )
     lines.append(
         f"* {missed} cell(s) miss their budget by more than {BUDGET_TOLERANCE:.0%}: the width "

@@ -1,10 +1,11 @@
 """Cost of a study (pure): training FLOPs, GPU-hours and wall time.
 
 FLOPs per trial = FLOPs/token x training tokens + a third of that per evaluation token (forward
-only). GPU-hours = FLOPs / (peak FLOP/s x MFU) / 3600. Wall time on ``gpus`` GPUs packing
+only). GPU-hours = FLOPs / (peak FLOP/s x MFU) / 3600, MFU being per GPU: a trial sharded
+over W GPUs holds all W for its duration, GPU-hours / W. Wall time on ``gpus`` GPUs packing
 ``per_gpu`` trials each: trials of one batch (the grid, or one refine round) are scheduled
 longest first on ``gpus x per_gpu`` slots, where a packed trial runs ``per_gpu`` times slower
-(the GPU is shared); rounds run one after another.
+(the GPU is shared) and a sharded one starts once W GPUs are free; rounds run one after another.
 """
 
 from __future__ import annotations
@@ -57,11 +58,23 @@ def gpu_hours(flops: float, peak_flops: float, mfu: float) -> float:
     return flops / (peak_flops * mfu) / 3600
 
 
-def makespan(hours: Sequence[float], gpus: int, per_gpu: int = 1) -> float:
-    """Hours until the last of ``hours`` (GPU-hours each) finishes, longest first."""
+def makespan(
+    hours: Sequence[float], gpus: int, per_gpu: int = 1, spans: Sequence[int] | None = None
+) -> float:
+    """Hours until the last of ``hours`` (GPU-hours each) finishes, longest first; trial i
+    spans ``spans[i]`` GPUs (default 1; at most ``gpus``: more could never start)."""
     slots = [0.0] * (gpus * per_gpu)
-    for duration in sorted(hours, reverse=True):
-        heapq.heapreplace(slots, slots[0] + duration * per_gpu)
+    widths = spans or [1] * len(hours)
+    jobs = sorted(zip(hours, widths, strict=True), reverse=True)
+    for gpu_hours_of_trial, span in jobs:
+        taken = min(span, len(slots))
+        if taken == 1:
+            heapq.heapreplace(slots, slots[0] + gpu_hours_of_trial * per_gpu)
+            continue
+        free = [heapq.heappop(slots) for _ in range(taken)]  # the earliest-free GPUs
+        end = free[-1] + gpu_hours_of_trial / taken  # starts when the last of them is free
+        for _ in range(taken):
+            heapq.heappush(slots, end)
     return max(slots, default=0.0)
 
 
@@ -83,15 +96,20 @@ def stage_cost(
     gpus: int,
     per_gpu: int,
     estimated: bool = False,
+    spans: Sequence[Sequence[int]] | None = None,
 ) -> StageCost:
-    """Cost of a stage whose trainings (FLOPs each) come in sequential ``rounds``."""
+    """Cost of a stage whose trainings (FLOPs each) come in sequential ``rounds``; ``spans``:
+    the GPUs each training spans, round by round (default: one each)."""
     flops = [f for batch in rounds for f in batch]
     hours = [[gpu_hours(f, peak_flops, mfu) for f in batch] for batch in rounds]
+    widths = spans or [[1] * len(batch) for batch in rounds]
     return StageCost(
         stage=stage,
         trainings=len(flops),
         flops=sum(flops),
         gpu_hours=sum(map(sum, hours)),
-        wall_hours=sum(makespan(batch, gpus, per_gpu) for batch in hours),
+        wall_hours=sum(
+            makespan(batch, gpus, per_gpu, span) for batch, span in zip(hours, widths, strict=True)
+        ),
         estimated=estimated,
     )

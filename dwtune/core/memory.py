@@ -18,7 +18,9 @@ Micro-batching (:func:`micro_batches`): a trial whose batch does not fit its mem
 gradient accumulation over micro-batches of the batch (same optimiser step, same tokens, same
 loss up to float rounding). Activations and logits scale with the micro-batch; weights and
 optimiser state do not, so a shape whose weights alone exceed the memory fits at no
-micro-batch: it needs a trial that spans GPUs.
+micro-batch: it needs a trial that spans GPUs. A worker of such a trial (:func:`worker_memory`)
+holds its share of the weights and optimiser state and splits its rows of the batch into
+micro-batches by the same rule.
 
 Calibration: tests/backends/test_memory.py checks the estimate against the peak resident memory
 the CPU trainer reaches (rise of the resident-set high-water mark, reset just before the model
@@ -123,30 +125,34 @@ def micro_batches(
     memory_bytes: float | None,
     micro_batch: int | None = None,
     checkpointing: bool | None = None,
+    workers: int = 1,
 ) -> MicroBatches:
     """The split of a ``batch_size`` batch that fits ``memory_bytes`` (None: no limit).
 
-    ``micro_batch`` / ``checkpointing`` given: used as they are. Else the fewest micro-batches
-    that fit, each as large as the others allow (512 sequences that fit 200 at a time run as
-    171 + 171 + 170); checkpointing only when no micro-batch fits without it: recomputing the
-    forward costs about a third more FLOPs, while smaller micro-batches cost none. When nothing
-    fits, micro-batches of one sequence are returned with ``fits`` False.
+    ``batch_size`` is what one process trains per step: the whole batch, or one worker's rows
+    of a trial sharded over ``workers`` (whose memory is :func:`worker_memory`).
+    ``micro_batch`` / ``checkpointing`` given: used as they are (the micro-batch at most the
+    batch). Else the fewest micro-batches that fit, each as large as the others allow (512
+    sequences that fit 200 at a time run as 171 + 171 + 170); checkpointing only when no
+    micro-batch fits without it: recomputing the forward costs about a third more FLOPs,
+    while smaller micro-batches cost none. When nothing fits, micro-batches of one sequence
+    are returned with ``fits`` False.
     """
     options = [checkpointing] if checkpointing is not None else [False, True]
+    given = min(micro_batch, batch_size) if micro_batch else None
     for ckpt in options:
-        size = micro_batch or _largest_fitting(
-            shape, batch_size, activation_bytes, memory_bytes, ckpt
+        size = given or _largest_fitting(
+            shape, batch_size, activation_bytes, memory_bytes, ckpt, workers
         )
         if not size:
             continue
-        size = size if micro_batch else _even(batch_size, size)
-        split = MicroBatches(
-            batch_size, size, ckpt, trial_memory(shape, size, activation_bytes, ckpt), memory_bytes
-        )
+        size = size if given else _even(batch_size, size)
+        estimate = worker_memory(shape, size, workers, activation_bytes, ckpt)
+        split = MicroBatches(batch_size, size, ckpt, estimate, memory_bytes)
         if split.fits or ckpt == options[-1]:
             return split
     ckpt = options[-1]
-    estimate = trial_memory(shape, 1, activation_bytes, ckpt)
+    estimate = worker_memory(shape, 1, workers, activation_bytes, ckpt)
     return MicroBatches(batch_size, 1, ckpt, estimate, memory_bytes)
 
 
@@ -156,11 +162,12 @@ def _largest_fitting(
     activation_bytes: int,
     memory_bytes: float | None,
     checkpointing: bool,
+    workers: int,
 ) -> int:
     """The largest micro-batch (<= batch_size) that fits, by bisection; 0 if none."""
 
     def fits(size: int) -> bool:
-        need = trial_memory(shape, size, activation_bytes, checkpointing).total
+        need = worker_memory(shape, size, workers, activation_bytes, checkpointing).total
         return memory_bytes is None or need <= memory_bytes
 
     low, high = 0, batch_size  # fits(low) (or low == 0), and nothing above high is asked
@@ -211,20 +218,36 @@ def packing_problem(
     )
 
 
-def sharded_memory(
-    shape: ModelShape, batch_size: int, workers: int, activation_bytes: int = 4
+def worker_memory(
+    shape: ModelShape,
+    micro_batch: int,
+    workers: int,
+    activation_bytes: int = 4,
+    checkpointing: bool = False,
 ) -> MemoryEstimate:
-    """Peak memory of one worker of a trial sharded over ``workers`` (FSDP2, bytes).
+    """Peak memory of one process of a trial spread over ``workers`` (FSDP2; 1: a plain
+    trial, :func:`trial_memory`) that runs ``micro_batch`` sequences per pass (bytes).
 
     Each worker keeps 1/workers of the weights, gradients and AdamW moments, plus one block's
     weights and gradients unsharded while that block runs (two with the next one's prefetch:
-    4 full fp32 copies of a block), and the activations and logits of its batch/workers rows.
+    4 full fp32 copies of a block), and the activations and logits of its micro-batch. Under
+    bf16 autocast every gathered block's weights are cast to bf16 and the casts are kept for
+    the backward pass (autocast caches them; the matmuls save them), so a worker holds the
+    bf16 copy of the whole model (2·P) at the end of its forward, as a one-process trial does.
     """
+    own = trial_memory(shape, micro_batch, activation_bytes, checkpointing)
     if workers == 1:
-        return trial_memory(shape, batch_size, activation_bytes)
-    own = trial_memory(shape, max(1, batch_size // workers), activation_bytes)
+        return own
     params = count_params(shape)
     gathered = 4 * 4 * params.blocks // max(1, shape.depth)
-    return dataclasses.replace(
-        own, weights_and_optimizer=math.ceil(16 * params.total / workers) + gathered
-    )
+    bf16_weights = 2 * params.total if activation_bytes == 2 else 0
+    sharded_state = math.ceil(16 * params.total / workers)
+    return dataclasses.replace(own, weights_and_optimizer=sharded_state + gathered + bf16_weights)
+
+
+def sharded_memory(
+    shape: ModelShape, batch_size: int, workers: int, activation_bytes: int = 4
+) -> MemoryEstimate:
+    """Peak memory of one worker of a trial sharded over ``workers`` that trains its
+    batch_size/workers rows in one pass (bytes): :func:`worker_memory`."""
+    return worker_memory(shape, max(1, batch_size // workers), workers, activation_bytes)

@@ -1,17 +1,27 @@
-"""How many workers one trial spans (pure): the planner's choice per grid cell.
+"""How one trial runs (pure): over how many workers, and in how many micro-batches each; the
+planner's choice per grid cell, which the runner and the trainer repeat.
 
-With ``resources.workers_per_trial`` = 1 every trial runs in one process. Above 1:
+With ``resources.workers_per_trial`` = 1 every trial runs in one process, as micro-batches
+where its batch does not fit its share of a GPU (:func:`~dwtune.core.memory.micro_batches`).
+Above 1:
 
 - on CPU (``resources.gpu`` 0), or on GPUs whose memory the spec does not give
   (``resources.gpu_memory_gb``, or ``dwtune plan --device``), every trial is sharded over all
   of them: the spec asked for it and nothing says a smaller number would do;
-- on GPUs of known memory, a trial that fits one GPU runs on one; a larger one is sharded over
-  the fewest workers (a divisor of workers_per_trial, so the batch still splits evenly) whose
-  per-worker memory (:func:`~dwtune.core.memory.sharded_memory`) fits a GPU; when even all of
-  them do not hold it, all of them (and the plan says it does not fit).
+- on GPUs of known memory, a trial that fits one GPU (its whole batch, else as micro-batches)
+  runs on one; a larger one is sharded over the fewest workers (a divisor of
+  workers_per_trial, so the batch still splits evenly) at which one worker's rows fit, in the
+  fewest micro-batches (:func:`~dwtune.core.memory.worker_memory`); when even all of them do
+  not hold it, all of them (and the plan says it does not fit).
+
+Fewer workers first: a sharded step gathers and reduce-scatters every block's weights, while
+micro-batches of one process cost nothing but smaller matmuls, and a study has more trials
+than GPUs to keep busy.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from dwtune.core import memory
 from dwtune.core.budget import ModelShape
@@ -23,24 +33,69 @@ def activation_bytes(spec: ExperimentSpec) -> int:
     return 2 if spec.resources.gpu > 0 else 4
 
 
-def worker_memory(spec: ExperimentSpec, shape: ModelShape, workers: int) -> int:
-    """Peak bytes of one worker of a trial of ``shape`` spread over ``workers``."""
-    batch = spec.train.batch_size
-    return memory.sharded_memory(shape, batch, workers, activation_bytes(spec)).total
+@dataclass(frozen=True)
+class TrialLayout:
+    """A trial's ``workers`` (1: one process) and how each splits its rows of the batch."""
+
+    workers: int
+    split: memory.MicroBatches
+
+    @property
+    def fits(self) -> bool:
+        return self.split.fits
+
+    @property
+    def worker_bytes(self) -> int:
+        """One process's peak (bytes)."""
+        return self.split.estimate.total
+
+
+def share_bytes(spec: ExperimentSpec, gpu_bytes: int | None) -> float | None:
+    """What one process of a trial may use of its GPU (bytes); None without GPUs or a known
+    GPU memory (no limit)."""
+    if spec.resources.gpu <= 0 or gpu_bytes is None:
+        return None
+    return memory.gpu_share_bytes(gpu_bytes, spec.resources.gpu)
+
+
+def worker_split(
+    spec: ExperimentSpec, shape: ModelShape, workers: int, memory_bytes: float | None
+) -> memory.MicroBatches:
+    """The micro-batches one of ``workers`` processes runs its batch_size/workers rows in."""
+    train = spec.train
+    return memory.micro_batches(
+        shape,
+        train.batch_size // workers,
+        activation_bytes(spec),
+        memory_bytes,
+        train.micro_batch_size,
+        train.checkpointing,
+        workers,
+    )
+
+
+def trial_layout(spec: ExperimentSpec, shape: ModelShape, gpu_bytes: int | None) -> TrialLayout:
+    """Workers and micro-batches of a trial of ``shape`` on GPUs of ``gpu_bytes`` (module doc)."""
+    most = spec.resources.workers_per_trial
+    limit = share_bytes(spec, gpu_bytes)
+    if most == 1 or limit is None:
+        return TrialLayout(most, worker_split(spec, shape, most, limit))
+    for workers in (n for n in range(1, most + 1) if most % n == 0):
+        split = worker_split(spec, shape, workers, limit)
+        if split.fits:
+            return TrialLayout(workers, split)
+    return TrialLayout(most, worker_split(spec, shape, most, limit))
 
 
 def trial_workers(spec: ExperimentSpec, shape: ModelShape, gpu_bytes: int | None) -> int:
     """Workers a trial of ``shape`` spans (1: a plain one-process trial)."""
-    most = spec.resources.workers_per_trial
-    if most == 1:
-        return 1
-    if spec.resources.gpu <= 0 or gpu_bytes is None:
-        return most
-    usable = gpu_bytes * (1 - memory.GPU_RESERVE_FRACTION)
-    for workers in (n for n in range(1, most + 1) if most % n == 0):
-        if worker_memory(spec, shape, workers) <= usable:
-            return workers
-    return most
+    return trial_layout(spec, shape, gpu_bytes).workers
+
+
+def worker_memory(spec: ExperimentSpec, shape: ModelShape, workers: int) -> int:
+    """Peak bytes of one of ``workers`` processes training its rows of the batch in one pass."""
+    batch = spec.train.batch_size
+    return memory.sharded_memory(shape, batch, workers, activation_bytes(spec)).total
 
 
 def sharded_concurrency(cluster: dict[str, float], cpu: float, gpu: float, workers: int) -> int:

@@ -62,9 +62,9 @@ def check_scale(spec: ExperimentSpec) -> scale.CorpusSize:
 # --------------------------------------------------------------------------- grid cells
 
 
-def cell_row(cell: GridCell, split: CellSplit | None = None, batch_size: int = 0) -> dict:
+def cell_row(cell: GridCell, split: CellSplit | None = None) -> dict:
     """One plan row; ``regime`` says whether the depth is above L_th = log3(width); with
-    ``split``, the cell's micro-batches and memory (:func:`split_fields`)."""
+    ``split``, the cell's workers, micro-batches and memory (:func:`split_fields`)."""
     threshold = depth_threshold(cell.shape.width)
     return {
         "depth": cell.depth,
@@ -80,19 +80,15 @@ def cell_row(cell: GridCell, split: CellSplit | None = None, batch_size: int = 0
         "flops_per_token": flops_per_token(cell.shape),
         "depth_threshold": round(threshold, 2),
         "regime": "above L_th" if cell.depth > threshold else "below L_th",
-        **(split_fields(split, batch_size) if split else {}),
+        **(split_fields(split) if split else {}),
     }
 
 
 def plan_rows(spec: ExperimentSpec, device: str | None = None) -> list[dict]:
-    """Every cell's row: its micro-batch split (:func:`cell_split`) and ``workers``, the
-    processes (GPUs) one of its trials spans."""
-    share = trial_share_bytes(spec, device)
+    """Every cell's row: ``workers``, the processes (GPUs) one of its trials spans, and the
+    micro-batches each runs its rows of the batch in (:func:`cell_split`)."""
     gpu_bytes = gpu_memory_bytes(spec, device)
-    batch = spec.train.batch_size
-    return [
-        cell_row(cell, cell_split(spec, cell, share, gpu_bytes), batch) for cell in spec.grid()
-    ]
+    return [cell_row(cell, cell_split(spec, cell, gpu_bytes)) for cell in spec.grid()]
 
 
 # --------------------------------------------------------------------------- corpus
@@ -143,68 +139,25 @@ def gpu_memory_bytes(spec: ExperimentSpec, device: str | None) -> int | None:
 
 def trial_share_bytes(spec: ExperimentSpec, device: str | None) -> float | None:
     """What one trial may use of its GPU (bytes); None without GPUs or a known GPU memory."""
-    gpu_bytes = gpu_memory_bytes(spec, device)
-    if spec.resources.gpu <= 0 or gpu_bytes is None:
-        return None
-    return memory.gpu_share_bytes(gpu_bytes, spec.resources.gpu)
+    return sharding.share_bytes(spec, gpu_memory_bytes(spec, device))
 
 
-@dataclass(frozen=True)
-class CellSplit:
-    """How a trial of a cell runs: its micro-batches, or its workers when it is sharded (a
-    sharded trial trains its B/N rows in one pass per worker)."""
-
-    split: memory.MicroBatches | None  # None when sharded
-    workers: int = 1
-    worker_bytes: int = 0  # one worker's peak, when sharded
-    share_bytes: float | None = None
-
-    @property
-    def fits(self) -> bool:
-        if self.split is not None:
-            return self.split.fits
-        return self.share_bytes is None or self.worker_bytes <= self.share_bytes
+# How a trial of a cell runs: its workers and each one's micro-batches.
+CellSplit = sharding.TrialLayout
 
 
-def cell_split(
-    spec: ExperimentSpec,
-    cell: GridCell,
-    share_bytes: float | None,
-    gpu_bytes: int | None = None,
-) -> CellSplit:
-    """The micro-batches and checkpointing the trainer will choose for ``cell`` (the same
-    rule, :func:`dwtune.core.memory.micro_batches`), in ``share_bytes`` of GPU memory; or, for
-    a cell the planner shards (:func:`dwtune.core.sharding.trial_workers`), its workers."""
-    workers = sharding.trial_workers(spec, cell.shape, gpu_bytes)
-    if workers > 1:
-        need = sharding.worker_memory(spec, cell.shape, workers)
-        return CellSplit(None, workers, need, share_bytes)
-    train = spec.train
-    split = memory.micro_batches(
-        cell.shape,
-        train.batch_size,
-        activation_bytes(spec),
-        share_bytes,
-        train.micro_batch_size,
-        train.checkpointing,
-    )
-    return CellSplit(split)
+def cell_split(spec: ExperimentSpec, cell: GridCell, gpu_bytes: int | None = None) -> CellSplit:
+    """The workers and micro-batches the runner and the trainer will choose for ``cell`` (the
+    same rule, :func:`dwtune.core.sharding.trial_layout`) on GPUs of ``gpu_bytes``."""
+    return sharding.trial_layout(spec, cell.shape, gpu_bytes)
 
 
-def split_fields(split: CellSplit, batch_size: int) -> dict:
-    """A cell's ``--json`` fields for its split; ``fits`` None: no GPU memory to fit."""
-    if split.split is None:
-        return {
-            "workers": split.workers,
-            "micro_batch": batch_size // split.workers,
-            "accumulation": 1,
-            "checkpointing": False,
-            "memory_bytes": split.worker_bytes,
-            "fits": split.fits if split.share_bytes is not None else None,
-        }
+def split_fields(split: CellSplit) -> dict:
+    """A cell's ``--json`` fields for its split (per worker when sharded); ``fits`` None: no
+    GPU memory to fit."""
     micro = split.split
     return {
-        "workers": 1,
+        "workers": split.workers,
         "micro_batch": micro.micro_batch,
         "accumulation": micro.accumulation,
         "checkpointing": micro.checkpointing,
@@ -226,26 +179,23 @@ def _largest(spec: ExperimentSpec, gpu_bytes: int | None) -> tuple[GridCell, int
     return widest, cell_memory(spec, widest, gpu_bytes), what
 
 
-def _split_bytes(split: CellSplit) -> int:
-    return split.worker_bytes if split.split is None else split.split.estimate.total
-
-
 def memory_problem(spec: ExperimentSpec, device: str | None = None) -> str | None:
     """The refusal when a trial fits its share of a GPU at no micro-batch (even one sequence
     at a time, checkpointed where allowed) and over no allowed number of workers, else None."""
-    share = trial_share_bytes(spec, device)
     gpu_bytes = gpu_memory_bytes(spec, device)
-    if share is None or gpu_bytes is None:
+    if trial_share_bytes(spec, device) is None or gpu_bytes is None:
         return None
-    splits = [(cell, cell_split(spec, cell, share, gpu_bytes)) for cell in spec.grid()]
+    splits = [(cell, cell_split(spec, cell, gpu_bytes)) for cell in spec.grid()]
     failed = [(cell, split) for cell, split in splits if not split.fits]
     if not failed:
         return None
-    cell, split = max(failed, key=lambda item: _split_bytes(item[1]))
+    cell, split = max(failed, key=lambda item: item[1].worker_bytes)
     what = _name(cell) + (
-        f" (each of its {split.workers} workers)" if split.split is None else " (micro-batch 1)"
+        f" (each of its {split.workers} workers, micro-batch 1)"
+        if split.workers > 1
+        else " (micro-batch 1)"
     )
-    problem = memory.packing_problem(_split_bytes(split), spec.resources.gpu, gpu_bytes, what)
+    problem = memory.packing_problem(split.worker_bytes, spec.resources.gpu, gpu_bytes, what)
     return f"{problem} ({len(failed)} of {len(splits)} cells do not fit)"
 
 
@@ -271,7 +221,7 @@ def packing_info(spec: ExperimentSpec, device: str | None) -> dict | None:
     widest, need, _ = _largest(spec, gpu_bytes)
     packable = [f for f in fits if f > share]
     suggest = len(packable) == len(fits) and 1 / min(fits) in (0.5, 0.25, 0.125)
-    splits = [cell_split(spec, c, share_bytes, gpu_bytes) for c in cells]
+    splits = [cell_split(spec, c, gpu_bytes) for c in cells]
     whole_gpu = memory.gpu_share_bytes(gpu_bytes, 1.0)
     too_big = [(c, s) for c, s in zip(cells, splits, strict=True) if not s.fits]
     return {
@@ -286,13 +236,9 @@ def packing_info(spec: ExperimentSpec, device: str | None) -> dict | None:
         "suggested_resources_gpu": 1 / min(fits) if suggest else None,
         "cells": len(cells),
         # of the cells that fit: how many need micro-batches, and checkpointing
-        "cells_micro_batched": sum(
-            s.fits and s.split is not None and s.split.accumulation > 1 for s in splits
-        ),
-        "cells_checkpointed": sum(
-            s.fits and s.split is not None and s.split.checkpointing for s in splits
-        ),
-        "cells_sharded": sum(s.split is None for s in splits),
+        "cells_micro_batched": sum(s.fits and s.split.accumulation > 1 for s in splits),
+        "cells_checkpointed": sum(s.fits and s.split.checkpointing for s in splits),
+        "cells_sharded": sum(s.workers > 1 for s in splits),
         "cells_too_big": len(too_big),
         # cells whose weights, gradients and AdamW state leave no room on one whole GPU:
         # they need a trial that spans more GPUs (resources.workers_per_trial), not a smaller
@@ -305,7 +251,7 @@ def packing_info(spec: ExperimentSpec, device: str | None) -> dict | None:
                 "weights_and_optimizer_bytes": s.split.estimate.weights_and_optimizer,
             }
             for c, s in too_big
-            if s.split is not None and not cell_split(spec, c, whole_gpu).fits
+            if s.workers == 1 and not sharding.worker_split(spec, c.shape, 1, whole_gpu).fits
         ],
         "problem": memory_problem(spec, device),
     }
@@ -403,31 +349,43 @@ def bench_mfu(device: str | None, results: Path | None = None) -> tuple[float, s
     return statistics.median(r["mfu"] for r in rows), f"median of {len(rows)} dwtune bench runs"
 
 
-def trial_flops(spec: ExperimentSpec, cell: GridCell, share_bytes: float | None = None) -> float:
+def trial_flops(spec: ExperimentSpec, cell: GridCell, gpu_bytes: int | None = None) -> float:
     """FLOPs one trial spends, the forward recomputed where it is checkpointed to fit (a cell
     that fits at no micro-batch is costed as trained some other way, without recompute)."""
     steps = spec.train.total_steps(spec.data.seq_len)
     per_eval = spec.train.eval_batches * spec.train.batch_size * spec.data.seq_len
     eval_tokens = (steps // spec.train.eval_every + 1) * per_eval
-    split = cell_split(spec, cell, share_bytes).split  # sharded trials never checkpoint
-    recompute = split is not None and split.checkpointing and split.fits
+    split = cell_split(spec, cell, gpu_bytes).split
+    recompute = split.checkpointing and split.fits
     return cost.trial_flops(cell.shape, scale.tokens_per_trial(spec), eval_tokens, recompute)
 
 
 def study_cost(
     spec: ExperimentSpec, peak: float, mfu: float, gpus: int, device: str | None = None
 ) -> list[cost.StageCost]:
+    """Each stage's cost; a sharded trial holds its workers' GPUs (one each) while it runs."""
     from dwtune.core.records import grid_requests
     from dwtune.study.estimate import refine_rounds
 
     per_gpu = round(1 / spec.resources.gpu) if 0 < spec.resources.gpu < 1 else 1
-    share = trial_share_bytes(spec, device)
-    grid = [[trial_flops(spec, r.cell, share) for r in grid_requests(spec)]]
-    refine = [[trial_flops(spec, r.cell, share) for r in batch] for batch in refine_rounds(spec)]
-    return [
-        cost.stage_cost("grid", grid, peak, mfu, gpus, per_gpu),
-        cost.stage_cost("refine", refine, peak, mfu, gpus, per_gpu, estimated=True),
-    ]
+    gpu_bytes = gpu_memory_bytes(spec, device)
+    known: dict[GridCell, tuple[float, int]] = {}
+
+    def priced(cell: GridCell) -> tuple[float, int]:
+        """(FLOPs, GPUs held) of one trial of ``cell``, each cell's layout solved once."""
+        if cell not in known:
+            workers = cell_split(spec, cell, gpu_bytes).workers
+            known[cell] = (trial_flops(spec, cell, gpu_bytes), workers)
+        return known[cell]
+
+    stages = [("grid", [grid_requests(spec)], False), ("refine", refine_rounds(spec), True)]
+    costs = []
+    for name, batches, estimated in stages:
+        rounds = [[priced(r.cell) for r in batch] for batch in batches]
+        flops = [[f for f, _ in batch] for batch in rounds]
+        spans = [[w for _, w in batch] for batch in rounds]
+        costs.append(cost.stage_cost(name, flops, peak, mfu, gpus, per_gpu, estimated, spans=spans))
+    return costs
 
 
 def cost_info(
@@ -453,12 +411,15 @@ def cost_info(
         raise InputError(f"--mfu: got {used}; expected 0 < MFU <= 1")
     stages = study_cost(spec, peak, used, gpus, device)
     total = _total(stages)
+    gpu_bytes = gpu_memory_bytes(spec, device)
     return {
         "peak_flops": peak,
         "peak_source": peak_note,
         "mfu": used,
         "mfu_source": mfu_note,
         "gpus": gpus,
+        # GPUs the widest trial holds at once (its workers); wall hours schedule it on them
+        "trial_gpus_max": max(cell_split(spec, c, gpu_bytes).workers for c in spec.grid()),
         "stages": [dataclasses.asdict(s) for s in stages],
         "total": dataclasses.asdict(total),
         "floor": floor_info(spec, peak, used, total),
@@ -536,7 +497,20 @@ def cost_lines(info: dict | None) -> list[str]:
             f"{s['stage']:<8} {s['trainings']:>9,} {s['flops']:>10.3g} {s['gpu_hours']:>11,.1f} "
             f"{s['wall_hours']:>11,.1f}{note}"
         )
-    return lines + floor_lines(info.get("floor"))
+    return lines + _span_lines(info) + floor_lines(info.get("floor"))
+
+
+def _span_lines(info: dict) -> list[str]:
+    """Under the cost table, how sharded trials were scheduled."""
+    widest, gpus = info.get("trial_gpus_max", 1), info["gpus"]
+    if widest <= 1:
+        return []
+    if widest > gpus:
+        return [
+            f"  the widest trials span {widest} GPUs, more than --gpus {gpus}: they cannot "
+            f"start there (the wall hours count them on {gpus})"
+        ]
+    return [f"  wall hours: a sharded trial holds its workers' GPUs (up to {widest}) until it ends"]
 
 
 def _total(stages: list[cost.StageCost]) -> cost.StageCost:

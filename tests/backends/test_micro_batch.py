@@ -150,7 +150,7 @@ def test_on_a_gpu_the_trainer_splits_as_the_plan_shows(cache_dir, monkeypatch):
     import torch
 
     from dwtune.backends.pytorch.train import Runtime, choose_split
-    from dwtune.study.planning import cell_split, trial_share_bytes
+    from dwtune.study.planning import cell_split, gpu_memory_bytes
 
     monkeypatch.setattr(
         torch.cuda, "get_device_properties", lambda _d: SimpleNamespace(total_memory=80 * 2**30)
@@ -167,7 +167,7 @@ def test_on_a_gpu_the_trainer_splits_as_the_plan_shows(cache_dir, monkeypatch):
     cell = spec.grid()[0]
     gpu = Runtime(torch.device("cuda"), compile=False, threads=1)
     trainer_split = choose_split(spec, cell.shape, gpu)
-    assert trainer_split == cell_split(spec, cell, trial_share_bytes(spec, "h100")).split
+    assert trainer_split == cell_split(spec, cell, gpu_memory_bytes(spec, "h100")).split
     assert trainer_split.accumulation > 1 and trainer_split.fits
     cpu = Runtime(torch.device("cpu"), compile=False, threads=1)
     assert choose_split(spec, cell.shape, cpu).accumulation == 1  # CPU: no memory limit

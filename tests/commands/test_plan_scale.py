@@ -81,10 +81,41 @@ def test_a_prepared_corpus_is_counted_from_its_manifest(tmp_path, capsys):
     assert round(corpus_info["train_tokens"], -3) == 1.48e5  # 0.9 x 163,999 chars
 
 
+def web_corpus(tmp_path: Path, gigabytes: float) -> str:
+    """A folder holding one sparse .txt file of that size: the plan reads its size on disk
+    (no text), as it would a downloaded web corpus before `dwtune prepare`."""
+    folder = tmp_path / "web"
+    folder.mkdir()
+    with open(folder / "part-0.txt", "wb") as handle:
+        handle.truncate(int(gigabytes * 1e9))
+    return str(folder)
+
+
+@pytest.mark.slow  # --cost simulates the paper's refine stage
+def test_paper_plan_fits_every_cell_and_runs_with_its_corpus(tmp_path, monkeypatch, capsys):
+    """`dwtune plan search_spaces/paper.yaml --cost --device h100 --gpus 64`: exit 0 with a
+    corpus in place (every cell fits, sharded ones included), exit 3 without it."""
+    monkeypatch.setattr(planning, "BENCH_RESULTS", tmp_path / "no_bench.jsonl")
+    argv = ["plan", str(PAPER), "--cost", "--device", "h100", "--gpus", "64"]
+    corpus = f"data.corpus={web_corpus(tmp_path, 60)}"  # 1.96e10 tokens; 4 epochs need 1.64e10
+    assert main([*argv, corpus]) == 0
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT" not in out and "`dwtune run` would refuse" not in out
+    assert "  112 of 112 cells fit their 72.0 GiB share" in out
+    sharded = next(line for line in out.splitlines() if "cells shard each trial" in line)
+    assert int(sharded.split()[0]) > 0
+    assert "wall hours: a sharded trial holds its workers' GPUs (up to " in out
+    # without the corpus: the documented refusal code, for that reason only (priced as above:
+    # test_paper_plan_costs_the_study_without_its_corpus)
+    assert main(["plan", str(PAPER), "--device", "h100", "--json"]) == planning.REFUSED_EXIT
+    refusals = json.loads(capsys.readouterr().out)["refusals"]
+    assert [r["reason"] for r in refusals] == ["corpus_missing"]
+
+
 @pytest.mark.slow  # --cost simulates the paper's refine stage
 def test_paper_plan_costs_the_study_without_its_corpus(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(planning, "BENCH_RESULTS", tmp_path / "no_bench.jsonl")
-    # planned and costed, but run would refuse it: no corpus here (and cells beyond one GPU)
+    # planned and costed, but run would refuse it: no corpus here
     assert main(["plan", str(PAPER), "--cost", "--device", "h100", "--gpus", "64"]) == 3
     out = capsys.readouterr().out
     assert "corpus MISSING" in out and "warning: pair" not in out  # budgets bracket every N*
@@ -128,7 +159,7 @@ def test_packing_counts_trials_per_gpu_and_refuses_one_too_big(tmp_path, capsys)
         PAPER,
         data={"corpus": "shakespeare"},
         train={"steps": 10},
-        resources={"gpu": 0.5, "gpu_memory_gb": 80},
+        resources={"gpu": 0.5, "gpu_memory_gb": 80, "workers_per_trial": 1},
     )
     assert main(["run", big, "--storage", str(tmp_path / "exp")]) == 2
     err = capsys.readouterr().err.strip()
@@ -185,10 +216,12 @@ def test_the_cost_text_prints_the_floor_per_pair_and_eta(write_spec, simulated_r
 
 
 def test_micro_batches_fit_every_paper_cell_whose_weights_fit_one_gpu(capsys):
-    """paper.yaml on 80 GB GPUs: the whole batch of 512 fits only the small cells; the rest
-    run as micro-batches (checkpointed where no micro-batch fits without it), and only cells
-    whose weights and AdamW state alone exceed a GPU are left, named, for sharded trials."""
-    assert main(["plan", str(PAPER), "--json", "--device", "h100"]) == 3  # and no corpus here
+    """paper.yaml on one 80 GB GPU a trial: the whole batch of 512 fits only the small cells;
+    the rest run as micro-batches (checkpointed where no micro-batch fits without it), and
+    only cells whose weights and AdamW state alone exceed a GPU are left, named, for sharded
+    trials."""
+    argv = ["plan", str(PAPER), "--json", "--device", "h100", "resources.workers_per_trial=1"]
+    assert main(argv) == 3  # and no corpus here
     plan = json.loads(capsys.readouterr().out)
     cells, packing = plan["cells"], plan["packing"]
     share = packing["trial_memory_bytes"]
@@ -218,6 +251,7 @@ def test_a_study_that_fits_only_as_micro_batches_plans_with_exit_0(tmp_path, cap
         data={"corpus": "shakespeare"},
         train={"steps": 10},
         space={"budgets": [2e6, 1e9, 3e9]},
+        resources={"workers_per_trial": 1},
     )
     assert main(["plan", spec, "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)

@@ -22,6 +22,21 @@ def test_makespan_schedules_longest_first_and_packing_slows_each_trial():
     assert cost.makespan([], gpus=3) == 0
 
 
+def test_a_sharded_trial_holds_all_its_gpus_until_it_ends():
+    # 4 GPU-hours over 2 GPUs: 2 hours on both; then one trial on each
+    assert cost.makespan([4, 2, 2], gpus=2, spans=[2, 1, 1]) == 4
+    # it waits for 3 free GPUs: the 1-hour trial runs after it, not beside it
+    assert cost.makespan([6, 1], gpus=3, spans=[3, 1]) == 3
+    # it starts when the last of its GPUs frees: 2 h of a one-GPU trial, then 4 / 2 h
+    assert cost.makespan([2, 4], gpus=2, spans=[1, 2]) == 4  # longest (4) first, then 2
+    assert cost.makespan([5, 4], gpus=2, spans=[1, 2]) == 7  # 5 h alone, then 2 h on both
+    # wider than the cluster: counted on all of it
+    assert cost.makespan([6], gpus=2, spans=[8]) == 3
+    stage = cost.stage_cost("grid", [[7.2e15, 3.6e15]], 1e12, 0.5, 2, 1, spans=[[2, 1]])
+    assert stage.gpu_hours == pytest.approx(6.0)  # GPU-hours do not depend on the span
+    assert stage.wall_hours == pytest.approx(2.0 + 2.0)
+
+
 def test_stage_cost_adds_rounds_one_after_another():
     shape = ModelShape(depth=2, width=64, heads=2, vocab_size=100, seq_len=16)
     flops = cost.trial_flops(shape, train_tokens=3e9, eval_tokens=3e8)

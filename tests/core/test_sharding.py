@@ -8,7 +8,13 @@ import pytest
 from dwtune.core import memory
 from dwtune.core.budget import ModelShape, count_params
 from dwtune.core.errors import InputError
-from dwtune.core.sharding import sharded_concurrency, trial_workers, worker_memory
+from dwtune.core.sharding import (
+    sharded_concurrency,
+    trial_layout,
+    trial_workers,
+    worker_memory,
+    worker_split,
+)
 from dwtune.core.spec import spec_from_dict
 from tests.helpers.specs import small_simulated
 
@@ -95,3 +101,65 @@ def test_as_many_sharded_jobs_run_at_once_as_the_cluster_holds():
     assert sharded_concurrency({"CPU": 64.0, "GPU": 16.0}, 8, 1, 8) == 1  # CPUs bind
     assert sharded_concurrency({"CPU": 256.0, "GPU": 16.0}, 8, 1, 4) == 4  # GPUs bind
     assert sharded_concurrency({"CPU": 1.0}, 1, 0, 4) == 1  # waits for the autoscaler
+
+
+def paper_cells(train: dict | None = None, **resources) -> tuple[object, dict]:
+    """A spec at the paper's batch (512 x 128 tokens, BPE-2000) on 80 GiB GPUs, depth 48 at a
+    budget one GPU holds (1e9) and one whose AdamW state alone exceeds it (1e10)."""
+    raw = {
+        "name": "paperlike",
+        "trainer": "torch",
+        "data": {"tokenizer": "bpe", "vocab_size": 2000, "seq_len": 128},
+        "model": {"width_multiple": 16},
+        "space": {"depths": [48], "budgets": [1e9, 1e10]},
+        "train": {"steps": 10, "batch_size": 512, **(train or {})},
+        "resources": {"gpu": 1, "workers_per_trial": 8, **resources},
+    }
+    spec = spec_from_dict(raw)
+    return spec, {cell.budget: cell.shape for cell in spec.grid()}
+
+
+def test_a_cell_one_gpu_holds_in_micro_batches_is_not_sharded():
+    spec, shapes = paper_cells()
+    layout = trial_layout(spec, shapes[1e9], 80 * GiB)
+    assert layout.workers == 1 and layout.fits
+    assert layout.split.accumulation > 1  # its whole batch does not fit: micro-batches do
+    assert worker_memory(spec, shapes[1e9], 1) > memory.gpu_share_bytes(80 * GiB, 1)
+
+
+def test_a_cell_beyond_one_gpu_spans_the_fewest_workers_each_in_micro_batches():
+    spec, shapes = paper_cells()
+    share = memory.gpu_share_bytes(80 * GiB, 1)
+    layout = trial_layout(spec, shapes[1e10], 80 * GiB)
+    assert layout.fits and layout.worker_bytes <= share
+    # no fewer workers hold it at any micro-batch
+    smaller = [n for n in (1, 2, 4) if n < layout.workers]
+    assert smaller and not any(worker_split(spec, shapes[1e10], n, share).fits for n in smaller)
+    # each worker splits its rows of the batch: in one pass they would not fit
+    assert layout.split.batch_size == 512 // layout.workers
+    assert layout.split.accumulation > 1
+    assert worker_memory(spec, shapes[1e10], layout.workers) > share
+    # the fewest passes that fit: one pass fewer needs a larger micro-batch, which does not
+    fewer = -(-layout.split.batch_size // (layout.split.accumulation - 1))
+    need = memory.worker_memory(shapes[1e10], fewer, layout.workers, 2).total
+    assert need > share
+
+
+def test_a_worker_holds_the_bf16_casts_of_the_whole_model_under_autocast():
+    _, shapes = paper_cells()
+    shape = shapes[1e10]
+    fp32 = memory.worker_memory(shape, 8, 4, activation_bytes=4)
+    bf16 = memory.worker_memory(shape, 8, 4, activation_bytes=2)
+    params = count_params(shape).total
+    assert bf16.weights_and_optimizer - fp32.weights_and_optimizer == 2 * params
+    assert bf16.activations == memory.trial_memory(shape, 8, 2).activations
+
+
+def test_the_specs_micro_batch_applies_to_each_workers_rows():
+    spec, shapes = paper_cells(gpu=0, workers_per_trial=4)
+    on_cpu = trial_layout(spec, shapes[1e9], None)  # CPU: all workers, no memory limit
+    assert (on_cpu.workers, on_cpu.split.batch_size, on_cpu.split.accumulation) == (4, 128, 1)
+    given, _ = paper_cells({"micro_batch_size": 48}, gpu=0, workers_per_trial=4)
+    assert trial_layout(given, shapes[1e9], None).split.sizes() == [48, 48, 32]  # 128 rows
+    whole, _ = paper_cells({"micro_batch_size": 512}, gpu=0, workers_per_trial=4)
+    assert trial_layout(whole, shapes[1e9], None).split.sizes() == [128]  # at most the rows

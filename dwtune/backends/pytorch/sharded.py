@@ -6,9 +6,11 @@ arguments. Each builds the model from the trial's seed (the same initialisation 
 trainer), shards every block and then the whole model with ``fully_shard``, and trains on its
 contiguous slice of the same global batch: rank r of W takes rows ``[r·B/W, (r+1)·B/W)``.
 Every row has the same number of tokens, so the mean of the W slice means is the global mean,
-and FSDP's reduce-scatter (an average over ranks) gives the plain trainer's gradient. The
-global batch, the tokens and the optimiser step are the plain trial's; the losses agree with
-it up to float summation order.
+and FSDP's reduce-scatter (an average over ranks) gives the plain trainer's gradient. A rank
+whose rows do not fit its GPU at once runs them as micro-batches (the memory model's split of
+B/W rows, :func:`dwtune.core.memory.micro_batches`), accumulating into its sharded gradients
+before the one optimiser step. The global batch, the tokens and the optimiser step are the
+plain trial's; the losses agree with it up to float summation order.
 
 Every rank keeps the same progress (the reported train loss is averaged over ranks, the
 held-out window losses are gathered), so all ranks take the same branches and the collectives
@@ -90,8 +92,13 @@ class Objective(nn.Module):
 
 
 class ShardedStep(TrainStep):
-    """The plain step through :class:`Objective`; its loss averaged over the ranks (the
-    global batch's mean), its gradient norm a plain tensor (FSDP2 clips DTensors)."""
+    """The plain step (micro-batches included) through :class:`Objective`; its loss averaged
+    over the ranks (the global batch's mean), its gradient norm a plain tensor (FSDP2 clips
+    DTensors).
+
+    Every micro-batch's backward reduce-scatters its gradients into the sharded ones: FSDP2
+    could skip that until the last pass (``set_requires_gradient_sync``), but only by keeping
+    the full unsharded gradients (4·P bytes) meanwhile, which is what sharding saves."""
 
     def __init__(self, objective: Objective, *args, world: int, **kwargs):
         super().__init__(objective.model, *args, **kwargs)
@@ -101,14 +108,15 @@ class ShardedStep(TrainStep):
         self, inputs: torch.Tensor, targets: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         self.optimizer.zero_grad(set_to_none=True)
-        with self.runtime.autocast():
-            loss = self.objective(inputs, targets)
-        loss.backward()  # FSDP reduce-scatters the mean of the ranks' gradients
+        loss = self._accumulate(inputs, targets)  # FSDP averages the ranks' gradients
         norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
         self.optimizer.step()
         total = loss.detach().float().clone()
         dist.all_reduce(total)  # gloo has no AVG: sum, then divide
         return total / self.world, _full(norm)  # type: ignore[return-value]
+
+    def _loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.objective(inputs, targets)
 
 
 class ShardedTrainer(Trainer):
@@ -127,6 +135,7 @@ class ShardedTrainer(Trainer):
         check_shape(self.shape)
         torch.manual_seed(self.seed)  # every rank: the plain trainer's initialisation
         model = build_model(self.shape, param).to(self.runtime.device)
+        model.checkpoint_blocks = self.split.checkpointing  # before sharding, as torchtitan
         if self.runtime.compile:  # per block, before sharding (torchtitan's order)
             compile_blocks(model)
         for block in model.blocks:
@@ -135,7 +144,17 @@ class ShardedTrainer(Trainer):
         fully_shard(objective)  # the rest: embeddings, final norm and head
         optimizer = make_optimizer(model, self.cfg)  # over the sharded parameters
         self.objective = objective
-        return ShardedStep(objective, optimizer, self.runtime, self.cfg.grad_clip, world=self.world)
+        return ShardedStep(
+            objective,
+            optimizer,
+            self.runtime,
+            self.cfg.grad_clip,
+            micro_batch=self.split.micro_batch,
+            world=self.world,
+        )
+
+    def _workers(self) -> int:
+        return self.world
 
     def _local(self, windows: np.ndarray) -> np.ndarray:
         rows = len(windows) // self.world

@@ -210,19 +210,23 @@ class TrainStep:
         self.optimizer.step()
         return loss, norm
 
+    def _loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean loss of these rows (a sharded step goes through its FSDP root module)."""
+        return lm_loss(self.model, inputs, targets)
+
     def _accumulate(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         batch = inputs.shape[0]
         size = self.micro_batch or batch
         if size >= batch:  # one pass: exactly the unsplit step
             with self.runtime.autocast():
-                loss = lm_loss(self.model, inputs, targets)
+                loss = self._loss(inputs, targets)
             loss.backward()
             return loss.detach()
         total = torch.zeros((), device=inputs.device)
         for part_in, part_target in zip(inputs.split(size), targets.split(size), strict=True):
             share = part_in.shape[0] / batch  # (b, T) of the (B, T) batch
             with self.runtime.autocast():
-                loss = lm_loss(self.model, part_in, part_target) * share
+                loss = self._loss(part_in, part_target) * share
             loss.backward()
             total += loss.detach().float()
         return total
@@ -268,17 +272,21 @@ def trial_memory_bytes(resources: ResourcesConfig, runtime: Runtime) -> float | 
     return gpu_share_bytes(total, resources.gpu if resources.gpu > 0 else 1.0)
 
 
-def choose_split(spec: ExperimentSpec, shape: ModelShape, runtime: Runtime) -> MicroBatches:
-    """Micro-batch and checkpointing of a trial: the spec's, else from the memory model
+def choose_split(
+    spec: ExperimentSpec, shape: ModelShape, runtime: Runtime, workers: int = 1
+) -> MicroBatches:
+    """Micro-batch and checkpointing of one process of a trial over ``workers`` (its
+    batch_size/workers rows): the spec's, else from the memory model
     (:func:`dwtune.core.memory.micro_batches`, the rule ``dwtune plan`` shows per cell)."""
     cfg = spec.train
     return micro_batches(
         shape,
-        cfg.batch_size,
+        cfg.batch_size // workers,
         2 if runtime.cuda else 4,
         trial_memory_bytes(spec.resources, runtime),
         cfg.micro_batch_size,
         cfg.checkpointing,
+        workers,
     )
 
 
@@ -393,7 +401,7 @@ class Trainer:
         )
         for windows in self.eval_windows:
             corpus.check_ids(windows, "val")
-        self.split = choose_split(spec, shape, self.runtime)
+        self.split = choose_split(spec, shape, self.runtime, self._workers())
         self.step_fn = self._build(for_shape(spec.model, shape))
         self.total_steps = self.cfg.total_steps(shape.seq_len)
         self.tokens_per_step = self.cfg.batch_size * shape.seq_len
@@ -404,9 +412,13 @@ class Trainer:
 
     # ------------------------------------------------------------------ hooks (sharding)
 
+    def _workers(self) -> int:
+        """Processes that train this trial together (1 here)."""
+        return 1
+
     def _build(self, param: Parametrization) -> TrainStep:
-        """Model, optimizer and step (a sharded trainer shards the model first, and trains its
-        B/N rows in one pass: it does not micro-batch)."""
+        """Model, optimizer and step (a sharded trainer shards the model first, and splits
+        its B/N rows into micro-batches by the same rule)."""
         return build_training(self.shape, self.cfg, self.runtime, self.seed, param, self.split)
 
     def _local(self, windows: np.ndarray) -> np.ndarray:
