@@ -5,6 +5,7 @@ Marked slow: each test spawns two processes that import torch (about 15 s on 2 c
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -16,7 +17,7 @@ from dwtune.core import vocabulary
 from dwtune.core.budget import ModelShape
 from dwtune.core.errors import InputError
 from dwtune.core.spec import spec_from_dict
-from tests.helpers.sharded import run_sharded
+from tests.helpers.sharded import run_sharded_jobs
 
 # Two blocks, so FSDP shards the blocks and the root separately; untied head.
 SHAPE = ModelShape(depth=2, width=16, heads=2, vocab_size=96, seq_len=16)
@@ -80,10 +81,27 @@ def assert_close(got: list[tuple], want: list[tuple]) -> None:
             assert math.isclose(a, b, rel_tol=RTOL), (g, w)
 
 
+def micro_batched(spec, **train):
+    return dataclasses.replace(spec, train=dataclasses.replace(spec.train, **train))
+
+
 @pytest.mark.slow
 def test_two_sharded_workers_reach_the_plain_trials_loss_curve(spec, plain, tmp_path):
+    """Sharded in one pass per worker, and sharded with each worker's 2 rows as 2
+    micro-batches of 1 (checkpointed blocks): both follow the plain trial's curve."""
     reports, final = plain
-    ranks = run_sharded(tmp_path, 2, spec=spec, shape=SHAPE, seed=0)
+    split = micro_batched(spec, micro_batch_size=1, activation_checkpointing="true")
+    ranks, split_ranks = run_sharded_jobs(
+        tmp_path,
+        2,
+        [{"spec": spec, "shape": SHAPE, "seed": 0}, {"spec": split, "shape": SHAPE, "seed": 0}],
+    )
+    for rank in split_ranks:
+        assert rank["final"][vocabulary.STATUS] == vocabulary.STATUS_FINISHED
+        assert rank["passes"] == [1, 1] * 20  # every step: 2 passes of 1 row, none of 2
+        assert len(rank["checkpointed"]) == 2 * 2 * 20  # 2 blocks per pass
+        assert_close(curve(rank["reports"]), curve(reports))
+    assert all(rank["passes"] == [2] * 20 and not rank["checkpointed"] for rank in ranks)
     for rank in ranks:
         assert_close(curve(rank["reports"]), curve(reports))
         assert rank["final"][vocabulary.STATUS] == vocabulary.STATUS_FINISHED
@@ -106,15 +124,20 @@ def test_two_sharded_workers_reach_the_plain_trials_loss_curve(spec, plain, tmp_
 def test_a_sharded_trial_resumes_from_its_checkpoint_as_a_plain_trial_does(spec, plain, tmp_path):
     reports, _ = plain
     part = tmp_path / "ckpt"
-    first = run_sharded(
-        tmp_path / "a", 2, spec=spec, shape=SHAPE, seed=0, checkpoint_dir=str(part), stop_at=10
+    common = {"spec": spec, "shape": SHAPE, "seed": 0}
+    first, resumed = run_sharded_jobs(
+        tmp_path,
+        2,
+        [
+            {**common, "checkpoint_dir": str(part), "stop_at": 10},
+            {**common, "resume_from": str(part)},
+        ],
     )
     assert all(rank.get("interrupted") for rank in first)
     # rank 0 writes the checkpoint and passes it on; rank 1 passes none
     assert first[0]["checkpoints"] == [str(part), str(part)]
     assert first[1]["checkpoints"] == [None, None]
     assert (part / CHECKPOINT_FILE).is_file()
-    resumed = run_sharded(tmp_path / "b", 2, spec=spec, shape=SHAPE, seed=0, resume_from=str(part))
     got = curve(first[0]["reports"] + resumed[0]["reports"])
     assert [r[vocabulary.STEP] for r in resumed[0]["reports"]] == [15, 20]
     assert_close(got, curve(reports))

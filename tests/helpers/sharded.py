@@ -1,8 +1,8 @@
 """Run the sharded trainer on W local processes over gloo (torch.multiprocessing, no Ray).
 
-:func:`run_sharded` spawns the ranks, each of which trains the same trial with
-:func:`~dwtune.backends.pytorch.sharded.train_sharded` and writes what it reported (and any
-one-line error) to a JSON file; the parent reads them back.
+:func:`run_sharded_jobs` spawns the ranks once; each trains the given jobs one after another
+with :func:`~dwtune.backends.pytorch.sharded.train_sharded` and writes what it reported (and
+any one-line error) to a JSON file; the parent reads them back.
 """
 
 from __future__ import annotations
@@ -21,13 +21,47 @@ class Interrupted(Exception):
     """Raised from a report to stop a training as a killed trial would stop."""
 
 
-def _rank_main(rank: int, world: int, store: str, out: str, job: dict) -> None:
-    from dwtune.backends.pytorch.sharded import train_sharded
-
+def _rank_main(rank: int, world: int, store: str, out: str, jobs: list[dict]) -> None:
     os.environ["DWTUNE_THREADS"] = "1"  # W ranks on a 2-core machine: no oversubscription
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    results = []
+    try:
+        for job in jobs:  # one after another in the same group, as separate jobs would run:
+            results.append(_train(job))
+            dist.barrier()  # rank 0's checkpoint is written before any rank resumes it
+    finally:
+        dist.destroy_process_group()
+    Path(out, f"rank{rank}.json").write_text(json.dumps(results))
+
+
+def _counted(result: dict) -> None:
+    """Record in ``result`` the rows of every training pass (``passes``) and the blocks
+    checkpointed (``checkpointed``): the step's split, seen from inside a rank."""
+    from dwtune.backends.pytorch import model, sharded
+
+    passes, checkpointed = result.setdefault("passes", []), result.setdefault("checkpointed", [])
+    loss, checkpoint = sharded.ShardedStep._loss, model.checkpoint
+
+    def counting_loss(self, inputs, targets):
+        passes.append(inputs.shape[0])
+        return loss(self, inputs, targets)
+
+    def counting_checkpoint(*args, **kwargs):
+        checkpointed.append(True)
+        return checkpoint(*args, **kwargs)
+
+    sharded.ShardedStep._loss = counting_loss
+    model.checkpoint = counting_checkpoint
+
+
+def _train(job: dict) -> dict:
+    from dwtune.backends.pytorch import model, sharded
+    from dwtune.backends.pytorch.sharded import train_sharded
+
     reports: list[dict] = []
     result: dict = {"reports": reports, "checkpoints": []}
+    loss, checkpoint = sharded.ShardedStep._loss, model.checkpoint
+    _counted(result)
 
     def report(metrics: dict, checkpoint: str | None) -> None:
         reports.append(metrics)
@@ -49,14 +83,17 @@ def _rank_main(rank: int, world: int, store: str, out: str, job: dict) -> None:
     except InputError as exc:
         result["error"] = str(exc)
     finally:
-        dist.destroy_process_group()
-    Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+        sharded.ShardedStep._loss, model.checkpoint = loss, checkpoint
+    return result
 
 
-def run_sharded(tmp: Path, world: int, **job) -> list[dict]:
-    """Each rank's ``{"reports", "checkpoints", "final" | "interrupted" | "error"}``."""
+def run_sharded_jobs(tmp: Path, world: int, jobs: list[dict]) -> list[list[dict]]:
+    """Several trainings in one start of the W processes (torch imports once): per job, each
+    rank's ``{"reports", "checkpoints", "passes", "checkpointed", "final" | "interrupted" |
+    "error"}``."""
     tmp.mkdir(parents=True, exist_ok=True)
     store = tmp / "store"
     store.unlink(missing_ok=True)
-    mp.spawn(_rank_main, args=(world, str(store), str(tmp), job), nprocs=world, join=True)
-    return [json.loads((tmp / f"rank{rank}.json").read_text()) for rank in range(world)]
+    mp.spawn(_rank_main, args=(world, str(store), str(tmp), jobs), nprocs=world, join=True)
+    ranks = [json.loads((tmp / f"rank{rank}.json").read_text()) for rank in range(world)]
+    return [[ranks[rank][index] for rank in range(world)] for index in range(len(jobs))]
