@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -232,7 +233,7 @@ class TrialRecord:
     tokens: int = 0
     wall_time_s: float = 0.0
     tokens_per_s: float = float("nan")
-    mfu: float = float("nan")
+    mfu: float = float("nan")  # mean over the training (time-weighted; mean_mfu)
     node: str = ""
     error: str = ""
     simulated: bool = False
@@ -247,6 +248,8 @@ class TrialRecord:
     pair: str = ""  # the depth pair whose refine point asked for it ('' for a grid trial)
     round: int = 0  # that pair's refine round (Optuna trial number + 1); 0 for the grid
     point_kind: str = ""  # a vocabulary.PointKind: grid, verify, bisect or scan
+    workers: int = 1  # processes the training spanned (its workers when sharded)
+    gpu_seconds: float = 0.0  # wall_time_s x the GPUs it held (0 on CPU and simulated)
     # One dict per report: metric name -> value (metrics vocabulary); not a trials.parquet column.
     curve: list[dict[str, Any]] = field(default_factory=list, repr=False)
     # Loss of each held-out window at the best evaluation (vocabulary.VAL_WINDOWS): the paired
@@ -308,7 +311,7 @@ def record_from_result(
         tokens=int(last.get(vocabulary.TOKENS, 0)),
         wall_time_s=float(wall_time_s),
         tokens_per_s=float(last.get(vocabulary.TOKENS_PER_S, float("nan"))),
-        mfu=float(last.get(vocabulary.MFU, float("nan"))),
+        mfu=mean_mfu(curve),
         node=node,
         error=error,
         simulated=spec.trainer == Trainer.SIMULATED,
@@ -323,9 +326,26 @@ def record_from_result(
         pair=request.pair,
         round=request.round,
         point_kind=request.point_kind,
+        workers=int(last.get(vocabulary.WORKERS, 1)),
+        gpu_seconds=float(wall_time_s) * float(last.get(vocabulary.GPUS, 0.0)),
         curve=list(curve),
         val_windows=windows,
     )
+
+
+def mean_mfu(curve: list[dict[str, Any]]) -> float:
+    """The training's MFU: each report's MFU weighted by the training time it covers (its
+    steps x seconds per step), i.e. its FLOPs over the peak x that time; NaN where no report
+    has one (the simulated trainer: no device, no peak)."""
+    done, weighted, seconds = 0, 0.0, 0.0
+    for report in curve:
+        step = int(report.get(vocabulary.STEP, done))
+        value = float(report.get(vocabulary.MFU, math.nan))
+        time = (step - done) * float(report.get(vocabulary.STEP_TIME_S, math.nan))
+        done = step
+        if math.isfinite(value) and math.isfinite(time) and time > 0:
+            weighted, seconds = weighted + value * time, seconds + time
+    return weighted / seconds if seconds > 0 else math.nan
 
 
 def _trained_tokens_per_param(train: TrainConfig, request: TrialRequest) -> float | None:

@@ -19,6 +19,10 @@ TOKENS_PER_S = "perf/tokens_per_s"
 STEP_TIME_S = "perf/step_time_s"
 MFU = "perf/mfu"
 ELAPSED_S = "time/elapsed_s"
+# Processes a training spans (1; its workers when sharded) and the GPUs it holds, all of them
+# together (0 on CPU; a packed trial's fraction of one): the torch trainer reports both.
+WORKERS = "perf/workers"
+GPUS = "perf/gpus"
 # Final status of a training (a TrialStatus), set in the last report.
 STATUS = "status"
 

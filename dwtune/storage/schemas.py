@@ -91,7 +91,9 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "tokens": "training tokens seen (tokens)",
         "wall_time_s": "wall-clock time of the training (seconds)",
         "tokens_per_s": "training throughput at the last report (tokens/second)",
-        "mfu": "model FLOPs utilisation at the last report (fraction of the device's peak)",
+        "mfu": "model FLOPs utilisation over the training (fraction of the peak of the devices "
+        "it ran on: each report's weighted by the training time it covers); NaN for a "
+        "simulated trial (no device)",
         "node": "the Ray node (IP address) that trained it; '' in process",
         "error": "the error of a failed training (one line); '' otherwise",
         **_SIMULATED,
@@ -111,6 +113,11 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "trial",
         "round": "the pair's refine round that asked for it (its Optuna trial number + 1); 0 "
         "for a grid or lr_search trial",
+        "workers": "processes the training spanned: 1, or its workers when it was sharded "
+        "(resources.workers_per_trial)",
+        "gpu_seconds": "wall_time_s x the GPUs it held (seconds): its workers x resources.gpu, "
+        "a packed trial's fraction of one GPU; 0 for a CPU or simulated trial (it held no "
+        "GPU; its CPU time is wall_time_s x resources.cpu per worker)",
         "point_kind": "the kind of pair point it trains: grid, verify (more seeds at a point), "
         "bisect (a size inside the bracket) or scan (a probe beside it); a length_check trial "
         "has its retrained point's kind; '' for an lr_search trial",

@@ -114,6 +114,8 @@ def test_two_sharded_workers_reach_the_plain_trials_loss_curve(spec, plain, tmp_
     per_rate = [r[vocabulary.MFU] / r[vocabulary.TOKENS_PER_S] for r in ranks[0]["reports"]]
     plain_rate = reports[0][vocabulary.MFU] / reports[0][vocabulary.TOKENS_PER_S]
     assert per_rate == pytest.approx([plain_rate / 2] * len(per_rate), rel=1e-9)
+    # the trial spans both processes and holds no GPU on CPU
+    assert {(r[vocabulary.WORKERS], r[vocabulary.GPUS]) for r in ranks[0]["reports"]} == {(2, 0)}
     # both ranks report the same numbers (they take the same branches)
     assert curve(ranks[0]["reports"]) == curve(ranks[1]["reports"])
     # the loss fell: the comparison is between trainings, not two copies of the start

@@ -37,6 +37,8 @@ REPORT_KEYS = {
     vocabulary.STEP_TIME_S,
     vocabulary.MFU,
     vocabulary.ELAPSED_S,
+    vocabulary.WORKERS,
+    vocabulary.GPUS,
 }
 SHAPE = ModelShape(depth=1, width=16, heads=2, vocab_size=96, seq_len=16)
 
@@ -253,6 +255,10 @@ def test_the_trial_seam_records_the_trainers_result(cache_dir):
     record = run_trial_inprocess(spec, make_request(spec, cell, 0, "grid"))
     assert record.status == vocabulary.STATUS_FINISHED and record.steps == 20
     assert record.final_val_loss == record.curve[-1][vocabulary.VAL_LOSS]
+    # one process on CPU: no GPU held; its MFU lies within the reports' (a weighted mean)
+    assert record.workers == 1 and record.gpu_seconds == 0.0
+    reported = [r[vocabulary.MFU] for r in record.curve]
+    assert min(reported) <= record.mfu <= max(reported) and record.mfu > 0
 
 
 # --------------------------------------------------------------------------- dwtune train

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from dwtune.core import cost, memory, scale
@@ -137,3 +139,19 @@ def test_checkpointing_only_where_no_micro_batch_fits_without_it():
 def test_a_checkpointed_trial_costs_a_recomputed_forward():
     plain = cost.trial_flops(WIDE, train_tokens=1e9, eval_tokens=0)
     assert cost.trial_flops(WIDE, 1e9, 0, recompute=True) == pytest.approx(plain * 4 / 3)
+
+
+def test_a_trials_mfu_is_its_reports_weighted_by_the_time_they_cover():
+    from dwtune.core import vocabulary
+    from dwtune.core.records import mean_mfu
+
+    def report(step: int, mfu: float, step_time: float) -> dict:
+        return {vocabulary.STEP: step, vocabulary.MFU: mfu, vocabulary.STEP_TIME_S: step_time}
+
+    # 10 steps of 1 s at 0.2, then 10 steps of 3 s at 0.4: (2 + 12) / 40
+    curve = [report(10, 0.2, 1.0), report(20, 0.4, 3.0)]
+    assert mean_mfu(curve) == pytest.approx(14 / 40)
+    # a short last interval counts for its few steps only
+    assert mean_mfu([report(10, 0.2, 1.0), report(11, 0.8, 1.0)]) == pytest.approx(2.8 / 11)
+    assert math.isnan(mean_mfu([report(10, math.nan, 1.0)]))  # no device peak: simulated
+    assert math.isnan(mean_mfu([]))

@@ -132,3 +132,24 @@ def test_records_written_before_the_columns_export_with_their_kind(refined, tmp_
     trials = pd.read_parquet(copy / TRIALS_FILE)
     assert set(trials[trials.stage == Stage.GRID].point_kind) == {PointKind.GRID}
     assert set(trials[trials.stage == Stage.REFINE].point_kind) == {""}
+
+
+def test_trials_carry_workers_and_gpu_seconds_and_an_older_table_still_reads(refined, tmp_path):
+    import shutil
+
+    trials = pd.read_parquet(refined.root / TRIALS_FILE)
+    # simulated trials: one process, no GPU held, no device peak
+    assert set(trials.workers) == {1} and set(trials.gpu_seconds) == {0.0}
+    assert trials.mfu.isna().all()
+    # a folder exported before these columns (and with the old mfu column dropped too)
+    old = tmp_path / "old"
+    shutil.copytree(refined.root, old)
+    new_columns = ["workers", "gpu_seconds", "mfu"]
+    pq.write_table(
+        pa.Table.from_pandas(trials.drop(columns=new_columns), preserve_index=False),
+        old / TRIALS_FILE,
+    )
+    reader = ExperimentReader(old)
+    experiment = reader.read()
+    assert len(experiment.trials) == len(ExperimentReader(refined.root).read().trials) > 0
+    assert not set(new_columns) & set(reader.table(TRIALS_FILE).columns)

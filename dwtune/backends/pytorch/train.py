@@ -392,6 +392,7 @@ class Trainer:
     def __init__(self, spec: ExperimentSpec, shape: ModelShape, seed: int):
         check_shape(shape)
         self.cfg, self.shape, self.seed = spec.train, shape, seed
+        self.resources = spec.resources
         self.runtime = configure_runtime(self.cfg.device, self.cfg.compile, spec.data.cache_dir)
         self.corpus = corpus = prepare_corpus(spec.data)
         corpus.check_fits(shape.seq_len, shape.vocab_size)
@@ -415,6 +416,13 @@ class Trainer:
     def _workers(self) -> int:
         """Processes that train this trial together (1 here)."""
         return 1
+
+    def _gpu_share(self) -> float:
+        """GPUs this process holds: 0 on CPU, its resources.gpu on CUDA (a packed trial's
+        fraction; a whole one where the spec asked for none but the device is a GPU)."""
+        if not self.runtime.cuda:
+            return 0.0
+        return self.resources.gpu if self.resources.gpu > 0 else 1.0
 
     def _build(self, param: Parametrization) -> TrainStep:
         """Model, optimizer and step (a sharded trainer shards the model first, and splits
@@ -546,6 +554,8 @@ class Trainer:
             vocabulary.STEP_TIME_S: seconds / max(1, interval.steps),
             vocabulary.MFU: mfu(self.flops_per_token, tokens_per_s, self.peak),
             vocabulary.ELAPSED_S: self.progress.elapsed_s,
+            vocabulary.WORKERS: self._workers(),
+            vocabulary.GPUS: self._workers() * self._gpu_share(),
         }
         status = self.final_status(diverged)
         if status:
