@@ -2,9 +2,20 @@
 # GPU check: tokens/s and MFU of the trainer's step for the paper's shapes (2 heads, seq 128,
 # vocab 2000, bf16, batch 512 or the largest power-of-two batch that fits) with compile off,
 # default and max-autotune; compile time against depth (6, 24, 48); and throughput with 1, 2
-# and 4 trials packed on one GPU at widths 256 and 512.
+# and 4 trials packed on one GPU at widths 256 and 512; a sharded trial (TWIN_WORKERS processes,
+# sharing the one GPU where only one is lent) and a micro-batched trial, each against its plain
+# twin's loss curve; and the smallest and largest cells of search_spaces/gpu_pilot.yaml timed
+# for a few steps (the least and the most planned memory), their peak memory against the plan.
 #
 #   benchmarks/gpu_check.sh [RESULTS.jsonl]          # default gpu_check_results.jsonl
+#
+# Twins (benchmarks/twin_check.py; RESULTS_twins.jsonl): TWIN_CHECKS ["sharded micro"] at
+# depth TWIN_DEPTH [2] x width TWIN_WIDTH [256], batch TWIN_BATCH [16] of TWIN_SEQ_LEN [128]
+# tokens, TWIN_STEPS [40] steps; micro-batches of TWIN_MICRO [4]; a line per check with the
+# largest relative difference of the two curves and its tolerance. Pilot cells
+# (RESULTS_pilot.jsonl): PILOT_SPEC [search_spaces/gpu_pilot.yaml] planned on PILOT_DEVICE
+# [h200]; each cell's `dwtune bench` of PILOT_STEPS [20] steps at its batch (PILOT_BATCH
+# overrides it), with the trial's hours at that speed.
 #
 # Packing: PACK_COUNTS concurrent `dwtune bench` processes of depth PACK_DEPTH share the GPU,
 # each timing PACK_STEPS steps (long enough that their timed windows overlap); their summed
@@ -45,11 +56,28 @@ PACK_DEPTH=${PACK_DEPTH:-6}
 PACK_BATCH=${PACK_BATCH:-$BATCH}
 PACK_STEPS=${PACK_STEPS:-50}
 PACKED="${RESULTS%.jsonl}_packed.jsonl"
+HERE=$(cd "$(dirname "$0")" && pwd)
+TWINS="${RESULTS%.jsonl}_twins.jsonl"
+TWIN_CHECKS=${TWIN_CHECKS:-"sharded micro"}
+TWIN_WORKERS=${TWIN_WORKERS:-2}
+TWIN_DEPTH=${TWIN_DEPTH:-2}
+TWIN_WIDTH=${TWIN_WIDTH:-256}
+TWIN_BATCH=${TWIN_BATCH:-16}
+TWIN_SEQ_LEN=${TWIN_SEQ_LEN:-128}
+TWIN_MICRO=${TWIN_MICRO:-4}
+TWIN_STEPS=${TWIN_STEPS:-40}
+PILOT="${RESULTS%.jsonl}_pilot.jsonl"
+PILOT_SPEC=${PILOT_SPEC:-$HERE/../search_spaces/gpu_pilot.yaml}
+PILOT_DEVICE=${PILOT_DEVICE:-h200}
+PILOT_STEPS=${PILOT_STEPS:-20}
+PILOT_BATCH=${PILOT_BATCH:-}
 SCRATCH=$(mktemp -d)
 trap 'rm -rf "$SCRATCH"' EXIT
 
 : >"$RESULTS"
 : >"$PACKED"
+: >"$TWINS"
+: >"$PILOT"
 "$PYTHON" -c 'import torch; print("torch", torch.__version__, "| cuda", torch.cuda.is_available(),
 "|", torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")'
 
@@ -140,8 +168,56 @@ PY
   done
 done
 
+# Twins: a sharded and a micro-batched trial against the plain one (one JSON line each)
+for check in $TWIN_CHECKS; do
+  echo "twin check: $check (depth $TWIN_DEPTH x width $TWIN_WIDTH, batch $TWIN_BATCH) ..." >&2
+  out=$(timeout "$RUN_TIMEOUT_S" "$PYTHON" "$HERE/twin_check.py" "$check" --device "$DEVICE" \
+    --depth "$TWIN_DEPTH" --width "$TWIN_WIDTH" --heads "$HEADS" --seq-len "$TWIN_SEQ_LEN" \
+    --batch-size "$TWIN_BATCH" --micro-batch "$TWIN_MICRO" --workers "$TWIN_WORKERS" \
+    --steps "$TWIN_STEPS" --cache-dir "$SCRATCH/twin-cache" 2>"$SCRATCH/err-twin") ||
+    true  # exit 1: it ran, outside the tolerance (its line says so)
+  if [ -n "$out" ]; then
+    echo "$out" >>"$TWINS"
+  else
+    reason=$(tail -n 1 "$SCRATCH/err-twin" | tr -d '"\\')
+    printf '{"check": "%s", "error": "%s"}\n' "$check" "${reason:-failed or timed out}" >>"$TWINS"
+  fi
+done
+
+# Pilot cells: the cells of PILOT_SPEC with the least and the most planned memory
+"$PYTHON" - "$PILOT_SPEC" "$PILOT_DEVICE" "$PILOT_BATCH" >"$SCRATCH/pilot-cells" <<'PY'
+import sys
+from dwtune.core.spec import load_spec
+from dwtune.study.planning import plan_rows
+spec = load_spec(sys.argv[1])
+rows = sorted(plan_rows(spec, sys.argv[2]), key=lambda r: r["memory_bytes"])  # planned peak
+batch = int(sys.argv[3]) if sys.argv[3] else spec.train.batch_size
+steps = spec.train.total_steps(spec.data.seq_len)
+for r in (rows[0], rows[-1]):
+    print(r["depth"], r["width"], r["heads"], spec.data.seq_len, spec.data.vocab_size, batch,
+          r["memory_bytes"], steps)
+PY
+while read -r depth width heads seq vocab batch planned steps; do
+  echo "pilot cell depth $depth x width $width, batch $batch ..." >&2
+  if out=$(TORCHINDUCTOR_CACHE_DIR="$SCRATCH/inductor-pilot-$depth-$width" \
+    timeout "$RUN_TIMEOUT_S" "$PYTHON" -m dwtune bench --depth "$depth" --width "$width" \
+    --heads "$heads" --seq-len "$seq" --vocab-size "$vocab" --batch-size "$batch" \
+    --steps "$PILOT_STEPS" --warmup "$WARMUP" --device "$DEVICE" --results none --json \
+    2>"$SCRATCH/err-pilot"); then
+    "$PYTHON" -c 'import json, sys
+row = json.loads(sys.argv[1])
+row.update(plan_memory_bytes=int(sys.argv[2]), trial_steps=int(sys.argv[3]),
+           trial_hours=int(sys.argv[3]) * row["step_time_s"] / 3600)
+print(json.dumps(row))' "$out" "$planned" "$steps" >>"$PILOT"
+  else
+    reason=$(tail -n 1 "$SCRATCH/err-pilot" | tr -d '"\\')
+    printf '{"depth": %d, "width": %d, "error": "%s"}\n' "$depth" "$width" \
+      "${reason:-failed or timed out}" >>"$PILOT"
+  fi
+done <"$SCRATCH/pilot-cells"
+
 # Summary table and checks (stdout and RESULTS.txt)
-"$PYTHON" - "$RESULTS" "$PACKED" <<'PY' | tee "${RESULTS%.jsonl}.txt"
+"$PYTHON" - "$RESULTS" "$PACKED" "$TWINS" "$PILOT" <<'PY' | tee "${RESULTS%.jsonl}.txt"
 import json, sys
 from collections import defaultdict
 
@@ -197,4 +273,30 @@ if packed:
         speedup = p["tokens_per_s"] / alone[p["width"]] if p["width"] in alone else float("nan")
         print(f"{p['packed']:>6} {p['depth']:>5} {p['width']:>5} {p['batch_size']:>5} "
               f"{p['tokens_per_s']:>15,.0f} {speedup:>6.2f} {100 * p['mfu']:>8.1f}%")
+twins = [json.loads(line) for line in open(sys.argv[3]) if line.strip()]
+if twins:
+    print(f"{'twin':>8} {'workers':>7} {'mbatch':>6} {'steps':>5} {'max rel diff':>12} "
+          f"{'rtol':>7} {'plain s':>8} {'twin s':>8}")
+    for t in twins:
+        if "error" in t:
+            print(f"{t['check']:>8}  failed: {t['error']}")
+            continue
+        print(f"{t['check']:>8} {t['workers']:>7} {t['micro_batch'] or '':>6} {t['steps']:>5} "
+              f"{t['max_rel_diff']:>12.2e} {t['rtol']:>7.0e} {t['plain_seconds']:>8.1f} "
+              f"{t['twin_seconds']:>8.1f}")
+        print(("PASS " if t["passed"] else "FAIL ") + f"{t['check']} trial follows its plain "
+              f"twin's loss curve within {t['rtol']:.0e} relative")
+pilot = [json.loads(line) for line in open(sys.argv[4]) if line.strip()]
+if pilot:
+    print(f"{'pilot':>5} {'depth':>5} {'width':>5} {'batch':>5} {'tokens/s':>12} {'MFU':>6} "
+          f"{'compile s':>9} {'mem GiB':>7} {'plan GiB':>8} {'trial h':>8}")
+    for p in pilot:
+        if "error" in p:
+            print(f"{'':>5} {p['depth']:>5} {p['width']:>5}  failed: {p['error']}")
+            continue
+        compile_s = "off" if p["compile_time_s"] is None else f"{p['compile_time_s']:.1f}"
+        print(f"{'':>5} {p['depth']:>5} {p['width']:>5} {p['batch_size']:>5} "
+              f"{p['tokens_per_s']:>12,.0f} {100 * p['mfu']:>5.1f}% {compile_s:>9} "
+              f"{p['peak_memory_bytes'] / 2**30:>7.2f} {p['plan_memory_bytes'] / 2**30:>8.2f} "
+              f"{p['trial_hours']:>8.2f}")
 PY

@@ -115,9 +115,9 @@ def test_attention_backend_on_cpu_is_the_fused_kernel():
 # --------------------------------------------------------------------------- benchmarks/
 
 
-def run_script(args: list[str], **env: str) -> subprocess.CompletedProcess:
+def run_script(args: list[str], timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        args, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, **env}
+        args, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **env}
     )
 
 
@@ -172,7 +172,15 @@ def test_gpu_check_script_runs_on_cpu_with_a_tiny_shape(tmp_path):
         VOCAB="50",
         PACK_COUNTS="1 2",
         PACK_STEPS="2",
+        TWIN_WIDTH="16",
+        TWIN_BATCH="4",
+        TWIN_SEQ_LEN="16",
+        TWIN_MICRO="2",
+        TWIN_STEPS="4",
+        PILOT_STEPS="1",
+        PILOT_BATCH="2",
         PYTHON=sys.executable,
+        timeout=900,  # the twins train 4 small models, 2 of them in 2 processes
     )
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in results.read_text().splitlines()]
@@ -185,6 +193,25 @@ def test_gpu_check_script_runs_on_cpu_with_a_tiny_shape(tmp_path):
     ]
     assert [(p["packed"], p["width"]) for p in packed] == [(1, 16), (2, 16)]
     assert all(p["tokens_per_s"] > 0 for p in packed) and "tokens/s (sum)" in summary
+    # the sharded (2 processes) and micro-batched trials against their plain twins
+    twins = [
+        json.loads(line) for line in (tmp_path / "results_twins.jsonl").read_text().splitlines()
+    ]
+    assert [(t["check"], t["workers"], t["micro_batch"]) for t in twins] == [
+        ("sharded", 2, None),
+        ("micro", 1, 2),
+    ]
+    assert all(t["passed"] and t["max_rel_diff"] <= t["rtol"] == 1e-4 for t in twins)
+    assert "PASS sharded trial follows its plain twin's loss curve" in summary
+    assert "PASS micro trial follows its plain twin's loss curve" in summary
+    # gpu_pilot.yaml's smallest and largest cells, timed, with the plan's memory beside
+    pilot = [
+        json.loads(line) for line in (tmp_path / "results_pilot.jsonl").read_text().splitlines()
+    ]
+    assert [(p["depth"], p["width"]) for p in pilot] == [(2, 144), (12, 528)]  # least, most memory
+    assert all(p["tokens_per_s"] > 0 and p["plan_memory_bytes"] > 0 for p in pilot)
+    assert all(p["trial_hours"] > 0 and p["batch_size"] == 2 for p in pilot)
+    assert "plan GiB" in summary
 
 
 def test_cpu_allocator_tuning_can_be_switched_off(monkeypatch):
