@@ -413,8 +413,9 @@ class ResourcesConfig:
     gpu_memory_gb: float | None = None
     # Data-parallel workers one trial may span (a Ray Train job, parameters sharded with
     # FSDP2); each worker holds `cpu` CPUs and `gpu` GPUs. On GPUs a cell is sharded only when
-    # it does not fit one (known gpu_memory_gb or `plan --device`), over the fewest workers
-    # that hold it; on CPU, or with the GPU memory unknown, every cell uses all of them.
+    # no micro-batch lets one GPU hold it (known gpu_memory_gb or `plan --device`), over the
+    # fewest workers that hold it, each in the fewest micro-batches; on CPU, or with the GPU
+    # memory unknown, every cell uses all of them.
     workers_per_trial: int = 1
 
     def __post_init__(self) -> None:
