@@ -9,6 +9,7 @@
 #
 #   benchmarks/gpu_check.sh [RESULTS.jsonl]          # default gpu_check_results.jsonl
 #
+# Parts: COMPILES, PACK_WIDTHS, TWIN_CHECKS or PILOT_SPEC set empty skips that part.
 # Twins (benchmarks/twin_check.py; RESULTS_twins.jsonl): TWIN_CHECKS ["sharded micro"] at
 # depth TWIN_DEPTH [2] x width TWIN_WIDTH [256], batch TWIN_BATCH [16] of TWIN_SEQ_LEN [128]
 # tokens, TWIN_STEPS [40] steps; micro-batches of TWIN_MICRO [4]; a line per check with the
@@ -49,8 +50,8 @@ RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-600}
 PYTHON=${PYTHON:-python}
 if [ "$DEVICE" = cpu ]; then DEFAULT_COMPILES=default; DEFAULT_PACK=$WIDTHS; else
   DEFAULT_COMPILES="off default max-autotune"; DEFAULT_PACK="256 512"; fi
-COMPILES=${COMPILES:-$DEFAULT_COMPILES}
-PACK_WIDTHS=${PACK_WIDTHS:-$DEFAULT_PACK}
+COMPILES=${COMPILES-$DEFAULT_COMPILES}  # set empty to skip a part
+PACK_WIDTHS=${PACK_WIDTHS-$DEFAULT_PACK}
 PACK_COUNTS=${PACK_COUNTS:-"1 2 4"}
 PACK_DEPTH=${PACK_DEPTH:-6}
 PACK_BATCH=${PACK_BATCH:-$BATCH}
@@ -58,7 +59,7 @@ PACK_STEPS=${PACK_STEPS:-50}
 PACKED="${RESULTS%.jsonl}_packed.jsonl"
 HERE=$(cd "$(dirname "$0")" && pwd)
 TWINS="${RESULTS%.jsonl}_twins.jsonl"
-TWIN_CHECKS=${TWIN_CHECKS:-"sharded micro"}
+TWIN_CHECKS=${TWIN_CHECKS-"sharded micro"}
 TWIN_WORKERS=${TWIN_WORKERS:-2}
 TWIN_DEPTH=${TWIN_DEPTH:-2}
 TWIN_WIDTH=${TWIN_WIDTH:-256}
@@ -67,7 +68,7 @@ TWIN_SEQ_LEN=${TWIN_SEQ_LEN:-128}
 TWIN_MICRO=${TWIN_MICRO:-4}
 TWIN_STEPS=${TWIN_STEPS:-40}
 PILOT="${RESULTS%.jsonl}_pilot.jsonl"
-PILOT_SPEC=${PILOT_SPEC:-$HERE/../search_spaces/gpu_pilot.yaml}
+PILOT_SPEC=${PILOT_SPEC-$HERE/../search_spaces/gpu_pilot.yaml}
 PILOT_DEVICE=${PILOT_DEVICE:-h200}
 PILOT_STEPS=${PILOT_STEPS:-20}
 PILOT_BATCH=${PILOT_BATCH:-}
@@ -168,24 +169,27 @@ PY
   done
 done
 
-# Twins: a sharded and a micro-batched trial against the plain one (one JSON line each)
-for check in $TWIN_CHECKS; do
-  echo "twin check: $check (depth $TWIN_DEPTH x width $TWIN_WIDTH, batch $TWIN_BATCH) ..." >&2
-  out=$(timeout "$RUN_TIMEOUT_S" "$PYTHON" "$HERE/twin_check.py" "$check" --device "$DEVICE" \
+# Twins: a sharded and a micro-batched trial against one plain run (one JSON line each)
+if [ -n "$TWIN_CHECKS" ]; then
+  echo "twin checks: $TWIN_CHECKS (depth $TWIN_DEPTH x width $TWIN_WIDTH, batch $TWIN_BATCH) ..." >&2
+  # shellcheck disable=SC2086  # one word per check
+  timeout "$RUN_TIMEOUT_S" "$PYTHON" "$HERE/twin_check.py" $TWIN_CHECKS --device "$DEVICE" \
     --depth "$TWIN_DEPTH" --width "$TWIN_WIDTH" --heads "$HEADS" --seq-len "$TWIN_SEQ_LEN" \
     --batch-size "$TWIN_BATCH" --micro-batch "$TWIN_MICRO" --workers "$TWIN_WORKERS" \
-    --steps "$TWIN_STEPS" --cache-dir "$SCRATCH/twin-cache" 2>"$SCRATCH/err-twin") ||
-    true  # exit 1: it ran, outside the tolerance (its line says so)
-  if [ -n "$out" ]; then
-    echo "$out" >>"$TWINS"
-  else
-    reason=$(tail -n 1 "$SCRATCH/err-twin" | tr -d '"\\')
-    printf '{"check": "%s", "error": "%s"}\n' "$check" "${reason:-failed or timed out}" >>"$TWINS"
-  fi
-done
+    --steps "$TWIN_STEPS" >>"$TWINS" 2>"$SCRATCH/err-twin" ||
+    true  # exit 1: a check ran outside its tolerance (its line says so)
+  for check in $TWIN_CHECKS; do
+    if ! grep -q "\"check\": \"$check\"" "$TWINS"; then
+      reason=$(tail -n 1 "$SCRATCH/err-twin" | tr -d '"\\')
+      printf '{"check": "%s", "error": "%s"}\n' "$check" "${reason:-failed or timed out}" >>"$TWINS"
+    fi
+  done
+fi
 
 # Pilot cells: the cells of PILOT_SPEC with the least and the most planned memory
-"$PYTHON" - "$PILOT_SPEC" "$PILOT_DEVICE" "$PILOT_BATCH" >"$SCRATCH/pilot-cells" <<'PY'
+: >"$SCRATCH/pilot-cells"
+[ -z "$PILOT_SPEC" ] || "$PYTHON" - "$PILOT_SPEC" "$PILOT_DEVICE" "$PILOT_BATCH" \
+  >"$SCRATCH/pilot-cells" <<'PY'
 import sys
 from dwtune.core.spec import load_spec
 from dwtune.study.planning import plan_rows

@@ -1,14 +1,13 @@
 """A sharded or micro-batched trial against its plain twin (same data, seed and global batch).
 
-    python benchmarks/twin_check.py micro   [--device cuda] [--depth 2] [--width 64] ...
-    python benchmarks/twin_check.py sharded [--workers 2] ...
+    python benchmarks/twin_check.py micro [sharded] [--device cuda] [--depth 2] [--width 64] ...
 
-``micro`` trains the shape once whole and once as micro-batches of ``--micro-batch`` sequences
-(gradient accumulation, the same optimiser step); ``sharded`` trains it once in this process
-and once as an FSDP2 job of ``--workers`` local processes (:mod:`torch.multiprocessing`). The
+The shape trains once whole in this process (the plain twin), then per check: ``micro`` as
+micro-batches of ``--micro-batch`` sequences (gradient accumulation, the same optimiser step),
+``sharded`` as an FSDP2 job of ``--workers`` local processes (:mod:`torch.multiprocessing`). The
 process group is NCCL when every worker has a GPU of its own and gloo otherwise (CPU, or the
-workers sharing one GPU: NCCL refuses two ranks on one device). Prints one JSON line: the
-largest relative difference between the two loss curves (train and validation loss at every
+workers sharing one GPU: NCCL refuses two ranks on one device). Prints a JSON line per check:
+the largest relative difference between the two loss curves (train and validation loss at every
 evaluation), the tolerance and whether it held, each run's final validation loss and seconds.
 The tolerance: 1e-4 in fp32 (CPU; the tests hold 1e-4 and 1e-5), 2e-2 under bf16 autocast
 (CUDA), where another split rounds each matmul differently.
@@ -40,7 +39,7 @@ RTOL = {"cpu": 1e-4, "cuda": 2e-2}
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("check", choices=("micro", "sharded"))
+    parser.add_argument("checks", nargs="+", choices=("micro", "sharded"))
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--depth", type=int, default=2)
     parser.add_argument("--width", type=int, default=64)
@@ -129,38 +128,47 @@ def largest_difference(got: list[dict], want: list[dict]) -> float:
     )
 
 
-def main(argv: list[str]) -> int:
-    args = parse(argv)
-    rtol = args.rtol if args.rtol is not None else RTOL[args.device]
+def twin_run(check: str, args: argparse.Namespace, spec, scratch: str) -> tuple[list[dict], float]:
     shape = shape_of(args)
-    with tempfile.TemporaryDirectory(prefix="dwtune-twin-") as scratch:
-        spec = make_spec(args, args.cache_dir or str(Path(scratch) / "cache"))
-        plain, plain_s = plain_run(spec, shape)
-        if args.check == "micro":
-            split = make_spec(args, spec.data.cache_dir, micro_batch_size=args.micro_batch)
-            twin, twin_s = plain_run(split, shape)
-        else:
-            twin, twin_s = sharded_run(spec, shape, args.workers, scratch)
-    difference = largest_difference(twin, plain)
-    row = {
-        "check": args.check,
+    if check == "micro":
+        split = make_spec(args, spec.data.cache_dir, micro_batch_size=args.micro_batch)
+        return plain_run(split, shape)
+    return sharded_run(spec, shape, args.workers, scratch)
+
+
+def result_row(check: str, args: argparse.Namespace, plain: tuple, twin: tuple) -> dict:
+    rtol = args.rtol if args.rtol is not None else RTOL[args.device]
+    difference = largest_difference(twin[0], plain[0])
+    return {
+        "check": check,
         "device": args.device,
         "depth": args.depth,
         "width": args.width,
         "batch_size": args.batch_size,
-        "micro_batch": args.micro_batch if args.check == "micro" else None,
-        "workers": args.workers if args.check == "sharded" else 1,
+        "micro_batch": args.micro_batch if check == "micro" else None,
+        "workers": args.workers if check == "sharded" else 1,
         "steps": args.steps,
         "max_rel_diff": difference,
         "rtol": rtol,
         "passed": difference <= rtol,
-        "plain_val_loss": plain[-1][vocabulary.VAL_LOSS],
-        "twin_val_loss": twin[-1][vocabulary.VAL_LOSS],
-        "plain_seconds": plain_s,
-        "twin_seconds": twin_s,
+        "plain_val_loss": plain[0][-1][vocabulary.VAL_LOSS],
+        "twin_val_loss": twin[0][-1][vocabulary.VAL_LOSS],
+        "plain_seconds": plain[1],
+        "twin_seconds": twin[1],
     }
-    print(json.dumps(row))
-    return 0 if row["passed"] else 1
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    passed = True
+    with tempfile.TemporaryDirectory(prefix="dwtune-twin-") as scratch:
+        spec = make_spec(args, args.cache_dir or str(Path(scratch) / "cache"))
+        plain = plain_run(spec, shape_of(args))
+        for check in args.checks:
+            row = result_row(check, args, plain, twin_run(check, args, spec, scratch))
+            print(json.dumps(row), flush=True)
+            passed = passed and row["passed"]
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":

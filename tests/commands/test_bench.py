@@ -157,6 +157,10 @@ def test_gpu_check_script_parses():
     assert run_script(["bash", "-n", "benchmarks/gpu_check.sh"]).returncode == 0
 
 
+def read_lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
 @pytest.mark.slow
 def test_gpu_check_script_runs_on_cpu_with_a_tiny_shape(tmp_path):
     results = tmp_path / "results.jsonl"
@@ -172,6 +176,34 @@ def test_gpu_check_script_runs_on_cpu_with_a_tiny_shape(tmp_path):
         VOCAB="50",
         PACK_COUNTS="1 2",
         PACK_STEPS="2",
+        TWIN_CHECKS="",  # the twins and pilot parts: the test below
+        PILOT_SPEC="",
+        PYTHON=sys.executable,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = read_lines(results)
+    assert [(r["depth"], r["width"], r["batch_size"]) for r in rows] == [(1, 16, 2), (2, 16, 2)]
+    assert {r["compile_mode"] for r in rows} == {"default"}  # CPU: the device default only
+    summary = (tmp_path / "results.txt").read_text()
+    assert "MFU peak: calibrated" in summary and "flash_cpu" in summary
+    packed = read_lines(tmp_path / "results_packed.jsonl")
+    assert [(p["packed"], p["width"]) for p in packed] == [(1, 16), (2, 16)]
+    assert all(p["tokens_per_s"] > 0 for p in packed) and "tokens/s (sum)" in summary
+    assert read_lines(tmp_path / "results_twins.jsonl") == []  # skipped parts write nothing
+    assert read_lines(tmp_path / "results_pilot.jsonl") == []
+
+
+@pytest.mark.slow
+def test_gpu_check_twins_and_pilot_cells_run_on_cpu(tmp_path):
+    """The sharded (2 processes) and micro-batched trials against their plain twin, and
+    gpu_pilot.yaml's cells with the least and most planned memory, timed."""
+    results = tmp_path / "results.jsonl"
+    done = run_script(
+        ["bash", "benchmarks/gpu_check.sh", str(results)],
+        DEVICE="cpu",
+        COMPILES="",  # the shapes and packing parts: the test above
+        PACK_WIDTHS="",
+        WARMUP="1",
         TWIN_WIDTH="16",
         TWIN_BATCH="4",
         TWIN_SEQ_LEN="16",
@@ -179,36 +211,23 @@ def test_gpu_check_script_runs_on_cpu_with_a_tiny_shape(tmp_path):
         TWIN_STEPS="4",
         PILOT_STEPS="1",
         PILOT_BATCH="2",
+        DWTUNE_PEAK_FLOPS="1e12",  # no calibration per bench process
         PYTHON=sys.executable,
-        timeout=900,  # the twins train 4 small models, 2 of them in 2 processes
+        timeout=540,
     )
     assert done.returncode == 0, done.stderr
-    rows = [json.loads(line) for line in results.read_text().splitlines()]
-    assert [(r["depth"], r["width"], r["batch_size"]) for r in rows] == [(1, 16, 2), (2, 16, 2)]
-    assert {r["compile_mode"] for r in rows} == {"default"}  # CPU: the device default only
-    summary = (tmp_path / "results.txt").read_text()
-    assert "MFU peak: calibrated" in summary and "flash_cpu" in summary
-    packed = [
-        json.loads(line) for line in (tmp_path / "results_packed.jsonl").read_text().splitlines()
-    ]
-    assert [(p["packed"], p["width"]) for p in packed] == [(1, 16), (2, 16)]
-    assert all(p["tokens_per_s"] > 0 for p in packed) and "tokens/s (sum)" in summary
-    # the sharded (2 processes) and micro-batched trials against their plain twins
-    twins = [
-        json.loads(line) for line in (tmp_path / "results_twins.jsonl").read_text().splitlines()
-    ]
+    assert read_lines(results) == [] and read_lines(tmp_path / "results_packed.jsonl") == []
+    twins = read_lines(tmp_path / "results_twins.jsonl")
     assert [(t["check"], t["workers"], t["micro_batch"]) for t in twins] == [
         ("sharded", 2, None),
         ("micro", 1, 2),
     ]
     assert all(t["passed"] and t["max_rel_diff"] <= t["rtol"] == 1e-4 for t in twins)
+    summary = (tmp_path / "results.txt").read_text()
     assert "PASS sharded trial follows its plain twin's loss curve" in summary
     assert "PASS micro trial follows its plain twin's loss curve" in summary
-    # gpu_pilot.yaml's smallest and largest cells, timed, with the plan's memory beside
-    pilot = [
-        json.loads(line) for line in (tmp_path / "results_pilot.jsonl").read_text().splitlines()
-    ]
-    assert [(p["depth"], p["width"]) for p in pilot] == [(2, 144), (12, 528)]  # least, most memory
+    pilot = read_lines(tmp_path / "results_pilot.jsonl")
+    assert [(p["depth"], p["width"]) for p in pilot] == [(2, 144), (12, 528)]  # least, most
     assert all(p["tokens_per_s"] > 0 and p["plan_memory_bytes"] > 0 for p in pilot)
     assert all(p["trial_hours"] > 0 and p["batch_size"] == 2 for p in pilot)
     assert "plan GiB" in summary
