@@ -238,7 +238,8 @@ def test_every_command_prints_one_json_document_with_json(
 
 
 def test_plan_json_gives_corpus_and_packing_as_numbers(capsys):
-    assert main(["plan", str(PAPER), "--json", "--device", "h100", "resources.gpu=0.5"]) == 3
+    one_gpu = ["resources.gpu=0.5", "resources.workers_per_trial=1"]  # two trials a GPU
+    assert main(["plan", str(PAPER), "--json", "--device", "h100", *one_gpu]) == 3
     plan = json.loads(capsys.readouterr().out)  # the plan, and why run would refuse it
     assert not plan["runnable"]
     assert [r["reason"] for r in plan["refusals"]] == ["corpus_missing", "does_not_fit"]
