@@ -402,7 +402,7 @@ def _replicate_roots(
     drawn = centre + rng.standard_normal(se.shape) * se
     signs, strong = signs_of(drawn, se)
     keys = np.concatenate([signs + 1, strong.astype(int)], axis=1)
-    patterns, inverse = np.unique(keys, axis=0, return_inverse=True)
+    patterns, inverse = _unique_rows(keys)
     found = np.full(n_boot, np.nan)
     half = x.size
     for k, key in enumerate(patterns):
@@ -414,6 +414,17 @@ def _replicate_roots(
         nearest = np.argmin(np.abs(candidates - target[0]), axis=0)
         found[rows] = candidates[nearest, np.arange(rows.size)]
     return found
+
+
+def _unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, axis=0, return_inverse=True)`` for small non-negative integers, each
+    row compared as one string of bytes: numpy's ``axis=0`` sorts a structured copy field by
+    field, about 4 ms a call here, and the bootstrap calls it thousands of times a study. Bytes
+    of values 0..127 sort as the numbers do, so the patterns come in the same order."""
+    small = np.ascontiguousarray(keys, dtype=np.int8)
+    as_bytes = small.view(np.dtype((np.void, small.shape[1]))).reshape(-1)
+    _, first, inverse = np.unique(as_bytes, return_index=True, return_inverse=True)
+    return keys[first], inverse.reshape(-1)
 
 
 def _stick_legs(

@@ -65,7 +65,15 @@ def t_boundary(z: float, dof: float) -> float:
     """The Student-t(dof) boundary with the same two-sided tail as ``z``; z for dof = inf."""
     if not math.isfinite(dof):
         return z
-    return float(stats.t.isf(stats.norm.sf(z), max(dof, 1.0)))
+    return _t_quantile(float(z), float(max(dof, 1.0)))
+
+
+# Every sign test asks this of a handful of (z, dof) pairs (the boundaries of K looks, the
+# noise's few degrees of freedom), tens of thousands of times a study: scipy's generic
+# quantile machinery costs about 0.4 ms a call, so the answers are kept (same floats).
+@lru_cache(maxsize=4096)
+def _t_quantile(z: float, dof: float) -> float:
+    return float(stats.t.isf(stats.norm.sf(z), dof))
 
 
 def boundary(looks: int, max_looks: int, alpha: float, dof: float = math.inf) -> float:

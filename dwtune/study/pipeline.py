@@ -232,7 +232,7 @@ class Study:
                         if runner == "local"
                         else ray_on_first_batch(stack, self.spec, store, address, progress)
                     )
-                    rates = searched_rates(self.spec, store, trainer)  # train.lr as a search
+                    rates = searched_rates(self.spec, store, trainer, progress)  # lr search
                     _stage(progress, "grid")
                     trainer.run(grid_requests(self.spec, rates.grid_rates if rates else None))
                     if not grid_only and self.spec.refine.pairs:
@@ -276,7 +276,7 @@ class Study:
                         if runner == "local"
                         else ray_on_first_batch(stack, self.spec, store, address, progress)
                     )
-                    rates = searched_rates(self.spec, store, trainer)  # recorded: none trained
+                    rates = searched_rates(self.spec, store, trainer, progress)  # recorded
                     stage.set_rate_for(rates.rate_for if rates else None)
                     _stage(progress, "refine")
                     transitions = stage.run_on(trainer)
@@ -331,14 +331,18 @@ def length_check(spec: ExperimentSpec, store, stage, transitions, run_trials, pr
         return
     from dwtune.study.length_check import run_length_check  # optuna, via the refine stage
 
+    factors = ", ".join(f"{f:g}" for f in spec.refine.length_check)
+    _stage(progress, "length_check", f"re-estimating each bracketed N* at {factors}× the length")
+
     say = getattr(progress, "note", None) if progress is not None else None
     run_length_check(spec, store, stage, transitions, run_trials, say or (lambda _line: None))
 
 
-def searched_rates(spec: ExperimentSpec, store: ExperimentStore, runner):
+def searched_rates(spec: ExperimentSpec, store: ExperimentStore, runner, progress=None):
     """The grid's per-cell learning-rate search (None when train.lr is a number)."""
     if spec.train.lr_search is None:
         return None
+    _stage(progress, "lr_search", "searching each grid cell's learning rate")
     from dwtune.study.lr_search import RateBook  # optuna: only when rates are searched
 
     book = RateBook(spec, store, runner.run_lr_search)

@@ -28,9 +28,10 @@ decisive points may then be re-verified, which trains only the added seeds.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 
 import optuna
 from optuna.trial import TrialState
@@ -52,6 +53,7 @@ from dwtune.core.vocabulary import (
 from dwtune.outputs import tensorboard
 from dwtune.storage.experiment import ExperimentWriter
 from dwtune.storage.store import ExperimentStore
+from dwtune.study.background import Background
 from dwtune.study.feed import RequestFeed
 from dwtune.study.journal import (
     POINT_ATTR,
@@ -68,6 +70,9 @@ RunTrials = Callable[[list[TrialRequest]], list[TrialRecord]]
 RateFor = Callable[[GridCell], tuple[float, str]]
 Progress = Callable[[str], None]
 # A pair's refinement: yields request batches, is sent their records, returns its transition.
+# A pair's journal as read at one moment: (trial number, point) of each told trial, and the
+# bisection rounds among them.
+Snapshot = tuple[list[tuple[int, PairPoint]], int]
 Rounds = Generator[list[TrialRequest], list[TrialRecord], Transition]
 
 LOG_N = "log_n"  # the one Optuna parameter: ln of the budget to train both depths at
@@ -130,6 +135,7 @@ class PairRefiner:
     """Runs one pair's study to its end and derives the pair's transition."""
 
     rate_for: RateFor | None = None  # set by RefineStage when the spec searches rates
+    background: Background | None = None  # set by RefineStage while its pairs refine
     # told (pair, bisection rounds, bracket N_high/N_low, status, done) as the pair moves on
     watch: Callable[..., None] | None = None
 
@@ -193,10 +199,10 @@ class PairRefiner:
             trial.set_user_attr(key, value)
         self.study.tell(trial, objective(point))
         self._announce(point, trial.number + 1)
-        # where the pair stands after this round, for anyone watching the journal or the board
-        estimate = self._estimate("provisional")
-        set_study_attrs(self.study, estimate, final=False)
-        self._board(estimate)
+        # where the pair stands after this round, for anyone watching the journal or the
+        # board: read by no decision, so computed and written off the Tune event loop, from
+        # the points as they stand now (study.background)
+        self._publish(self._snapshot(), "provisional", final=False)
 
     def _range(self) -> tuple[float, float]:
         """Bounds of ``log_n``: the grid's budgets, one e-fold of margin each side."""
@@ -307,35 +313,55 @@ class PairRefiner:
         deltas = tuple(p.delta_point() for p in points if p.n)
         return PairPoints(self.grid.label, self.pair[0], self.pair[1], deltas)
 
-    def _estimate(self, reason: str, trials: int = 0) -> Transition:
-        """The pair's transition from its grid and journal points as they stand."""
-        points = pair_points.merge_points(self.grid.points, trial_points(self.study))
+    def _snapshot(self) -> Snapshot:
+        """The journal's told points (with their trial numbers) and bisection rounds now."""
+        return trial_numbers(self.study), bisection_rounds(self.study)
+
+    def _estimate(self, reason: str, trials: int = 0, snapshot: Snapshot | None = None):
+        """The pair's transition from its grid and journal points as they stand (or as
+        ``snapshot`` read them earlier)."""
+        told, rounds = snapshot or self._snapshot()
+        points = pair_points.merge_points(self.grid.points, [point for _, point in told])
         return transitions.make_transition(
             self.pair,
             points,
             self.refine,
             trials=trials,
-            rounds=bisection_rounds(self.study),
+            rounds=rounds,
             simulated=self.spec.trainer == Trainer.SIMULATED,
             reason=reason,
             convention=self.spec.model.size_convention,
         )
 
-    def _board(self, t: Transition) -> None:
+    def _publish(
+        self, snapshot: Snapshot, reason: str, final: bool, transition: Transition | None = None
+    ) -> None:
+        """The pair's transition (``transition``, else estimated from ``snapshot``) as study
+        attributes and on its decisions board; on the stage's background thread when it
+        has one."""
+
+        def write() -> None:
+            t = transition if transition is not None else self._estimate(reason, snapshot=snapshot)
+            set_study_attrs(self.study, t, final=final)
+            self._board(t, snapshot[0])
+
+        if self.background is None:
+            write()
+        else:
+            self.background.submit(write)
+
+    def _board(self, t: Transition, told: list[tuple[int, PairPoint]]) -> None:
         """The pair's decisions as TensorBoard scalars (tb/refine/<pair>/decisions)."""
-        rounds = [
-            {"round": number + 1, **decision_scalars(point)}
-            for number, point in trial_numbers(self.study)
-        ]
+        rounds = [{"round": number + 1, **decision_scalars(point)} for number, point in told]
         summary = {name: getattr(t, name) for name in BOARD_SUMMARY}
         summary["status"] = f"{t.status}: {t.statement}"
         simulated = self.spec.trainer == Trainer.SIMULATED
         tensorboard.write_refine_board(self.store.root, t.pair, rounds, summary, simulated)
 
     def _transition(self, step: Step) -> Transition:
-        transition = self._estimate(step.reason, self._new_trainings())
-        set_study_attrs(self.study, transition, final=True)
-        self._board(transition)
+        snapshot = self._snapshot()
+        transition = self._estimate(step.reason, self._new_trainings(), snapshot)
+        self._publish(snapshot, step.reason, final=True, transition=transition)
         self.say(f"[refine {self.grid.label}] {describe(transition)}")
         return transition
 
@@ -515,16 +541,36 @@ class RefineStage:
         """
         waiting: dict[int, tuple[Rounds, list[TrialRequest]]] = {}
         done: dict[int, Transition] = {}
-        for index, refiner in enumerate(self.refiners):
-            _advance(index, refiner.rounds(), None, waiting, done)
-        while waiting:
-            batches = list(waiting.items())
-            records = run_trials([r for _, (_, requests) in batches for r in requests])
-            waiting.clear()
-            for index, (rounds, requests) in batches:
-                mine, records = records[: len(requests)], records[len(requests) :]
-                _advance(index, rounds, mine, waiting, done)
+        with self._background_writes():
+            for index, refiner in enumerate(self.refiners):
+                _advance(index, refiner.rounds(), None, waiting, done)
+            while waiting:
+                batches = list(waiting.items())
+                records = run_trials([r for _, (_, requests) in batches for r in requests])
+                waiting.clear()
+                for index, (rounds, requests) in batches:
+                    mine, records = records[: len(requests)], records[len(requests) :]
+                    _advance(index, rounds, mine, waiting, done)
         return self._write([done[index] for index in range(len(self.refiners))])
+
+    @contextlib.contextmanager
+    def _background_writes(self) -> Iterator[None]:
+        """The pairs publish their provisional N* on one background thread while they refine
+        (:meth:`PairRefiner._publish`); every write is done (a failed one raised) on leaving."""
+        background = Background("dwtune-pairs")
+        for refiner in self.refiners:
+            refiner.background = background
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(Exception):  # the error in flight is the one to show
+                background.close()
+            raise
+        else:
+            background.close()
+        finally:
+            for refiner in self.refiners:
+                refiner.background = None
 
     def feed(self) -> RequestFeed:
         """Every pair's rounds as one :class:`~dwtune.study.feed.RequestFeed`."""
@@ -534,8 +580,9 @@ class RefineStage:
         """Refine every pair (or resume) with the pairs advancing independently:
         ``run_feed(feed)`` trains the feed's requests until every pair is done (a runner's
         ``run_feed``); then transitions.parquet is written and its rows returned."""
-        feed = self.feed()
-        run_feed(feed)
+        with self._background_writes():
+            feed = self.feed()
+            run_feed(feed)
         if not feed.done:
             raise RuntimeError("the runner returned before every pair was refined")
         return self._write(feed.results_in_order())

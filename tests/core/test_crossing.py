@@ -217,3 +217,19 @@ def test_the_95_interval_reaches_across_a_flat_crossing(monkeypatch):
     monkeypatch.setattr(crossing, "STICK_POWERS", (1.0,))
     lines = estimate_crossing(points, prior=NoisePrior(0.002), seed=0)
     assert not lines.n_star_low <= math.exp(planted) <= lines.n_star_high
+
+
+def test_bootstrap_sign_patterns_group_as_numpy_unique_rows_does():
+    """The bootstrap's fast grouping of replicates by sign pattern: the same patterns, in the
+    same order, and the same replicate-to-pattern map as ``np.unique(axis=0)``."""
+    from dwtune.core.crossing import _unique_rows
+
+    rng = np.random.default_rng(3)
+    for replicates, points in [(1, 3), (200, 5), (2000, 12)]:
+        signs = rng.integers(0, 3, (replicates, points))
+        keys = np.concatenate([signs, rng.integers(0, 2, (replicates, points))], axis=1)
+        keys[: replicates // 2] = keys[0]  # most replicates share a pattern, as near N*
+        expected, expected_inverse = np.unique(keys, axis=0, return_inverse=True)
+        patterns, inverse = _unique_rows(keys)
+        assert np.array_equal(patterns, expected)
+        assert np.array_equal(inverse, expected_inverse.reshape(-1))

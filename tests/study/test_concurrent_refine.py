@@ -60,7 +60,7 @@ def _grid(root: Path):
     return spec, store, runner
 
 
-def _outcome(store: ExperimentStore, transitions) -> dict:
+def _outcome(store: ExperimentStore, stage: RefineStage, transitions) -> dict:
     write_fit(store.root)
     fit = json.loads((store.root / "fit.json").read_text())
     records = store.records()
@@ -69,6 +69,9 @@ def _outcome(store: ExperimentStore, transitions) -> dict:
         "losses": {r.trial_id: r.final_val_loss for r in records},
         "transitions": [_comparable(dataclasses.asdict(t)) for t in transitions],
         "fit": {k: fit.get(k) for k in ("status", "reason", "a", "b", "se_a", "se_b", "n_points")},
+        # what each pair published last (written off the event loop): its final transition
+        "journals": [_comparable(r.study.user_attrs) for r in stage.refiners],
+        "boards": sorted(str(p.relative_to(store.root)) for p in store.root.glob("tb/refine/*/*")),
     }
 
 
@@ -79,20 +82,24 @@ def _comparable(row: dict) -> dict:
 @pytest.fixture(scope="module")
 def sequential(tmp_path_factory):
     spec, store, runner = _grid(tmp_path_factory.mktemp("sequential"))
-    transitions = RefineStage(spec, store).run(runner.run)
-    return _outcome(store, transitions)
+    stage = RefineStage(spec, store)
+    return _outcome(store, stage, stage.run(runner.run))
 
 
 def test_pairs_advancing_independently_decide_as_rounds_do(sequential, tmp_path):
     spec, store, runner = _grid(tmp_path)
     slots = ShuffledSlots(runner, slots=4, seed=1)
-    transitions = RefineStage(spec, store).run_on(slots)
+    stage = RefineStage(spec, store)
+    transitions = stage.run_on(slots)
     assert slots.peak > 1  # trainings of several pairs were in flight together
-    concurrent = _outcome(store, transitions)
+    concurrent = _outcome(store, stage, transitions)
     assert concurrent["trials"] == sequential["trials"]
     assert concurrent["losses"] == sequential["losses"]
     assert concurrent["transitions"] == sequential["transitions"]
     assert concurrent["fit"] == sequential["fit"]
+    assert concurrent["journals"] == sequential["journals"]
+    assert all(attrs["final"] for attrs in concurrent["journals"])
+    assert concurrent["boards"] == sequential["boards"] and concurrent["boards"]
     assert all(t["status"] == "bracketed" for t in concurrent["transitions"])
     # and it resumes: a second run of the finished stage trains nothing, decides the same
     again = LocalRunner(spec, store)

@@ -20,6 +20,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from dwtune.core import vocabulary
 from dwtune.core.errors import InputError
 from dwtune.core.records import grid_requests
+from dwtune.core.sharding import trial_workers
 from dwtune.core.spec import spec_from_dict
 from dwtune.outputs import tensorboard
 from dwtune.storage.experiment import export_experiment
@@ -141,6 +142,24 @@ def test_repeated_small_batches_each_get_a_fresh_tune_run(ray_up, tmp_path, simu
     assert [r.trial_id for r in second] == [requests[i].trial_id for i in (1, 0, 1)]
     assert second[1].to_json() == first[0].to_json()
     assert len(list(store.trials_dir.iterdir())) == 2 and _tune_runs(store) == []
+
+
+def test_a_batch_asks_each_requests_workers_once(ray_up, tmp_path, simulated_raw, monkeypatch):
+    """The trainable, actor reuse and the concurrency limit share one answer per request."""
+    from dwtune.study.runners.ray_tune import runner as runner_module
+
+    spec, store = _study(tmp_path, simulated_raw(space={"seeds": 1}))
+    requests = grid_requests(spec)[:2]
+    asked = []
+
+    def counted(spec, shape, gpu_bytes):
+        asked.append(shape)
+        return trial_workers(spec, shape, gpu_bytes)
+
+    monkeypatch.setattr(runner_module, "trial_workers", counted)
+    records = _run(spec, store, requests)
+    assert [r.status for r in records] == [vocabulary.STATUS_FINISHED] * 2
+    assert sorted(map(str, asked)) == sorted(str(r.shape) for r in requests)
 
 
 def _driver_reports(store, name: str) -> int:

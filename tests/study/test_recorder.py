@@ -62,6 +62,7 @@ def test_only_a_trials_latest_checkpoint_is_kept(tmp_path, recording):
         path.mkdir()
         (path / "state.pt").write_text("x")
         callback.on_checkpoint(0, [], trial, types.SimpleNamespace(path=str(path)))
+    callback.finish_writes()  # the stale ones are removed off the event loop
     assert [p.exists() for p in paths] == [False, False, True]
 
 

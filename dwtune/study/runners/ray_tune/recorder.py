@@ -3,6 +3,7 @@ killed driver loses nothing finished). The function each trial runs is :mod:`.tr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import time
@@ -14,6 +15,7 @@ from dwtune.core.records import TrialRequest, record_from_result
 from dwtune.core.spec import ExperimentSpec
 from dwtune.outputs import tensorboard
 from dwtune.storage.store import ExperimentStore, write_failure, writing
+from dwtune.study.background import Background
 from dwtune.study.interruption import raise_if_interrupted
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.ray_tune.trial import (
@@ -85,11 +87,18 @@ class RecordingCallback(tune.Callback):
         self.states: dict[str, _TrialState] = {}
         # told (request, record) after each record is written and shown (a feed's runner)
         self.on_record = on_record
+        # TensorBoard events and stale checkpoints: off the event loop (study.background)
+        self.background = Background("dwtune-boards")
 
     def __getstate__(self) -> dict:
         # Tune pickles its callbacks into the experiment dir for Tuner.restore, which dwtune
         # never uses; the console (pytest's capture, a notebook's stream) need not pickle.
-        return self.__dict__ | {"progress": None, "states": {}, "on_record": None}
+        return self.__dict__ | {
+            "progress": None,
+            "states": {},
+            "on_record": None,
+            "background": None,
+        }
 
     def _state(self, trial) -> _TrialState:
         trial_id = trial.config["trial_id"]
@@ -101,10 +110,8 @@ class RecordingCallback(tune.Callback):
                 path = tensorboard.run_dir(
                     self.store.root, request.name, simulated, request.stage, request.pair
                 )
-                shutil.rmtree(path, ignore_errors=True)  # left by an interrupted driver
-                with writing(path):
-                    state.writer = tensorboard.open_writer(path, simulated)
                 state.writer_path = str(path)
+                self.background.submit(lambda: _open_board(state, path, simulated))
         return self.states[trial_id]
 
     def on_trial_start(self, iteration, trials, trial, **info):
@@ -137,10 +144,8 @@ class RecordingCallback(tune.Callback):
             )
         # A retried attempt re-reports steps after its checkpoint: the latest report wins.
         state.points[int(point.get(vocabulary.STEP, len(state.points)))] = point
-        if state.writer is not None:
-            with writing(state.writer_path):
-                tensorboard.add_point(state.writer, point)
-                state.writer.flush()  # the live view shows each report as it comes
+        if self.tensorboard:
+            self.background.submit(lambda: _add_to_board(state, point))
 
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
         """Keep a trial's latest checkpoint only (the one a retry resumes from). Tune would
@@ -148,8 +153,8 @@ class RecordingCallback(tune.Callback):
         at every checkpoint, which grows with the trials of a run (a refine stage's hundreds)."""
         state = self._state(trial)
         previous, state.checkpoint_path = state.checkpoint_path, str(checkpoint.path)
-        if previous and previous != state.checkpoint_path:
-            shutil.rmtree(previous, ignore_errors=True)
+        if previous and previous != state.checkpoint_path:  # no retry resumes from it now
+            self.background.submit(lambda: shutil.rmtree(previous, ignore_errors=True))
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         state = self._state(trial)
@@ -211,18 +216,50 @@ class RecordingCallback(tune.Callback):
         )
         self.store.write_record(record)  # first: the result is safe before anything else
         state.recorded = True
-        if state.writer is not None:
-            with writing(state.writer_path):
-                state.writer.close()
-                tensorboard.write_trial_board(self.store.root, state.request.name, record)
+        if self.tensorboard:
+            self.background.submit(lambda: _rewrite_board(self.store.root, state, record))
         if self.progress:
             self.progress.trial_finished(state.request, record)
         if self.on_record is not None:
             self.on_record(state.request, record)
 
+    def finish_writes(self) -> None:
+        """Wait for the queued TensorBoard and checkpoint writes; raise the first that failed
+        (a full disk: one InputError line)."""
+        self.background.drain()
+
     def discard_boards(self) -> None:
-        """Close every live TensorBoard file, quietly: called as a batch ends, when a write
-        error may have stopped it (what was shown live is rewritten from the records)."""
+        """End the writes and close every live TensorBoard file, quietly: called as a batch
+        ends, when a write error may have stopped it (what was shown live is rewritten from
+        the records; a failure was raised by :meth:`finish_writes` or stops the run anyway)."""
+        with contextlib.suppress(Exception):
+            self.background.close()
         for state in self.states.values():
             if state.writer is not None:
                 state.writer.discard()
+
+
+# --------------------------------------------------------------------------- board writes
+# Run on the callback's background thread, in the order the events came (study.background).
+
+
+def _open_board(state: _TrialState, path, simulated: bool) -> None:
+    shutil.rmtree(path, ignore_errors=True)  # left by an interrupted driver
+    with writing(path):
+        state.writer = tensorboard.open_writer(path, simulated)
+
+
+def _add_to_board(state: _TrialState, point: dict) -> None:
+    if state.writer is None:
+        return
+    with writing(state.writer_path):
+        tensorboard.add_point(state.writer, point)
+        state.writer.flush()  # the live view shows each report as it comes
+
+
+def _rewrite_board(root, state: _TrialState, record) -> None:
+    if state.writer is None:
+        return
+    with writing(state.writer_path):
+        state.writer.close()
+        tensorboard.write_trial_board(root, state.request.name, record)

@@ -49,6 +49,10 @@ QUIET_TUNE_ENV = {
     "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
     "TUNE_DISABLE_SIGINT_HANDLER": "1",
     "TUNE_PRINT_ALL_TRIAL_ERRORS": "0",
+    # Tune's experiment snapshot (every trial's state, for Tuner.restore, which dwtune never
+    # calls) at most hourly, not every 10 s: it grows with the trials of a run and is
+    # written on the event loop that every trial's reports wait on.
+    "TUNE_GLOBAL_CHECKPOINT_S": "3600",
 }
 # The embedded instance passes only specs and small dicts through the object store.
 EMBEDDED_OBJECT_STORE_BYTES = 512 * 2**20
@@ -262,6 +266,7 @@ class TuneRunner:
             stage,
             callback,
             by_id,
+            self._workers(todo),
             param_space={"trial_id": tune.grid_search(list(by_id))},
             scheduler=scheduler,
         )
@@ -322,7 +327,7 @@ class TuneRunner:
                 return trial_workers(spec, request.shape, gpu_bytes)
 
             searcher = FeedSearcher(feed, hand_out, workers_of)
-            self._tune(stage, callback, by_id, search_alg=searcher)
+            self._tune(stage, callback, by_id, None, search_alg=searcher)
         finally:
             embedded_ray.set_env(saved)
 
@@ -331,25 +336,26 @@ class TuneRunner:
         stage: str,
         callback: RecordingCallback,
         by_id: dict[str, TrialRequest],
+        workers: dict[str, int] | None,
         param_space: dict | None = None,
         scheduler: object = None,
         search_alg: object = None,
     ) -> None:
         """One Tune run of the requests ``param_space`` or ``search_alg`` give: ``by_id`` holds
-        them (the searcher's as it hands them out, each also in its trial's config)."""
+        them (the searcher's as it hands them out, each also in its trial's config).
+        ``workers``: each batch request's workers, computed once for the run (``None`` for a
+        feed, whose trials carry theirs in their configs)."""
 
         def request_of(trial) -> TrialRequest:
             return trial.config.get(REQUEST_KEY) or by_id[trial.config["trial_id"]]
 
         name = self._experiment_name(stage)
-        reuse = self.spec.resources.gpu == 0 and not self._may_shard(by_id, search_alg)
+        reuse = self.spec.resources.gpu == 0 and not self._may_shard(workers)
         tuner = tune.Tuner(
-            self._trainable(None if search_alg is not None else by_id),
+            self._trainable(None if search_alg is not None else by_id, workers or {}),
             param_space=param_space,
             tune_config=tune.TuneConfig(
-                max_concurrent_trials=self._max_concurrent(
-                    list(by_id.values()) if search_alg is None else None
-                ),
+                max_concurrent_trials=self._max_concurrent(workers),
                 trial_name_creator=lambda trial: request_of(trial).name,
                 trial_dirname_creator=lambda trial: request_of(trial).name,
                 # Reusing a CPU trial's worker saves its start-up (~1 s); GPU trials get a
@@ -373,6 +379,7 @@ class TuneRunner:
         )
         try:
             tuner.fit()
+            callback.finish_writes()  # a board write that failed stops the study here
         except Exception as exc:
             failure = user_write_error(exc, self.store.root / vocabulary.RAY_DIR)
             if failure is None:
@@ -387,30 +394,30 @@ class TuneRunner:
         gpu_bytes = gpu_memory_bytes(self.spec, None)
         return {r.trial_id: trial_workers(self.spec, r.shape, gpu_bytes) for r in requests}
 
-    def _may_shard(self, by_id: dict[str, TrialRequest], search_alg: object) -> bool:
-        """Whether some trial of this run may span workers (a feed's are not known yet)."""
-        if search_alg is not None:
+    def _may_shard(self, workers: dict[str, int] | None) -> bool:
+        """Whether some trial of this run may span workers (``None``: a feed's, not known
+        yet, so whenever the spec allows it)."""
+        if workers is None:
             return self.spec.resources.workers_per_trial > 1
-        return any(n > 1 for n in self._workers(list(by_id.values())).values())
+        return any(n > 1 for n in workers.values())
 
-    def _max_concurrent(self, requests: list[TrialRequest] | None) -> int | None:
+    def _max_concurrent(self, workers: dict[str, int] | None) -> int | None:
         """The spec's limit; else, when trials are sharded, as many jobs of the largest as the
         cluster holds at once (``None``: a feed's, not known yet; the widest allowed). Tune
         sees only a sharded trial's 0.01-CPU driver, and would otherwise start every trial,
         each then waiting on resources with its processes up."""
         resources = self.spec.resources
-        if requests is None:
+        if workers is None:
             widest = resources.workers_per_trial
         else:
-            widest = max(self._workers(requests).values(), default=1)
+            widest = max(workers.values(), default=1)
         if resources.max_concurrent is not None or widest == 1:
             return resources.max_concurrent
         return sharded_concurrency(ray.cluster_resources(), resources.cpu, resources.gpu, widest)
 
-    def _trainable(self, by_id: dict[str, TrialRequest] | None):
-        """The trial function; a batch's requests travel with it, a feed's in each config
-        (with the workers each spans)."""
-        workers = self._workers(list(by_id.values())) if by_id is not None else {}
+    def _trainable(self, by_id: dict[str, TrialRequest] | None, workers: dict[str, int]):
+        """The trial function; a batch's requests and ``workers`` travel with it, a feed's
+        in each config (with the workers each spans)."""
         trainable = tune.with_parameters(
             trial_main, spec=self.trial_spec, requests=by_id, workers=workers
         )
