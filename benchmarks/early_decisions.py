@@ -1,0 +1,122 @@
+"""Early sign decisions on simulated partial curves: false decisions and training saved.
+
+SIMULATED DATA: the curves are the simulated backend's ``late_descent`` model
+(:func:`dwtune.backends.simulated_surface.curve_excess`, a deeper net descends later, plus
+independent eval noise), never a measurement of a model.
+
+One pair point: a shallower and a deeper net (depths ``--depths``) at one size, ``k`` paired
+seeds, both trained ``--steps`` steps with an eval every ``--eval-every``. Each realisation draws
+the seeds' end losses (paired sd ``--noise``), the curves, and the pair's learned noise estimate
+(sd ``--noise`` · sqrt(χ²_ν / ν) on ``ν = --noise-dof`` degrees of freedom, as the refine stage
+learns it from the pair's other seeds), then walks the looks of
+:func:`dwtune.core.early_decision.first_settled`. Per true end Δ (in units of the paired sd):
+
+- settled: share of points the rule stopped before the end;
+- false: share of points whose settled sign differs from the true sign (at Δ = 0 every
+  settled sign is false); the rule's bound is ``--alpha``;
+- vs end: share of points whose settled sign differs from the sign of the seeds' own mean end
+  Δ (what the full trainings would have shown; at Δ = 0 about half of the settled points);
+- saved: the share of the point's training FLOPs not spent (both nets have the same size, so
+  FLOPs are proportional to the steps trained).
+
+    python benchmarks/early_decisions.py [--points 4000] [--seeds 2 3] [--min-fraction 0.3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dwtune.backends.simulated_surface import curve_excess  # noqa: E402
+from dwtune.core.early_decision import EarlyRule, first_settled  # noqa: E402
+from dwtune.core.spec import SimulatedConfig  # noqa: E402
+
+DELTAS_SD = (0.0, 0.5, -0.5, 1.0, -1.0, 2.0, -2.0, 5.0, -5.0, 10.0, -10.0, 25.0, -25.0)
+# true end Δ in paired sd (deeper loses: +); 25 sd is the simulated gap (0.05 nats) far from N*
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--points", type=int, default=4000, help="realisations per row")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[2, 3])
+    parser.add_argument("--depths", type=int, nargs=2, default=[6, 12])
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--eval-every", type=int, default=25)
+    parser.add_argument("--noise", type=float, default=0.002, help="paired end-Δ sd (nats)")
+    parser.add_argument("--noise-dof", type=float, default=8.0)
+    parser.add_argument("--eval-noise", type=float, default=0.001, help="per-eval sd (nats)")
+    parser.add_argument("--lag", type=float, default=0.1, help="simulated.curve_lag")
+    parser.add_argument("--excess", type=float, default=4.0, help="start − final loss (nats)")
+    parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--min-fraction", type=float, default=0.3)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def point_deltas(args, rng, config, progress, delta, seeds) -> tuple[np.ndarray, np.ndarray]:
+    """(seeds × evals partial Δ, each seed's end Δ) of one simulated pair point."""
+    shallow, deep = args.depths
+    end = delta + args.noise * rng.standard_normal(seeds)
+    shape = args.excess * (curve_excess(progress, deep, config) - curve_excess(progress, shallow, config))
+    evals = args.eval_noise * rng.standard_normal((2, seeds, progress.size))
+    evals[:, :, -1] = 0.0  # the last eval is the final loss itself
+    partial = end[:, None] + shape[None, :] + evals[1] - evals[0]
+    return partial, end
+
+
+def row(args, rng, rule, delta_sd: float, seeds: int) -> dict:
+    config = SimulatedConfig(curve="late_descent", curve_lag=args.lag)
+    steps = list(range(args.eval_every, args.steps, args.eval_every)) + [args.steps]
+    progress = np.asarray(steps, float) / args.steps
+    delta = delta_sd * args.noise
+    settled = false = vs_end = 0
+    saved = 0.0
+    for _ in range(args.points):
+        partial, end = point_deltas(args, rng, config, progress, delta, seeds)
+        sd = args.noise * math.sqrt(rng.chisquare(args.noise_dof) / args.noise_dof)
+        step, call = first_settled(rule, steps, partial, args.steps, sd, args.noise_dof)
+        if not call.settled:
+            continue
+        settled += 1
+        saved += 1.0 - step / args.steps
+        false += call.sign != np.sign(delta)
+        vs_end += call.sign != np.sign(end.mean())
+    n = args.points
+    return {
+        "delta_sd": delta_sd,
+        "seeds": seeds,
+        "settled": settled / n,
+        "false": false / n,
+        "vs_end": vs_end / n,
+        "saved": saved / n,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    rng = np.random.default_rng(args.seed)
+    rule = EarlyRule(alpha=args.alpha, min_fraction=args.min_fraction)
+    print(
+        f"SIMULATED late_descent curves: depths {args.depths[0]}/{args.depths[1]}, "
+        f"{args.steps} steps, eval every {args.eval_every}, paired sd {args.noise} "
+        f"(learned on {args.noise_dof:g} dof), eval sd {args.eval_noise}, curve_lag {args.lag}, "
+        f"alpha {args.alpha}, min_fraction {args.min_fraction}, {args.points} points per row"
+    )
+    print(f"{'Δ/sd':>6} {'seeds':>5} {'settled':>8} {'false':>7} {'vs end':>7} {'saved':>7}")
+    for seeds in args.seeds:
+        for delta_sd in DELTAS_SD:
+            r = row(args, rng, rule, delta_sd, seeds)
+            print(
+                f"{r['delta_sd']:>6g} {r['seeds']:>5d} {r['settled']:>8.3f} {r['false']:>7.4f} "
+                f"{r['vs_end']:>7.4f} {r['saved']:>7.3f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
