@@ -33,9 +33,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dwtune.backends.simulated_surface import curve_excess  # noqa: E402
-from dwtune.core.early_decision import EarlyRule, first_settled  # noqa: E402
-from dwtune.core.spec import SimulatedConfig  # noqa: E402
+from dwtune.backends.simulated_surface import curve_excess
+from dwtune.core.early_decision import EarlyRule, first_settled, planned_evals
+from dwtune.core.spec import SimulatedConfig
 
 DELTAS_SD = (0.0, 0.5, -0.5, 1.0, -1.0, 2.0, -2.0, 5.0, -5.0, 10.0, -10.0, 25.0, -25.0)
 # true end Δ in paired sd (deeper loses: +); 25 sd is the simulated gap (0.05 nats) far from N*
@@ -63,7 +63,9 @@ def point_deltas(args, rng, config, progress, delta, seeds) -> tuple[np.ndarray,
     """(seeds × evals partial Δ, each seed's end Δ) of one simulated pair point."""
     shallow, deep = args.depths
     end = delta + args.noise * rng.standard_normal(seeds)
-    shape = args.excess * (curve_excess(progress, deep, config) - curve_excess(progress, shallow, config))
+    shape = args.excess * (
+        curve_excess(progress, deep, config) - curve_excess(progress, shallow, config)
+    )
     evals = args.eval_noise * rng.standard_normal((2, seeds, progress.size))
     evals[:, :, -1] = 0.0  # the last eval is the final loss itself
     partial = end[:, None] + shape[None, :] + evals[1] - evals[0]
@@ -72,7 +74,7 @@ def point_deltas(args, rng, config, progress, delta, seeds) -> tuple[np.ndarray,
 
 def row(args, rng, rule, delta_sd: float, seeds: int) -> dict:
     config = SimulatedConfig(curve="late_descent", curve_lag=args.lag)
-    steps = list(range(args.eval_every, args.steps, args.eval_every)) + [args.steps]
+    steps = planned_evals(args.steps, args.eval_every)
     progress = np.asarray(steps, float) / args.steps
     delta = delta_sd * args.noise
     settled = false = vs_end = 0

@@ -168,8 +168,8 @@ from pathlib import Path
 
 from dwtune.backends.simulated_surface import (
     ALPHA,
-    N_C,
     CURVE_DECAY,
+    N_C,
     SeedOutcome,
     curve_excess,
     divergence_probability,

@@ -44,12 +44,16 @@ a sign from either rule at most ``2·alpha`` of the time (union bound).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats
 
-from dwtune.core import sequential
+from dwtune.core import sequential, vocabulary
+from dwtune.core.records import TrialRequest, request_spec
+from dwtune.core.spec import ExperimentSpec
 
 WINDOW_FRACTION = 0.25  # of the steps seen so far: the evals the trend is fitted to
 MIN_WINDOW_EVALS = 3  # a line and a residual need at least three evals per seed
@@ -140,6 +144,8 @@ class TrendFit:
     x_mean: float
     sxx: float
     evals: int
+    seed_intercepts: np.ndarray
+    seed_slopes: np.ndarray
 
     def at(self, p: float, seed_sd: float, seed_dof: float) -> tuple[float, float, float]:
         """(value, se, Welch-Satterthwaite dof) of the seed-mean line at progress ``p``."""
@@ -182,6 +188,8 @@ def trend_fit(progress: np.ndarray, deltas: np.ndarray) -> TrendFit | None:
         x_mean,
         sxx,
         int(x.size),
+        intercepts,
+        slopes,
     )
 
 
@@ -200,9 +208,80 @@ def first_settled(
     progress = np.asarray(steps, float) / total_steps
     for look, step in enumerate(looks, start=1):
         upto = steps.index(step) + 1
-        call = rule.call(
-            progress[:upto], deltas[:, :upto], seed_sd, seed_dof, look, len(looks)
-        )
+        call = rule.call(progress[:upto], deltas[:, :upto], seed_sd, seed_dof, look, len(looks))
         if call.settled:
             return step, call
     return total_steps, NOT_SETTLED
+
+
+# --------------------------------------------------------------------------- a point's records
+
+
+def planned_evals(total_steps: int, eval_every: int) -> list[int]:
+    """The eval steps of a run: every ``eval_every`` steps, and the last step."""
+    return [*range(eval_every, total_steps, eval_every), total_steps]
+
+
+def paired_curves(
+    deep: Sequence[Sequence[Mapping[str, Any]]], shallow: Sequence[Sequence[Mapping[str, Any]]], upto: int
+) -> tuple[list[int], np.ndarray]:
+    """(eval steps up to ``upto`` that every curve reports, seeds × steps of deep − shallow
+    validation loss) from reported curves (one list of reports per seed and depth, seeds in
+    the same order)."""
+
+    def losses(curve: Sequence[Mapping[str, Any]]) -> dict[int, float]:
+        return {
+            int(r[vocabulary.STEP]): float(r[vocabulary.VAL_LOSS])
+            for r in curve
+            if vocabulary.VAL_LOSS in r and int(r[vocabulary.STEP]) <= upto
+        }
+
+    pairs = [(losses(d), losses(s)) for d, s in zip(deep, shallow, strict=True)]
+    common = sorted(set.intersection(*(set(d) & set(s) for d, s in pairs))) if pairs else []
+    deltas = np.array([[d[t] - s[t] for t in common] for d, s in pairs], dtype=float)
+    return common, deltas.reshape(len(pairs), len(common))
+
+
+def call_at(
+    rule: EarlyRule,
+    steps: list[int],
+    deltas: np.ndarray,
+    evals: list[int],
+    noise: tuple[float, float],
+) -> EarlyCall:
+    """The rule's call at the last of ``steps`` (a look when it is one of the run's looks,
+    ``evals`` being the run's planned eval steps), the pair's noise (sd, dof) given."""
+    looks = rule.look_steps(evals, evals[-1])
+    if not steps or steps[-1] not in looks:
+        return NOT_SETTLED
+    progress = np.asarray(steps, float) / evals[-1]
+    look = looks.index(steps[-1]) + 1
+    return rule.call(progress, deltas, noise[0], noise[1], look, len(looks))
+
+
+def seed_end_estimates(steps: list[int], deltas: np.ndarray, total_steps: int) -> np.ndarray:
+    """Each seed's end Δ as the rule sees it: the midpoint of its window line's current value
+    and its extrapolation to the end (the end lies between them, module doc); each seed's
+    last Δ where the window has too few evals."""
+    progress = np.asarray(steps, float) / total_steps
+    fit = trend_fit(progress, deltas)
+    if fit is None:
+        return deltas[:, -1].copy()
+    now = float(progress[-1])
+    return fit.seed_intercepts + fit.seed_slopes * 0.5 * (now + 1.0)
+
+
+def run_evals(spec: ExperimentSpec, request: TrialRequest) -> list[int]:
+    """The planned eval steps of a request's training (its own length: tokens_per_param)."""
+    trained = request_spec(spec, request)
+    return planned_evals(trained.train.total_steps(trained.data.seq_len), trained.train.eval_every)
+
+
+# point kinds whose first trainings may stop early
+EARLY_KINDS = (vocabulary.PointKind.BISECT, vocabulary.PointKind.SCAN)
+
+
+def may_stop(request: TrialRequest) -> bool:
+    """Whether a request's training may be stopped by the early rule: a refine training of a
+    new size (bisect or scan; a verify point's seeds join seeds already trained to the end)."""
+    return request.stage == vocabulary.Stage.REFINE and request.point_kind in EARLY_KINDS

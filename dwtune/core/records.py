@@ -247,6 +247,8 @@ class TrialRecord:
     pair: str = ""  # the depth pair whose refine point asked for it ('' for a grid trial)
     round: int = 0  # that pair's refine round (Optuna trial number + 1); 0 for the grid
     point_kind: str = ""  # a vocabulary.PointKind: grid, verify, bisect or scan
+    # the step it stopped at before its planned end (status early_stopped); 0: not stopped so
+    stopped_step: int = 0
     # One dict per report: metric name -> value (metrics vocabulary); not a trials.parquet column.
     curve: list[dict[str, Any]] = field(default_factory=list, repr=False)
     # Loss of each held-out window at the best evaluation (vocabulary.VAL_WINDOWS): the paired
@@ -323,6 +325,9 @@ def record_from_result(
         pair=request.pair,
         round=request.round,
         point_kind=request.point_kind,
+        stopped_step=int(last.get(vocabulary.STEP, 0))
+        if status == vocabulary.STATUS_EARLY_STOPPED
+        else 0,
         curve=list(curve),
         val_windows=windows,
     )

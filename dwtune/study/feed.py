@@ -76,6 +76,8 @@ class RequestFeed:
         self.in_flight: dict[str, TrialRequest] = {}  # handed out, no record yet
         self._waiting: dict[int, _Waiting] = {}
         self._started = False
+        # refine.early_stop: request -> (noise sd, dof, equal-N correction) of its pair point
+        self.early_context: Callable[[TrialRequest], tuple[float, float, float]] | None = None
 
     # ------------------------------------------------------------------ the runner's side
 

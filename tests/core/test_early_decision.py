@@ -7,11 +7,17 @@ import pytest
 from scipy import stats
 
 from dwtune.backends.simulated_surface import curve_excess
-from dwtune.core.early_decision import NOT_SETTLED, EarlyRule, first_settled, trend_fit
+from dwtune.core.early_decision import (
+    NOT_SETTLED,
+    EarlyRule,
+    first_settled,
+    planned_evals,
+    trend_fit,
+)
 from dwtune.core.spec import SimulatedConfig
 
 TOTAL = 1000
-STEPS = list(range(25, TOTAL, 25)) + [TOTAL]
+STEPS = planned_evals(TOTAL, 25)
 PROGRESS = np.asarray(STEPS, float) / TOTAL
 SD = 0.002  # paired end-Δ sd (nats)
 EVAL_SD = 0.001  # per-eval sd (nats)
@@ -69,7 +75,9 @@ def test_the_looks_spend_exactly_alpha_as_marginal_tails():
     rule = EarlyRule(alpha=0.05)
     looks = rule.look_steps(STEPS, TOTAL)
     dof = 6.0
-    tails = [2 * stats.t.sf(rule.boundary(k, len(looks), dof), dof) for k in range(1, len(looks) + 1)]
+    tails = [
+        2 * stats.t.sf(rule.boundary(k, len(looks), dof), dof) for k in range(1, len(looks) + 1)
+    ]
     assert math.isclose(sum(tails), 0.05, rel_tol=1e-6)
 
 

@@ -366,9 +366,19 @@ class RefineConfig:
     # training-length robustness: factors on the training length at which each bracketed
     # pair's N* is re-estimated after the refine stage (dwtune.study.length_check); () = off
     length_check: tuple[float, ...] = ()
+    # Early decisions (dwtune.core.early_decision): stop a point's trainings once their partial
+    # curves settle the end Δ's sign at refine.alpha, no earlier than early_min_fraction of the
+    # steps; the point's sign is then the early rule's. Needs evals along the run (eval_every).
+    early_stop: bool = False
+    early_min_fraction: float = 0.3
 
     def __post_init__(self) -> None:
         positive("refine.tolerance", self.tolerance)
+        if not 0 < self.early_min_fraction < 1:
+            raise InputError(
+                f"refine.early_min_fraction: got {self.early_min_fraction!r}; expected a "
+                f"fraction of the training steps in (0, 1), e.g. 0.3"
+            )
         at_least("refine.scan_spacing", self.scan_spacing, 0)
         at_least("refine.scan_reach", self.scan_reach, 0)
         at_most("refine.scan_reach", self.scan_reach, limits.MAX_SCAN_REACH)
