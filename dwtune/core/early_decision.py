@@ -223,7 +223,9 @@ def planned_evals(total_steps: int, eval_every: int) -> list[int]:
 
 
 def paired_curves(
-    deep: Sequence[Sequence[Mapping[str, Any]]], shallow: Sequence[Sequence[Mapping[str, Any]]], upto: int
+    deep: Sequence[Sequence[Mapping[str, Any]]],
+    shallow: Sequence[Sequence[Mapping[str, Any]]],
+    upto: int,
 ) -> tuple[list[int], np.ndarray]:
     """(eval steps up to ``upto`` that every curve reports, seeds × steps of deep − shallow
     validation loss) from reported curves (one list of reports per seed and depth, seeds in

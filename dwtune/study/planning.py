@@ -90,9 +90,7 @@ def plan_rows(spec: ExperimentSpec, device: str | None = None) -> list[dict]:
     share = trial_share_bytes(spec, device)
     gpu_bytes = gpu_memory_bytes(spec, device)
     batch = spec.train.batch_size
-    return [
-        cell_row(cell, cell_split(spec, cell, share, gpu_bytes), batch) for cell in spec.grid()
-    ]
+    return [cell_row(cell, cell_split(spec, cell, share, gpu_bytes), batch) for cell in spec.grid()]
 
 
 # --------------------------------------------------------------------------- corpus
