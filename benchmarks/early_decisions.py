@@ -19,7 +19,14 @@ learns it from the pair's other seeds), then walks the looks of
 - saved: the share of the point's training FLOPs not spent (both nets have the same size, so
   FLOPs are proportional to the steps trained).
 
+With ``--study``: a small simulated study (depths 6 and 12, the ``late_descent`` curves, evals
+every 25 of 1,000 steps) refined through Ray Tune twice, with ``refine.early_stop`` off and on:
+the refine stage's trainings, how many stopped early, its training FLOPs (the trained tokens
+priced by ``dwtune.core.floor.spent_flops``), the share of the stopped trainings' FLOPs saved,
+and N* with its 95% interval against the planted one.
+
     python benchmarks/early_decisions.py [--points 4000] [--seeds 2 3] [--min-fraction 0.3]
+    python benchmarks/early_decisions.py --study
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--min-fraction", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--study", action="store_true", help="a Tune study, early_stop off/on")
     return parser.parse_args(argv)
 
 
@@ -100,8 +108,88 @@ def row(args, rng, rule, delta_sd: float, seeds: int) -> dict:
     }
 
 
+STUDY_OVERRIDES = [
+    "space.depths=[6, 12]",
+    "space.budgets={min: 1e6, max: 1e10, num: 5}",
+    "space.seeds=2",
+    "refine.pairs=[[6, 12]]",
+    "refine.seeds=2",
+    "refine.max_seeds=3",
+    "refine.max_rounds=6",
+    "refine.scan_spacing=0",
+    "train.steps=1000",
+    "train.eval_every=25",
+    "simulated.curve=late_descent",
+    "resources.cpu=0.5",
+]
+
+
+def study(early: bool) -> dict:
+    """One simulated study refined through Tune (module doc); its refine stage's numbers."""
+    import tempfile
+
+    from dwtune.backends.simulated import planted_transition
+    from dwtune.core.floor import spent_flops
+    from dwtune.core.records import grid_requests
+    from dwtune.core.spec import load_spec
+    from dwtune.storage.store import ExperimentStore
+    from dwtune.study.refine import RefineStage
+    from dwtune.study.runners.ray_tune import TuneRunner
+
+    spec_path = Path(__file__).resolve().parents[1] / "search_spaces" / "simulated.yaml"
+    spec = load_spec(spec_path, [*STUDY_OVERRIDES, f"refine.early_stop={str(early).lower()}"])
+    with tempfile.TemporaryDirectory() as root:
+        store = ExperimentStore.for_spec(Path(root), spec)
+        store.initialise(spec)
+        with TuneRunner(spec, store) as runner:
+            runner.run(grid_requests(spec))
+            (transition,) = RefineStage(spec, store).run_on(runner)
+        refine = [r for r in store.records() if r.stage == "refine"]
+    template = spec.cell(6, spec.space.budgets[0]).shape
+    per_step = spec.train.batch_size * spec.data.seq_len
+    trained = [(r.depth, r.width, r.heads, float(r.tokens)) for r in refine]
+    planned = [(r.depth, r.width, r.heads, float(1000 * per_step)) for r in refine]
+    stopped = [r for r in refine if r.stopped_step]
+    stopped_flops = spent_flops(template, [(r.depth, r.width, r.heads, r.tokens) for r in stopped])
+    stopped_planned = spent_flops(
+        template, [(r.depth, r.width, r.heads, 1000.0 * per_step) for r in stopped]
+    )
+    return {
+        "early_stop": early,
+        "trainings": len(refine),
+        "stopped": len(stopped),
+        "flops": spent_flops(template, trained),
+        "planned": spent_flops(template, planned),
+        "stopped_saved": 1 - stopped_flops / stopped_planned if stopped else 0.0,
+        "n_star": transition.n_star,
+        "low": transition.n_star_low,
+        "high": transition.n_star_high,
+        "planted": planted_transition(spec.simulated, 12),
+        "status": str(transition.status),
+    }
+
+
+def print_studies() -> None:
+    print("SIMULATED study (late_descent curves), refine stage through Ray Tune")
+    print(
+        f"{'early_stop':>10} {'trainings':>9} {'stopped':>7} {'FLOPs':>9} {'saved':>6} "
+        f"{'stopped saved':>13} {'N*':>9} {'95% interval':>21} {'planted':>9} status"
+    )
+    for early in (False, True):
+        r = study(early)
+        saved = 1 - r["flops"] / r["planned"]
+        print(
+            f"{r['early_stop']!s:>10} {r['trainings']:>9d} {r['stopped']:>7d} "
+            f"{r['flops']:>9.3g} {saved:>6.1%} {r['stopped_saved']:>13.1%} {r['n_star']:>9.4g} "
+            f"[{r['low']:.4g}, {r['high']:.4g}] {r['planted']:>9.4g} {r['status']}"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
+    if args.study:
+        print_studies()
+        return
     rng = np.random.default_rng(args.seed)
     rule = EarlyRule(alpha=args.alpha, min_fraction=args.min_fraction)
     print(

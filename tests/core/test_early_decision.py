@@ -1,5 +1,6 @@
 """The early sign rule: error control over its looks, early calls of a clear Δ, its inputs."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -7,14 +8,21 @@ import pytest
 from scipy import stats
 
 from dwtune.backends.simulated_surface import curve_excess
+from dwtune.core import vocabulary
 from dwtune.core.early_decision import (
     NOT_SETTLED,
     EarlyRule,
     first_settled,
+    paired_curves,
     planned_evals,
     trend_fit,
 )
-from dwtune.core.spec import SimulatedConfig
+from dwtune.core.errors import InputError
+from dwtune.core.records import grid_requests, record_from_result
+from dwtune.core.spec import SimulatedConfig, spec_from_dict
+from dwtune.core.transitions import decide_points
+from tests.helpers.refine_points import REFINE, point
+from tests.helpers.specs import small_simulated
 
 TOTAL = 1000
 STEPS = planned_evals(TOTAL, 25)
@@ -98,3 +106,45 @@ def test_a_rule_outside_its_range_is_refused():
         EarlyRule(alpha=0.6)
     with pytest.raises(ValueError, match="min_fraction"):
         EarlyRule(min_fraction=1.0)
+
+
+def test_a_point_settled_early_keeps_the_early_sign_in_the_pairs_decisions():
+    # one seed's Δ says nothing to the end-of-training rule (it needs two); settled early, the
+    # point is decided with the rule's sign, and a sign the Δ contradicts is not forced
+    points = [
+        point(15.0, 0.03, n=3),
+        dataclasses.replace(point(16.0, -0.004, n=1, decided=False), early_sign=-1),
+        dataclasses.replace(point(16.5, -0.004, n=1, decided=False), early_sign=1),
+        point(17.0, -0.03, n=3),
+    ]
+    decided = decide_points(points, REFINE)
+    assert decided[1].decision.decided and decided[1].decision.sign == -1
+    assert not decided[2].decision.decided
+
+
+def test_a_records_curve_gives_the_paired_delta_at_common_eval_steps():
+    def curve(values: dict[int, float]) -> list[dict]:
+        return [{vocabulary.STEP: s, vocabulary.VAL_LOSS: v} for s, v in values.items()]
+
+    deep = [curve({25: 3.0, 50: 2.5, 75: 2.2}), curve({25: 3.1, 50: 2.6})]
+    shallow = [curve({25: 2.9, 50: 2.45, 75: 2.3}), curve({25: 3.0, 50: 2.5, 75: 2.25})]
+    steps, deltas = paired_curves(deep, shallow, upto=75)
+    assert steps == [25, 50]  # the second seed's deeper net has not reported 75 yet
+    assert np.allclose(deltas, [[0.1, 0.05], [0.1, 0.1]])
+
+
+def test_an_early_stopped_record_keeps_its_stop_step_and_a_finished_one_zero():
+    spec = spec_from_dict(small_simulated())
+    request = grid_requests(spec)[0]
+    curve = [{vocabulary.STEP: s, vocabulary.VAL_LOSS: 3.0 - s / 1000} for s in (100, 200)]
+    stopped = record_from_result(request, spec, curve, vocabulary.STATUS_EARLY_STOPPED, 1.0)
+    finished = record_from_result(request, spec, curve, vocabulary.STATUS_FINISHED, 1.0)
+    assert (stopped.stopped_step, finished.stopped_step) == (200, 0)
+
+
+@pytest.mark.parametrize("fraction", [0, 1, 1.5])
+def test_a_minimum_fraction_outside_the_run_is_refused_naming_the_field(fraction):
+    raw = small_simulated(refine={"pairs": [[6, 12]], "early_stop": True})
+    raw["refine"]["early_min_fraction"] = fraction
+    with pytest.raises(InputError, match=r"refine\.early_min_fraction: got .* expected"):
+        spec_from_dict(raw)
