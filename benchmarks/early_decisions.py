@@ -25,8 +25,14 @@ the refine stage's trainings, how many stopped early, its training FLOPs (the tr
 priced by ``dwtune.core.floor.spent_flops``), the share of the stopped trainings' FLOPs saved,
 and N* with its 95% interval against the planted one.
 
+With ``--torch``: real curves, not simulated. The quickstart spec's char-level Shakespeare
+nets, depths 1 and 2 at sizes 1e5 and 1e6, three paired seeds each, trained in this process on
+the CPU with an eval every 25 of 800 steps; the pair's noise is the seeds' own end-Δ spread
+(pooled over both sizes). Per size: where the rule settles, its sign, and the end Δ.
+
     python benchmarks/early_decisions.py [--points 4000] [--seeds 2 3] [--min-fraction 0.3]
     python benchmarks/early_decisions.py --study
+    python benchmarks/early_decisions.py --torch
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--min-fraction", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--study", action="store_true", help="a Tune study, early_stop off/on")
+    parser.add_argument("--torch", action="store_true", help="real curves of tiny torch nets")
     return parser.parse_args(argv)
 
 
@@ -185,10 +192,62 @@ def print_studies() -> None:
         )
 
 
+TORCH_OVERRIDES = ["train.steps=800", "train.eval_every=25", "train.eval_batches=8"]
+TORCH_SIZES = (1e5, 1e6)
+TORCH_SEEDS = (0, 1, 2)
+
+
+def torch_points() -> dict[float, tuple[list[int], np.ndarray, int]]:
+    """Per size: (eval steps, seeds × steps of the paired Δ, total steps) of real trainings."""
+    from dwtune.backends.trial import run_trial_inprocess
+    from dwtune.core.early_decision import paired_curves
+    from dwtune.core.records import make_request
+    from dwtune.core.spec import load_spec
+
+    spec_path = Path(__file__).resolve().parents[1] / "search_spaces" / "quickstart.yaml"
+    spec = load_spec(spec_path, TORCH_OVERRIDES)
+    total = spec.train.total_steps(spec.data.seq_len)
+    points = {}
+    for size in TORCH_SIZES:
+        curves: dict[int, list] = {1: [], 2: []}
+        for seed in TORCH_SEEDS:
+            for depth in (1, 2):
+                request = make_request(spec, spec.cell(depth, size), seed, "grid")
+                curves[depth].append(run_trial_inprocess(spec, request).curve)
+        steps, deltas = paired_curves(curves[2], curves[1], total)
+        points[size] = (steps, deltas, total)
+    return points
+
+
+def print_torch(args) -> None:
+    points = torch_points()
+    ends = [deltas[:, -1] for _, deltas, _ in points.values()]
+    ss = sum(float(np.sum((e - e.mean()) ** 2)) for e in ends)
+    dof = float(sum(e.size - 1 for e in ends))
+    sd = math.sqrt(ss / dof)
+    rule = EarlyRule(alpha=args.alpha, min_fraction=args.min_fraction)
+    print(
+        "REAL curves (torch, CPU): quickstart spec, depths 1/2, 800 steps, eval every 25, "
+        f"{len(TORCH_SEEDS)} seeds; paired end-Δ sd {sd:.4f} on {dof:g} dof"
+    )
+    print(f"{'size':>6} {'end Δ':>8} {'se':>7} {'settled at':>10} {'sign':>4} {'saved':>6}")
+    for size, (steps, deltas, total) in points.items():
+        step, call = first_settled(rule, steps, deltas, total, sd, dof)
+        end = deltas[:, -1]
+        se = float(end.std(ddof=1) / math.sqrt(end.size))
+        print(
+            f"{size:>6.0e} {end.mean():>+8.4f} {se:>7.4f} {step:>10d} {call.sign:>+4d} "
+            f"{1 - step / total:>6.1%}"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     if args.study:
         print_studies()
+        return
+    if args.torch:
+        print_torch(args)
         return
     rng = np.random.default_rng(args.seed)
     rule = EarlyRule(alpha=args.alpha, min_fraction=args.min_fraction)

@@ -256,9 +256,7 @@ class PairRefiner:
     def _point(self, budget, sizes, records, kind: str, requested: int, verified: bool):
         """The point of ``records`` (failed trainings included: they count against their
         depth), sign-tested together with the pair's other points."""
-        early = self._early_call(budget, records)
-        if early is not None and not early[0].settled:  # stopped under another rule:
-            records = {s: p for s, p in records.items() if not any(r.stopped_step for r in p)}
+        early = self._early_call(budget, records) if self.refine.early_stop else None
         deep = {seed: pair[0] for seed, pair in records.items()}
         shallow = {seed: pair[1] for seed, pair in records.items()}
         convention = self.spec.model.size_convention
@@ -281,7 +279,7 @@ class PairRefiner:
         """(sd, dof) of the pair's paired-Δ noise nearest the request's size, and the equal-N
         correction (nats) of its point: what the early rule needs (refine.early_stop). The
         pair's points do not change while one of its points trains, so the scheduler that
-        stops the trainings and :meth:`_settled_early` that decides the point agree."""
+        stops the trainings and :meth:`_early_call` that decides the point agree."""
         budget = request.cell.budget
         cells = (self.spec.cell(self.pair[1], budget), self.spec.cell(self.pair[0], budget))
         total = self.spec.model.size_convention == SizeConvention.TOTAL
