@@ -50,14 +50,17 @@ from dwtune.backends.simulated_surface import curve_excess
 from dwtune.core.early_decision import EarlyRule, first_settled, planned_evals
 from dwtune.core.spec import SimulatedConfig
 
-DELTAS_SD = (0.0, 0.5, -0.5, 1.0, -1.0, 2.0, -2.0, 5.0, -5.0, 10.0, -10.0, 25.0, -25.0)
 # true end Δ in paired sd (deeper loses: +); 25 sd is the simulated gap (0.05 nats) far from N*
+DELTAS_SD = (0.0, 0.5, -0.5, 1.0, -1.0, 2.0, -2.0, 5.0, -5.0, 10.0, -10.0, 25.0, -25.0)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=4000, help="realisations per row")
     parser.add_argument("--seeds", type=int, nargs="+", default=[2, 3])
+    parser.add_argument(
+        "--deltas", type=float, nargs="+", default=list(DELTAS_SD), help="true end Δ / sd"
+    )
     parser.add_argument("--depths", type=int, nargs=2, default=[6, 12])
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--eval-every", type=int, default=25)
@@ -259,7 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"{'Δ/sd':>6} {'seeds':>5} {'settled':>8} {'false':>7} {'vs end':>7} {'saved':>7}")
     for seeds in args.seeds:
-        for delta_sd in DELTAS_SD:
+        for delta_sd in args.deltas:
             r = row(args, rng, rule, delta_sd, seeds)
             print(
                 f"{r['delta_sd']:>6g} {r['seeds']:>5d} {r['settled']:>8.3f} {r['false']:>7.4f} "
