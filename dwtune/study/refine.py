@@ -265,10 +265,14 @@ class PairRefiner:
             budget, sizes, deep, shallow, trend, kind, requested, convention
         )
         point = dataclasses.replace(point, verified=verified)
-        if early is not None and early[0].settled:  # its records hold partial losses
+        if early is not None and early[0].settled:
+            # its records hold partial losses: no Δ is rebuilt from them, and they are no
+            # one's twins in the instability check (mark_unstable skips a point without losses)
             call, ends = early
             seeds = tuple(sorted(records))
-            point = dataclasses.replace(point, seeds=seeds, deltas=ends, early_sign=call.sign)
+            point = dataclasses.replace(
+                point, seeds=seeds, deltas=ends, losses=(), early_sign=call.sign
+            )
         points = pair_points.merge_points(self.grid.points, [*trial_points(self.study), point])
         decided = transitions.decide_points(points, self.refine)
         return next(p for p in decided if p.budget == budget)
