@@ -55,7 +55,7 @@ def false_rate(transient: float, points: int, seeds: int = 2, dof: float = 8.0) 
 
 @pytest.mark.parametrize("transient", [0.0, 4.0])
 def test_a_true_delta_of_zero_is_settled_at_most_alpha_of_the_time(transient):
-    # every settled sign is false at Δ = 0; the union bound over ~27 looks keeps it under α
+    # every settled sign is false at Δ = 0; the union bound over its 28 looks keeps it under α
     assert false_rate(transient, points=400) <= 0.05
 
 
