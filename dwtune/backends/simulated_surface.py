@@ -23,6 +23,7 @@ N_C = 8.8e13  # size scale of the power law (parameters)
 ALPHA = 0.076  # power-law exponent of the loss in N
 DIVERGE_EARLIEST = 0.05  # a diverging training blows up after at least 5% of its steps
 NOISE_SIZE_REF = 1e8  # parameters: where the size_noise surface's sd equals `noise`
+CURVE_DECAY = 5.0  # e-folds the excess loss decays over the run, on top of a linear ramp
 
 
 # --------------------------------------------------------------------------- the planted law
@@ -275,3 +276,25 @@ def pair_seed_outcomes(
     shallow = seed_outcome(config, (), depth_shallow, width_at(depth_shallow, n), seed, lr=lr)
     deep = seed_outcome(config, (depth_deep,), depth_deep, width_at(depth_deep, n), seed, lr=lr)
     return shallow, deep
+
+
+# --------------------------------------------------------------------------- the curve
+
+
+def curve_excess(progress: float | np.ndarray, depth: int, config: SimulatedConfig):
+    """Share of the excess loss (start − final) left at ``progress`` (fraction of the steps):
+    ``(1 − q)·exp(−CURVE_DECAY·q)`` with ``q = progress`` (curve interpolated) or, with
+    curve late_descent, ``q = progress^(1 + curve_lag·ln L)``: a deeper net descends later,
+    so a pair's partial Δ starts above its end value and closes on it at a slowing rate."""
+    q = np.asarray(progress, dtype=float)
+    if config.curve == "late_descent":
+        q = q ** (1.0 + config.curve_lag * math.log(depth))
+    return (1.0 - q) * np.exp(-CURVE_DECAY * q)
+
+
+def eval_noise(config: SimulatedConfig, trial_key: Mapping, seed: int, step: int, total: int):
+    """The reproducible sampling noise of one evaluation (nats): sd curve_eval_noise with curve
+    late_descent at every eval but the last (whose noise the seed noise already holds), else 0."""
+    if config.curve != "late_descent" or step >= total or config.curve_eval_noise == 0:
+        return 0.0
+    return config.curve_eval_noise * standard_normal("eval", dict(trial_key), seed, step)

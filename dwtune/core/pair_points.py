@@ -108,6 +108,9 @@ class PairPoint:
     size_correction: float = 0.0  # nats: the equal-N move subtracted from every Δ
     unstable_deep: tuple[int, ...] = ()  # seeds whose deeper training is flagged unstable
     unstable_shallow: tuple[int, ...] = ()  # (each also counts as a failure)
+    # the sign the early rule settled from partial curves (refine.early_stop: its trainings
+    # stopped, its deltas the rule's end estimates, dwtune.core.early_decision); 0: none
+    early_sign: int = 0
 
     @property
     def n(self) -> int:

@@ -250,6 +250,8 @@ class TrialRecord:
     point_kind: str = ""  # a vocabulary.PointKind: grid, verify, bisect or scan
     workers: int = 1  # processes the training spanned (its workers when sharded)
     gpu_seconds: float = 0.0  # wall_time_s x the GPUs it held (0 on CPU and simulated)
+    # the step it stopped at before its planned end (status early_stopped); 0: not stopped so
+    stopped_step: int = 0
     # One dict per report: metric name -> value (metrics vocabulary); not a trials.parquet column.
     curve: list[dict[str, Any]] = field(default_factory=list, repr=False)
     # Loss of each held-out window at the best evaluation (vocabulary.VAL_WINDOWS): the paired
@@ -328,6 +330,9 @@ def record_from_result(
         point_kind=request.point_kind,
         workers=int(last.get(vocabulary.WORKERS, 1)),
         gpu_seconds=float(wall_time_s) * float(last.get(vocabulary.GPUS, 0.0)),
+        stopped_step=int(last.get(vocabulary.STEP, 0))
+        if status == vocabulary.STATUS_EARLY_STOPPED
+        else 0,
         curve=list(curve),
         val_windows=windows,
     )

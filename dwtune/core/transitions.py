@@ -117,12 +117,18 @@ def decide_points(points: Sequence[PairPoint], refine: RefineConfig) -> list[Pai
                 float(signs.means[i]),
                 float(signs.se[i]),
                 float(noise.sd[i]),
-                bool(signs.signs[i] != 0),
+                bool(signs.signs[i] != 0) or _settled_early(point, float(signs.means[i])),
                 float(signs.bounds[i]),
                 float(signs.confirm[i]),
             )
         decided.append(replace(point, decision=decision))
     return decided
+
+
+def _settled_early(point: PairPoint, mean: float) -> bool:
+    """A point whose trainings the early rule stopped keeps that rule's sign (its mean, the
+    rule's end estimate, has it); it gets no more seeds."""
+    return point.early_sign != 0 and int(np.sign(mean)) == point.early_sign
 
 
 # --------------------------------------------------------------------------- outcome and steps

@@ -37,6 +37,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("space", "compare"): sections.COMPARISONS,
     ("train", "schedule"): sections.SCHEDULES,
     ("simulated", "surface"): sections.SIMULATED_SURFACES,
+    ("simulated", "curve"): sections.SIMULATED_CURVES,
 }
 _FIELD_LINE = re.compile(r"^\s+(?P<name>\w+)\s*:[^#]*(#\s*(?P<comment>.*))?$")
 

@@ -121,6 +121,9 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "point_kind": "the kind of pair point it trains: grid, verify (more seeds at a point), "
         "bisect (a size inside the bracket) or scan (a probe beside it); a length_check trial "
         "has its retrained point's kind; '' for an lr_search trial",
+        "stopped_step": "the step the training stopped at before its planned end (status "
+        "early_stopped: refine.early_stop once its pair point's sign was settled, the lr "
+        "search's ASHA, or train.patience); 0 when it ran to its end",
     },
     CURVES_FILE: {
         "trial_id": "the training (a trial_id of trials.parquet)",

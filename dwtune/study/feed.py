@@ -76,6 +76,8 @@ class RequestFeed:
         self.in_flight: dict[str, TrialRequest] = {}  # handed out, no record yet
         self._waiting: dict[int, _Waiting] = {}
         self._started = False
+        # refine.early_stop: request -> (noise sd, dof, equal-N correction) of its pair point
+        self.early_context: Callable[[TrialRequest], tuple[float, float, float]] | None = None
 
     # ------------------------------------------------------------------ the runner's side
 
@@ -120,6 +122,14 @@ class RequestFeed:
             if waiting.complete():
                 del self._waiting[index]
                 self._advance(index, waiting.stream, waiting.records())
+
+    def batch_of(self, trial_id: str) -> list[tuple[TrialRequest, TrialRecord | None]] | None:
+        """The waiting batch that holds ``trial_id``: each request with its record so far
+        (None while it trains); None when no stream waits on it."""
+        for waiting in self._waiting.values():
+            if any(r.trial_id == trial_id for r in waiting.batch):
+                return [(r, waiting.got.get(r.trial_id)) for r in waiting.batch]
+        return None
 
     def results_in_order(self) -> list[Any]:
         return [self.results[i] for i in range(len(self.streams))]

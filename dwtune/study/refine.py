@@ -36,7 +36,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 import optuna
 from optuna.trial import TrialState
 
-from dwtune.core import pair_points, transitions, vocabulary
+from dwtune.core import crossing, early_decision, pair_points, transitions, vocabulary
 from dwtune.core.budget import GridCell
 from dwtune.core.fit.bootstrap import PairPoints
 from dwtune.core.pair_points import PairGrid, PairPoint
@@ -262,6 +262,7 @@ class PairRefiner:
     def _point(self, budget, sizes, records, kind: str, requested: int, verified: bool):
         """The point of ``records`` (failed trainings included: they count against their
         depth), sign-tested together with the pair's other points."""
+        early = self._early_call(budget, records) if self.refine.early_stop else None
         deep = {seed: pair[0] for seed, pair in records.items()}
         shallow = {seed: pair[1] for seed, pair in records.items()}
         convention = self.spec.model.size_convention
@@ -270,9 +271,61 @@ class PairRefiner:
             budget, sizes, deep, shallow, trend, kind, requested, convention
         )
         point = dataclasses.replace(point, verified=verified)
+        if early is not None and early[0].settled:
+            # its records hold partial losses: no Δ is rebuilt from them, and they are no
+            # one's twins in the instability check (mark_unstable skips a point without losses)
+            call, ends = early
+            seeds = tuple(sorted(records))
+            point = dataclasses.replace(
+                point, seeds=seeds, deltas=ends, losses=(), early_sign=call.sign
+            )
         points = pair_points.merge_points(self.grid.points, [*trial_points(self.study), point])
         decided = transitions.decide_points(points, self.refine)
         return next(p for p in decided if p.budget == budget)
+
+    # ------------------------------------------------------------------ early decisions
+
+    def early_context(self, request: TrialRequest) -> tuple[float, float, float]:
+        """(sd, dof) of the pair's paired-Δ noise nearest the request's size, and the equal-N
+        correction (nats) of its point: what the early rule needs (refine.early_stop). The
+        pair's points do not change while one of its points trains, so the scheduler that
+        stops the trainings and :meth:`_early_call` that decides the point agree."""
+        budget = request.cell.budget
+        cells = (self.spec.cell(self.pair[1], budget), self.spec.cell(self.pair[0], budget))
+        total = self.spec.model.size_convention == SizeConvention.TOTAL
+        x_deep, x_shallow = (
+            math.log(c.params_total if total else c.params_non_embedding) for c in cells
+        )
+        correction = self.grid.trend.slope_at(x_shallow) * (x_deep - x_shallow)
+        points = pair_points.mark_unstable(
+            pair_points.merge_points(self.grid.points, trial_points(self.study))
+        )
+        measured = [p.delta_point() for p in points]
+        if not measured:
+            return math.nan, 0.0, correction
+        noise = crossing.pair_noise(measured, transitions.noise_prior(self.refine))
+        nearest = min(range(len(points)), key=lambda i: abs(points[i].log_n - x_deep))
+        return float(noise.sd[nearest]), float(noise.dof[nearest]), correction
+
+    def _early_call(self, budget: float, records: dict):
+        """(the early rule's call at the stop, each seed's end estimate) of a point whose
+        trainings were stopped early (its records hold partial losses), else None."""
+        pairs = [records[seed] for seed in sorted(records)]
+        stopped = [r.stopped_step for pair in pairs for r in pair if r.stopped_step]
+        if not stopped or not all(r.completed for pair in pairs for r in pair):
+            return None
+        request = self._request(self.spec.cell(self.pair[1], budget), pairs[0][0].seed)
+        sd, dof, correction = self.early_context(request)
+        steps, deltas = early_decision.paired_curves(
+            [deep.curve for deep, _ in pairs], [shallow.curve for _, shallow in pairs],
+            min(stopped),
+        )  # fmt: skip
+        deltas = deltas - correction  # at equal N, as every Δ of the pair
+        evals = early_decision.run_evals(self.spec, request)
+        rule = early_decision.EarlyRule(self.refine.alpha, self.refine.early_min_fraction)
+        call = early_decision.call_at(rule, steps, deltas, evals, (sd, dof))
+        ends = early_decision.seed_end_estimates(steps, deltas, evals[-1])
+        return call, tuple(float(d) for d in ends)
 
     # ------------------------------------------------------------------ reporting
 
@@ -573,8 +626,17 @@ class RefineStage:
                 refiner.background = None
 
     def feed(self) -> RequestFeed:
-        """Every pair's rounds as one :class:`~dwtune.study.feed.RequestFeed`."""
-        return RequestFeed([refiner.rounds() for refiner in self.refiners])
+        """Every pair's rounds as one :class:`~dwtune.study.feed.RequestFeed`; with
+        refine.early_stop its ``early_context`` tells a stopping scheduler each point's noise."""
+        feed = RequestFeed([refiner.rounds() for refiner in self.refiners])
+        if self.spec.refine.early_stop:
+            by_label = {refiner.grid.label: refiner for refiner in self.refiners}
+
+            def early_context(request: TrialRequest) -> tuple[float, float, float]:
+                return by_label[request.pair].early_context(request)
+
+            feed.early_context = early_context
+        return feed
 
     def run_feed(self, run_feed: Callable[[RequestFeed], None]) -> list[Transition]:
         """Refine every pair (or resume) with the pairs advancing independently:

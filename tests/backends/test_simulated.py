@@ -151,3 +151,41 @@ def test_bad_simulated_settings_are_input_errors(spec, change, message):
         raw[section] = {**raw[section], **values}
     with pytest.raises(InputError, match=message):
         spec_from_dict(raw)
+
+
+def _late(spec, **fields):
+    simulated = dataclasses.replace(spec.simulated, curve="late_descent", **fields)
+    return dataclasses.replace(spec, simulated=simulated)
+
+
+def _val_curve(spec, depth: int, n: float, seed: int) -> list[float]:
+    reports: list[dict] = []
+    simulate_training(spec, spec.cell(depth, n).shape, seed, lambda m, _c: reports.append(m))
+    return [m[vocabulary.VAL_LOSS] for m in reports]
+
+
+def test_late_descent_curves_end_at_the_same_loss_with_the_deeper_net_behind_until_then(spec):
+    late = _late(spec, curve_eval_noise=0.0)
+    n = planted_transition(spec.simulated, 12) * 3  # the deeper net wins at the end
+    deep, shallow = _val_curve(late, 12, n, 1), _val_curve(late, 6, n, 1)
+    assert deep[-1] == _val_curve(spec, 12, n, 1)[-1] == final_loss(spec, spec.cell(12, n).shape, 1)
+    assert shallow[-1] == final_loss(spec, spec.cell(6, n).shape, 1)
+    partial = [d - s for d, s in zip(deep, shallow, strict=True)]
+    assert partial[-1] < 0 < partial[0]  # its partial Δ starts positive and crosses
+
+
+def test_late_descent_eval_noise_is_reproducible_and_spares_the_last_eval(spec):
+    late = _late(spec, curve_eval_noise=0.01)
+    quiet = _late(spec, curve_eval_noise=0.0)
+    noisy, again, clean = (_val_curve(s, 6, 1e7, 2) for s in (late, late, quiet))
+    assert noisy == again
+    assert noisy[-1] == clean[-1]
+    assert all(abs(a - b) > 0 for a, b in zip(noisy[:-1], clean[:-1], strict=True))
+
+
+def test_only_a_spec_that_asks_for_late_descent_changes_a_trials_identity(spec):
+    shape = spec.cell(6, 1e7).shape
+    default = dataclasses.replace(spec.simulated, curve="interpolated")
+    same = dataclasses.replace(spec, simulated=default)
+    assert trial_identity(spec, shape, 0) == trial_identity(same, shape, 0)
+    assert trial_identity(spec, shape, 0) != trial_identity(_late(spec), shape, 0)

@@ -36,6 +36,9 @@ SIMULATED_SURFACES = (
     "flat",
     "size_noise",
 )
+# Validation curves of the simulated backend (simulated.curve): interpolated (a partial Δ
+# already has the final sign) or late_descent (the deeper net descends later, noisy evals).
+SIMULATED_CURVES = ("interpolated", "late_descent")
 
 
 @dataclass(frozen=True)
@@ -363,9 +366,19 @@ class RefineConfig:
     # training-length robustness: factors on the training length at which each bracketed
     # pair's N* is re-estimated after the refine stage (dwtune.study.length_check); () = off
     length_check: tuple[float, ...] = ()
+    # Early decisions (dwtune.core.early_decision): stop a point's trainings once their partial
+    # curves settle the end Δ's sign at refine.alpha, no earlier than early_min_fraction of the
+    # steps; the point's sign is then the early rule's. Needs evals along the run (eval_every).
+    early_stop: bool = False
+    early_min_fraction: float = 0.3
 
     def __post_init__(self) -> None:
         positive("refine.tolerance", self.tolerance)
+        if not 0 < self.early_min_fraction < 1:
+            raise InputError(
+                f"refine.early_min_fraction: got {self.early_min_fraction!r}; expected a "
+                f"fraction of the training steps in (0, 1), e.g. 0.3"
+            )
         at_least("refine.scan_spacing", self.scan_spacing, 0)
         at_least("refine.scan_reach", self.scan_reach, 0)
         at_most("refine.scan_reach", self.scan_reach, limits.MAX_SCAN_REACH)
@@ -497,6 +510,12 @@ class SimulatedConfig:
     # (total steps / length_ref_steps)^length_exponent; 0 = the length does not matter
     length_exponent: float = 0.0
     length_ref_steps: int = 1000
+    # the validation curve (any surface): interpolated, or late_descent, where a net of depth L
+    # descends along progress^(1 + curve_lag·ln L) (a deeper net later) and every eval before
+    # the last adds independent noise of sd curve_eval_noise (nats)
+    curve: str = "interpolated"
+    curve_lag: float = 0.1
+    curve_eval_noise: float = 0.001
 
     def __post_init__(self) -> None:
         for name in ("a", "b", "diverge_logit", "diverge_depth_slope", "diverge_lr_slope"):
@@ -516,6 +535,8 @@ class SimulatedConfig:
             "outlier_min_depth",
             "lr_penalty",
             "lr_width_exponent",
+            "curve_lag",
+            "curve_eval_noise",
         ):
             at_least(f"simulated.{name}", getattr(self, name), 0)
         for name in (
@@ -532,10 +553,20 @@ class SimulatedConfig:
         within("simulated.seed_correlation", self.seed_correlation, 0, 1)
         within("simulated.outlier_share", self.outlier_share, 0, 1)
         one_of("simulated.surface", self.surface, SIMULATED_SURFACES)
+        one_of("simulated.curve", self.curve, SIMULATED_CURVES)
         self._check_surface()
 
     def _check_maxima(self) -> None:
-        for name in ("a", "b", "noise", "gap", "transition_scale", "length_exponent"):
+        for name in (
+            "a",
+            "b",
+            "noise",
+            "gap",
+            "transition_scale",
+            "length_exponent",
+            "curve_lag",
+            "curve_eval_noise",
+        ):
             value = getattr(self, name)
             within(f"simulated.{name}", value, -limits.MAX_SIMULATED_ABS, limits.MAX_SIMULATED_ABS)
         at_most("simulated.seconds_per_step", self.seconds_per_step, limits.MAX_SECONDS_PER_STEP)

@@ -32,6 +32,7 @@ from dwtune.study.runners.cluster_address import probe
 from dwtune.study.runners.ray_tune import embedded_ray
 from dwtune.study.runners.ray_tune.asha import CellASHA
 from dwtune.study.runners.ray_tune.cluster_token import check_token
+from dwtune.study.runners.ray_tune.early_stop import PairPointStopper, early_stop_summary
 from dwtune.study.runners.ray_tune.feed_searcher import REQUEST_KEY, FeedSearcher
 from dwtune.study.runners.ray_tune.reaper import Reaper
 from dwtune.study.runners.ray_tune.recorder import RecordingCallback
@@ -311,8 +312,16 @@ class TuneRunner:
                 self._failed_here.add(request.trial_id)
             feed.finished(request.trial_id, record)
 
+        # refine.early_stop: a point's trainings stop once their sign is settled
+        stopper = PairPointStopper(self.spec, feed) if feed.early_context is not None else None
         callback = RecordingCallback(
-            self.spec, self.store, by_id, self.progress, self.tensorboard, on_record=recorded
+            self.spec,
+            self.store,
+            by_id,
+            self.progress,
+            self.tensorboard,
+            stopped_early=stopper is not None,
+            on_record=recorded,
         )
         # Tune keeps one pending trial for a custom searcher unless told: enough to fill
         # every slot at once as a round of requests comes in.
@@ -327,9 +336,11 @@ class TuneRunner:
                 return trial_workers(spec, request.shape, gpu_bytes)
 
             searcher = FeedSearcher(feed, hand_out, workers_of)
-            self._tune(stage, callback, by_id, None, search_alg=searcher)
+            self._tune(stage, callback, by_id, None, scheduler=stopper, search_alg=searcher)
         finally:
             embedded_ray.set_env(saved)
+        if stopper is not None and self.progress:
+            self.progress.note(early_stop_summary(self.spec, self.store, stopper.stopped))
 
     def _tune(
         self,
