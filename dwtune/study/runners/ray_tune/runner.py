@@ -50,10 +50,6 @@ QUIET_TUNE_ENV = {
     "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
     "TUNE_DISABLE_SIGINT_HANDLER": "1",
     "TUNE_PRINT_ALL_TRIAL_ERRORS": "0",
-    # Tune's experiment snapshot (every trial's state, for Tuner.restore, which dwtune never
-    # calls) at most hourly, not every 10 s: it grows with the trials of a run and is
-    # written on the event loop that every trial's reports wait on.
-    "TUNE_GLOBAL_CHECKPOINT_S": "3600",
 }
 # The embedded instance passes only specs and small dicts through the object store.
 EMBEDDED_OBJECT_STORE_BYTES = 512 * 2**20
