@@ -492,3 +492,15 @@ def test_ray_job_submit_without_the_token_is_refused(local_cluster, tmp_path):
     assert done.returncode != 0
     assert "401" in done.stdout + done.stderr or "Unauthorized" in done.stdout + done.stderr
     assert not marker.exists()
+
+
+def test_the_shipped_gpu_specs_read_their_corpus_from_the_storage_every_node_mounts():
+    """paper.yaml and gpu_pilot.yaml: corpus and token cache on the mount cluster.yaml gives
+    every node, so a job's working directory (uploaded by `ray job submit`) carries neither."""
+    mount = "/mnt/dwtune"
+    assert f"-v {mount}:{mount}" in _cluster_config()["docker"]["run_options"]
+    for name in ("paper.yaml", "gpu_pilot.yaml"):
+        data = yaml.safe_load((REPO / "search_spaces" / name).read_text())["data"]
+        for key in ("corpus", "cache_dir"):
+            path = Path(data[key])
+            assert path.is_absolute() and path.is_relative_to(mount), (name, key, data[key])
