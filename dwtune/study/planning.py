@@ -262,10 +262,12 @@ def packing_lines(info: dict | None) -> list[str]:
         return []
     largest = info["largest_trial"]
     lines = [
+        # whole-batch figures: the lines below (and the mbatch column) say how the cells that
+        # do not fit this way run, in micro-batches or sharded
         f"memory (bf16 activations, AdamW): the largest trial L{largest['depth']} x "
-        f"w{largest['width']} needs {largest['bytes'] / 2**30:.1f} GiB at its whole batch; "
-        f"on a {info['gpu_memory_bytes'] / 2**30:.0f} GiB GPU between "
-        f"{info['trials_per_gpu_min']} and {info['trials_per_gpu_max']} trials of "
+        f"w{largest['width']} needs {largest['bytes'] / 2**30:.1f} GiB at its whole batch in "
+        f"one process; on a {info['gpu_memory_bytes'] / 2**30:.0f} GiB GPU between "
+        f"{info['trials_per_gpu_min']} and {info['trials_per_gpu_max']} whole-batch trials of "
         f"this grid fit per GPU; resources.gpu = {info['resources_gpu']:g} packs "
         f"{info['packed_per_gpu']} per GPU"
     ]
