@@ -26,7 +26,7 @@ from dwtune.outputs import tensorboard
 from dwtune.storage.experiment import export_experiment
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.progress import StudyProgress
-from dwtune.study.runners.ray_tune import TuneRunner
+from dwtune.study.runners.ray_tune import TuneRunner, actor_reuse
 from tests.helpers.processes import Processes
 
 pytestmark = pytest.mark.ray
@@ -107,6 +107,13 @@ def test_a_small_study_records_every_trial_with_its_curve_events_and_parquet(tra
     trials = pd.read_parquet(trials_path)
     assert sorted(trials.trial_id) == sorted(q.trial_id for q in requests)
     assert len(pd.read_parquet(curves_path)) == 4 * len(requests)
+
+
+def test_tunes_controller_still_has_what_the_actor_reuse_hook_reads(trained):
+    """A Ray whose controller renamed what the hook reads runs as Tune alone would (the
+    refine stage's churn of new actors comes back, benchmarks/README.md): caught here."""
+    assert actor_reuse.COUNTS["fallback"] == 0
+    assert actor_reuse.COUNTS["delegated"] + actor_reuse.COUNTS["kept"] > 0
 
 
 def test_running_the_same_study_again_trains_nothing(trained, tmp_path):

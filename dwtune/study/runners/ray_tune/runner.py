@@ -29,7 +29,7 @@ from dwtune.study.planning import gpu_memory_bytes
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.base import reusable_record, reusable_records
 from dwtune.study.runners.cluster_address import probe
-from dwtune.study.runners.ray_tune import embedded_ray
+from dwtune.study.runners.ray_tune import actor_reuse, embedded_ray
 from dwtune.study.runners.ray_tune.asha import CellASHA
 from dwtune.study.runners.ray_tune.cluster_token import check_token
 from dwtune.study.runners.ray_tune.early_stop import PairPointStopper, early_stop_summary
@@ -358,6 +358,9 @@ class TuneRunner:
 
         name = self._experiment_name(stage)
         reuse = self.spec.resources.gpu == 0 and not self._may_shard(workers)
+        if reuse:
+            # a staged trial keeps the actor Tune started for it (actor_reuse's docstring)
+            actor_reuse.install()
         tuner = tune.Tuner(
             self._trainable(None if search_alg is not None else by_id, workers or {}),
             param_space=param_space,
