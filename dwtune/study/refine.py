@@ -315,17 +315,20 @@ class PairRefiner:
         if not stopped or not all(r.completed for pair in pairs for r in pair):
             return None
         request = self._request(self.spec.cell(self.pair[1], budget), pairs[0][0].seed)
-        sd, dof, correction = self.early_context(request)
-        steps, deltas = early_decision.paired_curves(
-            [deep.curve for deep, _ in pairs], [shallow.curve for _, shallow in pairs],
-            min(stopped),
-        )  # fmt: skip
-        deltas = deltas - correction  # at equal N, as every Δ of the pair
         evals = early_decision.run_evals(self.spec, request)
         rule = early_decision.EarlyRule(self.refine.alpha, self.refine.early_min_fraction)
-        call = early_decision.call_at(rule, steps, deltas, evals, (sd, dof))
-        ends = early_decision.seed_end_estimates(steps, deltas, evals[-1])
-        return call, tuple(float(d) for d in ends)
+        look = early_decision.point_call(
+            rule,
+            [deep.curve for deep, _ in pairs],
+            [shallow.curve for _, shallow in pairs],
+            min(stopped),
+            evals,
+            early_decision.PointNoise(*self.early_context(request)),
+        )
+        if look is None:
+            return None
+        ends = early_decision.seed_end_estimates(look.steps, look.deltas, evals[-1])
+        return look.call, tuple(float(d) for d in ends)
 
     # ------------------------------------------------------------------ reporting
 

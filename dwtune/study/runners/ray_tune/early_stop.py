@@ -93,14 +93,9 @@ class PairPointStopper(FIFOScheduler):
         if curves is None:
             return False
         deep, shallow = curves
-        steps, deltas = early_decision.paired_curves(deep, shallow, step)
-        if not steps or steps[-1] != step:
-            return False  # a training of the batch has not reached this eval yet
-        sd, dof, correction = context(request)
-        if not (math.isfinite(sd) and sd > 0):
-            return False
-        call = early_decision.call_at(self.rule, steps, deltas - correction, evals, (sd, dof))
-        return call.settled
+        noise = early_decision.PointNoise(*context(request))
+        look = early_decision.point_call(self.rule, deep, shallow, step, evals, noise)
+        return look is not None and look.call.settled
 
     def _not_first(self, request: TrialRequest, batch: Batch) -> bool:
         """Whether the point has trainings outside this batch (a later batch of seeds)."""
