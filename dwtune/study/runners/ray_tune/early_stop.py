@@ -10,7 +10,8 @@ the refine stage gives (``RequestFeed.early_context``). Once it settles a sign, 
 and every other of the batch still running is stopped at its next report: status
 early_stopped, its ``stopped_step`` recorded. The refine stage then recomputes the same call
 from the records (:meth:`dwtune.study.refine.PairRefiner._early_call`), so the point's sign never
-depends on this scheduler's memory, and a resumed stage decides the same.
+depends on this scheduler's memory, and a resumed stage decides the same: both make it with
+:func:`dwtune.core.early_decision.point_call`.
 
 Only a new size's first batch is watched (bisect and scan points): a point given more seeds
 afterwards, and a verify point, has seeds trained to the end, and its decision stays with the
