@@ -261,6 +261,49 @@ def call_at(
     return rule.call(progress, deltas, noise[0], noise[1], look, len(looks))
 
 
+@dataclass(frozen=True)
+class PointNoise:
+    """What the rule needs of a pair point's noise context: the pair's paired end-Δ noise
+    nearest the point (``sd`` nats on ``dof`` degrees of freedom) and the equal-N correction
+    (nats) that every Δ of the pair has subtracted."""
+
+    sd: float
+    dof: float
+    correction: float
+
+
+@dataclass(frozen=True)
+class PointLook:
+    """The rule's call on a point's curves at one step, and the equal-N Δ it was made from."""
+
+    call: EarlyCall
+    steps: list[int]
+    deltas: np.ndarray  # seeds × steps, equal-N Δ (nats)
+
+
+def point_call(
+    rule: EarlyRule,
+    deep: Sequence[Sequence[Mapping[str, Any]]],
+    shallow: Sequence[Sequence[Mapping[str, Any]]],
+    step: int,
+    evals: list[int],
+    noise: PointNoise,
+) -> PointLook | None:
+    """The rule's call on a point's reported curves (deep and shallow, one curve per seed in
+    the same order) at eval step ``step`` of a run whose planned evals are ``evals``: the one
+    computation that both stops a point's trainings and decides the point from its records.
+    None when it cannot be made: a curve has not reached ``step``, or the pair's noise is not
+    a finite positive sd (nothing learned yet)."""
+    steps, deltas = paired_curves(deep, shallow, step)
+    if not steps or steps[-1] != step:
+        return None
+    if not (math.isfinite(noise.sd) and noise.sd > 0):
+        return None
+    deltas = deltas - noise.correction  # at equal N, as every Δ of the pair
+    call = call_at(rule, steps, deltas, evals, (noise.sd, noise.dof))
+    return PointLook(call, steps, deltas)
+
+
 def seed_end_estimates(steps: list[int], deltas: np.ndarray, total_steps: int) -> np.ndarray:
     """Each seed's end Δ as the rule sees it: the midpoint of its window line's current value
     and its extrapolation to the end (the end lies between them, module doc); each seed's

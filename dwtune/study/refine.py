@@ -39,6 +39,7 @@ from optuna.trial import TrialState
 from dwtune.core import crossing, early_decision, pair_points, transitions, vocabulary
 from dwtune.core.budget import GridCell
 from dwtune.core.fit.bootstrap import PairPoints
+from dwtune.core.noise import Noise
 from dwtune.core.pair_points import PairGrid, PairPoint
 from dwtune.core.records import TrialRecord, TrialRequest, grid_requests, make_request
 from dwtune.core.spec import ExperimentSpec, RefineConfig
@@ -149,6 +150,8 @@ class PairRefiner:
         sampler = BisectionSampler(grid.points, self.refine, self._deep_width)
         self.study = open_study(self.path, sampler, say)
         self._asking: tuple[int, str] = (0, "")  # (round, point kind) of the round running
+        # (told rounds, the pair's measured noise then): early_context's cache
+        self._noise_cache: tuple[int, tuple[list[float], Noise] | None] | None = None
 
     # ------------------------------------------------------------------ the loop
 
@@ -297,15 +300,32 @@ class PairRefiner:
             math.log(c.params_total if total else c.params_non_embedding) for c in cells
         )
         correction = self.grid.trend.slope_at(x_shallow) * (x_deep - x_shallow)
+        measured = self._measured_noise()
+        if measured is None:
+            return math.nan, 0.0, correction
+        log_ns, noise = measured
+        nearest = min(range(len(log_ns)), key=lambda i: abs(log_ns[i] - x_deep))
+        return float(noise.sd[nearest]), float(noise.dof[nearest]), correction
+
+    def _measured_noise(self) -> tuple[list[float], Noise] | None:
+        """(each point's ln N, the pair's noise at them) over the pair's points as they stand;
+        None without points. Computed once per state of the pair's points: the scheduler asks
+        at every eval report of every training, and the points change only when a round is
+        told (the count of told rounds is the key; a told round is never untold)."""
+        told = len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        if self._noise_cache is not None and self._noise_cache[0] == told:
+            return self._noise_cache[1]
         points = pair_points.mark_unstable(
             pair_points.merge_points(self.grid.points, trial_points(self.study))
         )
-        measured = [p.delta_point() for p in points]
-        if not measured:
-            return math.nan, 0.0, correction
-        noise = crossing.pair_noise(measured, transitions.noise_prior(self.refine))
-        nearest = min(range(len(points)), key=lambda i: abs(points[i].log_n - x_deep))
-        return float(noise.sd[nearest]), float(noise.dof[nearest]), correction
+        measured = None
+        if points:
+            noise = crossing.pair_noise(
+                [p.delta_point() for p in points], transitions.noise_prior(self.refine)
+            )
+            measured = ([p.log_n for p in points], noise)
+        self._noise_cache = (told, measured)
+        return measured
 
     def _early_call(self, budget: float, records: dict):
         """(the early rule's call at the stop, each seed's end estimate) of a point whose
@@ -315,17 +335,20 @@ class PairRefiner:
         if not stopped or not all(r.completed for pair in pairs for r in pair):
             return None
         request = self._request(self.spec.cell(self.pair[1], budget), pairs[0][0].seed)
-        sd, dof, correction = self.early_context(request)
-        steps, deltas = early_decision.paired_curves(
-            [deep.curve for deep, _ in pairs], [shallow.curve for _, shallow in pairs],
-            min(stopped),
-        )  # fmt: skip
-        deltas = deltas - correction  # at equal N, as every Δ of the pair
         evals = early_decision.run_evals(self.spec, request)
         rule = early_decision.EarlyRule(self.refine.alpha, self.refine.early_min_fraction)
-        call = early_decision.call_at(rule, steps, deltas, evals, (sd, dof))
-        ends = early_decision.seed_end_estimates(steps, deltas, evals[-1])
-        return call, tuple(float(d) for d in ends)
+        look = early_decision.point_call(
+            rule,
+            [deep.curve for deep, _ in pairs],
+            [shallow.curve for _, shallow in pairs],
+            min(stopped),
+            evals,
+            early_decision.PointNoise(*self.early_context(request)),
+        )
+        if look is None:
+            return None
+        ends = early_decision.seed_end_estimates(look.steps, look.deltas, evals[-1])
+        return look.call, tuple(float(d) for d in ends)
 
     # ------------------------------------------------------------------ reporting
 

@@ -12,9 +12,12 @@ from dwtune.core import vocabulary
 from dwtune.core.early_decision import (
     NOT_SETTLED,
     EarlyRule,
+    PointNoise,
+    call_at,
     first_settled,
     paired_curves,
     planned_evals,
+    point_call,
     trend_fit,
 )
 from dwtune.core.errors import InputError
@@ -148,3 +151,56 @@ def test_a_minimum_fraction_outside_the_run_is_refused_naming_the_field(fraction
     raw["refine"]["early_min_fraction"] = fraction
     with pytest.raises(InputError, match=r"refine\.early_min_fraction: got .* expected"):
         spec_from_dict(raw)
+
+
+def reported(losses: np.ndarray, upto: int | None = None) -> list[list[dict]]:
+    """Reported curves (one per seed) of ``losses`` (seeds × STEPS), cut after step ``upto``."""
+    return [
+        [
+            {vocabulary.STEP: step, vocabulary.VAL_LOSS: float(loss)}
+            for step, loss in zip(STEPS, row, strict=True)
+            if upto is None or step <= upto
+        ]
+        for row in losses
+    ]
+
+
+def point_curves(delta: float, seeds: int = 2):
+    """(deep, shallow) reported curves whose paired Δ is a clear ``delta`` plus noise."""
+    rng = np.random.default_rng(11)
+    shallow = 3.0 - 0.5 * PROGRESS + EVAL_SD * rng.standard_normal((seeds, PROGRESS.size))
+    deep = shallow + curves(rng, delta, seeds, transient=0.0)
+    return deep, shallow
+
+
+def test_a_points_call_is_the_rules_call_on_its_equal_n_delta():
+    deep, shallow = point_curves(0.05)
+    rule, step, correction = EarlyRule(), STEPS[20], 0.005
+    look = point_call(
+        rule, reported(deep), reported(shallow), step, STEPS, PointNoise(SD, 8.0, correction)
+    )
+    upto = STEPS.index(step) + 1
+    expected = (deep - shallow)[:, :upto] - correction
+    assert look is not None and look.steps == STEPS[:upto]
+    np.testing.assert_allclose(look.deltas, expected)
+    assert look.call == call_at(rule, STEPS[:upto], expected, STEPS, (SD, 8.0))
+    assert look.call.sign == 1  # the clear Δ is settled at this look, the correction kept out
+
+
+def test_a_points_call_cannot_be_made_before_every_curve_reaches_the_step():
+    deep, shallow = point_curves(0.05)
+    step = STEPS[20]
+    behind = reported(shallow)
+    behind[1] = reported(shallow[1:], upto=STEPS[19])[0]  # one seed's shallow net is behind
+    noise = PointNoise(SD, 8.0, 0.0)
+    assert point_call(EarlyRule(), reported(deep), behind, step, STEPS, noise) is None
+    assert point_call(EarlyRule(), reported(deep), reported(shallow), step, STEPS, noise)
+
+
+@pytest.mark.parametrize("sd", [math.nan, 0.0, -SD, math.inf])
+def test_a_points_call_cannot_be_made_without_a_finite_positive_noise(sd):
+    deep, shallow = point_curves(0.05)
+    noise = PointNoise(sd, 8.0, 0.0)
+    assert (
+        point_call(EarlyRule(), reported(deep), reported(shallow), STEPS[20], STEPS, noise) is None
+    )

@@ -3,15 +3,17 @@ settles their sign, the stop is recorded, the point takes the rule's sign, a rer
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
 from dwtune.backends.simulated import pair_delta_mean
-from dwtune.core import vocabulary
+from dwtune.core import early_decision, vocabulary
 from dwtune.core.records import grid_requests
 from dwtune.core.spec import load_spec
 from dwtune.storage.experiment import export_experiment
@@ -19,7 +21,9 @@ from dwtune.storage.store import ExperimentStore
 from dwtune.study.journal import open_study, study_path, trial_points
 from dwtune.study.progress import StudyProgress
 from dwtune.study.refine import RefineStage
+from dwtune.study.runners.local import LocalRunner
 from dwtune.study.runners.ray_tune import TuneRunner
+from dwtune.study.runners.ray_tune.early_stop import PairPointStopper
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -93,3 +97,122 @@ def test_running_the_stage_again_trains_nothing_and_decides_the_same(refined):
     again, _ = _refine(spec, store)
     assert {r.trial_id: r.status for r in store.records()} == before
     assert again == transitions
+
+
+# ------------------------------------------------ the stopper and the refiner make one call
+
+CLEAR_BUDGET = 1e10  # far above the pair's transition: the deeper net wins clearly
+
+
+@pytest.fixture(scope="module")
+def trained_point(tmp_path_factory):
+    """A pair refiner (grid trained in process) and a point's trainings run to the end, as
+    (request, record) by seed: (deep, shallow) each."""
+    spec = load_spec(SPEC, OVERRIDES)
+    store = ExperimentStore.for_spec(tmp_path_factory.mktemp("paths"), spec)
+    store.initialise(spec)
+    LocalRunner(spec, store).run(grid_requests(spec))
+    [refiner] = RefineStage(spec, store).refiners
+    cells = [spec.cell(depth, CLEAR_BUDGET) for depth in (12, 6)]
+    seeds = refiner.seed_order[: spec.refine.seeds]
+    requests = [refiner._request(cell, seed) for seed in seeds for cell in cells]
+    records = LocalRunner(spec, store).run(requests)
+    pairs = {
+        seed: tuple(zip(requests[2 * i : 2 * i + 2], records[2 * i : 2 * i + 2], strict=True))
+        for i, seed in enumerate(seeds)
+    }
+    return spec, refiner, pairs
+
+
+def stopped_at(record, step: int):
+    """The record of a training the stopper stopped at ``step``."""
+    curve = [r for r in record.curve if r[vocabulary.STEP] <= step]
+    return dataclasses.replace(
+        record, curve=curve, steps=step, stopped_step=step, status=vocabulary.STATUS_EARLY_STOPPED
+    )
+
+
+def stopper_for(spec, pairs, context):
+    """A stopper watching the point's batch (its trainings' records as ``pairs`` hold them)."""
+    batch = [both for pair in pairs.values() for both in pair]
+    feed = SimpleNamespace(early_context=context, batch_of=lambda _id: batch, received={})
+    return PairPointStopper(spec, feed)
+
+
+def spying(monkeypatch) -> list:
+    """Every look early_decision.point_call returns, in order."""
+    looks, real = [], early_decision.point_call
+
+    def point_call(*args):
+        looks.append(real(*args))
+        return looks[-1]
+
+    monkeypatch.setattr(early_decision, "point_call", point_call)
+    return looks
+
+
+def test_the_stopper_and_the_refiner_make_the_same_call_at_every_look(trained_point, monkeypatch):
+    spec, refiner, pairs = trained_point
+    looks = spying(monkeypatch)
+    stopper = stopper_for(spec, pairs, refiner.early_context)
+    deep_request = pairs[min(pairs)][0][0]
+    evals = early_decision.run_evals(spec, deep_request)
+    signs = set()
+    for step in stopper.rule.look_steps(evals, evals[-1]):
+        settles = stopper._settles(deep_request, step)
+        stopped = {s: tuple(stopped_at(rec, step) for _, rec in pair) for s, pair in pairs.items()}
+        call, ends = refiner._early_call(CLEAR_BUDGET, stopped)
+        scheduler_look, refiner_look = looks[-2:]
+        assert scheduler_look.call == refiner_look.call == call
+        assert settles == call.settled
+        assert len(ends) == len(pairs)
+        signs.add(call.sign)
+    assert -1 in signs, "the clear Δ (the deeper net wins) is settled at some look"
+
+
+def test_neither_path_calls_a_point_whose_curves_have_not_reached_the_step(trained_point):
+    spec, refiner, pairs = trained_point
+    deep_request = pairs[min(pairs)][0][0]
+    step = last_look(spec, early_decision.run_evals(spec, deep_request))
+    assert stopper_for(spec, pairs, refiner.early_context)._settles(deep_request, step)
+    lagging = [r for r in shallow_curve(pairs) if r[vocabulary.STEP] < step]
+    # the stopper: one shallow training still runs, its reports so far end before the step
+    running = dict(pairs)
+    (deep, (shallow_request, _)) = running[max(pairs)]
+    running[max(pairs)] = (deep, (shallow_request, None))
+    stopper = stopper_for(spec, running, refiner.early_context)
+    stopper._curves[shallow_request.trial_id] = lagging
+    assert not stopper._settles(deep_request, step)
+    # the refiner: a record stopped at the step whose curve lacks that eval
+    stopped = {s: tuple(stopped_at(rec, step) for _, rec in pair) for s, pair in pairs.items()}
+    deep_record, shallow_record = stopped[max(pairs)]
+    stopped[max(pairs)] = (deep_record, dataclasses.replace(shallow_record, curve=lagging))
+    assert refiner._early_call(CLEAR_BUDGET, stopped) is None
+
+
+def shallow_curve(pairs) -> list[dict]:
+    """The reported curve of the last seed's shallow training."""
+    return pairs[max(pairs)][1][1].curve
+
+
+def test_neither_path_calls_a_point_before_the_pair_has_a_measured_noise(
+    trained_point, monkeypatch
+):
+    spec, refiner, pairs = trained_point
+    deep_request = pairs[min(pairs)][0][0]
+    step = last_look(spec, early_decision.run_evals(spec, deep_request))
+    assert stopper_for(spec, pairs, refiner.early_context)._settles(deep_request, step)
+    measured = refiner.early_context
+
+    def no_noise(request):  # the pair's correction, no learned noise yet
+        return math.nan, 0.0, measured(request)[2]
+
+    assert not stopper_for(spec, pairs, no_noise)._settles(deep_request, step)
+    monkeypatch.setattr(refiner, "early_context", no_noise)
+    stopped = {s: tuple(stopped_at(rec, step) for _, rec in pair) for s, pair in pairs.items()}
+    assert refiner._early_call(CLEAR_BUDGET, stopped) is None
+
+
+def last_look(spec, evals: list[int]) -> int:
+    rule = early_decision.EarlyRule(spec.refine.alpha, spec.refine.early_min_fraction)
+    return rule.look_steps(evals, evals[-1])[-1]

@@ -10,7 +10,8 @@ the refine stage gives (``RequestFeed.early_context``). Once it settles a sign, 
 and every other of the batch still running is stopped at its next report: status
 early_stopped, its ``stopped_step`` recorded. The refine stage then recomputes the same call
 from the records (:meth:`dwtune.study.refine.PairRefiner._early_call`), so the point's sign never
-depends on this scheduler's memory, and a resumed stage decides the same.
+depends on this scheduler's memory, and a resumed stage decides the same: both make it with
+:func:`dwtune.core.early_decision.point_call`.
 
 Only a new size's first batch is watched (bisect and scan points): a point given more seeds
 afterwards, and a verify point, has seeds trained to the end, and its decision stays with the
@@ -93,14 +94,9 @@ class PairPointStopper(FIFOScheduler):
         if curves is None:
             return False
         deep, shallow = curves
-        steps, deltas = early_decision.paired_curves(deep, shallow, step)
-        if not steps or steps[-1] != step:
-            return False  # a training of the batch has not reached this eval yet
-        sd, dof, correction = context(request)
-        if not (math.isfinite(sd) and sd > 0):
-            return False
-        call = early_decision.call_at(self.rule, steps, deltas - correction, evals, (sd, dof))
-        return call.settled
+        noise = early_decision.PointNoise(*context(request))
+        look = early_decision.point_call(self.rule, deep, shallow, step, evals, noise)
+        return look is not None and look.call.settled
 
     def _not_first(self, request: TrialRequest, batch: Batch) -> bool:
         """Whether the point has trainings outside this batch (a later batch of seeds)."""
