@@ -1,5 +1,6 @@
 """Shared fixtures (small spec files written on demand) and the tiers' one hook: tests marked
-``gpu`` are skipped where CUDA is missing. Shared helpers are in tests/helpers."""
+``gpu`` are skipped where CUDA is missing, and the longest files are handed out first. Shared
+helpers are in tests/helpers."""
 
 from __future__ import annotations
 
@@ -54,12 +55,39 @@ def watched_run(write_spec, simulated_raw, tmp_path_factory):
     return storage, done, seen, ss_lines
 
 
+# The longest files of the slow tier (tens of seconds each: Ray instances, killed drivers,
+# studies). `--dist loadfile` hands files to workers in collection order, and alphabetical
+# order puts hostile/ and study/ last, so one of them started late sets the run's wall time;
+# handed out first, the short files fill the gaps behind them.
+_LONG_FILES_FIRST = (
+    "tests/study/test_ray_sharded.py",
+    "tests/hostile/test_kill_and_disk.py",
+    "tests/commands/test_lr_search_cli.py",
+    "tests/commands/test_run_cli.py",
+    "tests/study/test_early_stop.py",
+    "tests/hostile/test_ray_quiet.py",
+    "tests/commands/test_bench.py",
+    "tests/study/test_embedded_ray.py",
+    "tests/commands/test_refine_cli.py",
+    "tests/backends/test_model.py",
+    "tests/study/test_pipeline.py",
+)
+
+
 @pytest.hookimpl(trylast=True)  # after -m has deselected: torch is imported only if needed
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_schedule_rank)  # stable: within a file, and among the rest, order is kept
     gpu = [item for item in items if item.get_closest_marker("gpu")]
     if gpu and not _cuda_available():
         for item in gpu:
             item.add_marker(pytest.mark.skip(reason="needs CUDA"))
+
+
+def _schedule_rank(item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    if path in _LONG_FILES_FIRST:
+        return _LONG_FILES_FIRST.index(path)
+    return len(_LONG_FILES_FIRST)
 
 
 def _cuda_available() -> bool:
