@@ -29,6 +29,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dwtune.core.early_decision import PointNoise
 from dwtune.core.records import TrialRecord, TrialRequest
 
 Stream = Generator[list[TrialRequest], list[TrialRecord], Any]
@@ -77,7 +78,7 @@ class RequestFeed:
         self._waiting: dict[int, _Waiting] = {}
         self._started = False
         # refine.early_stop: request -> (noise sd, dof, equal-N correction) of its pair point
-        self.early_context: Callable[[TrialRequest], tuple[float, float, float]] | None = None
+        self.early_context: Callable[[TrialRequest], PointNoise] | None = None
 
     # ------------------------------------------------------------------ the runner's side
 

@@ -150,8 +150,9 @@ class PairRefiner:
         sampler = BisectionSampler(grid.points, self.refine, self._deep_width)
         self.study = open_study(self.path, sampler, say)
         self._asking: tuple[int, str] = (0, "")  # (round, point kind) of the round running
-        # (told rounds, the pair's measured noise then): early_context's cache
-        self._noise_cache: tuple[int, tuple[list[float], Noise] | None] | None = None
+        # early_context's cache of the pair's measured noise: None until computed, and again
+        # each time a round is told (the only change to the pair's points)
+        self._noise_cache: tuple[tuple[list[float], Noise] | None] | None = None
 
     # ------------------------------------------------------------------ the loop
 
@@ -201,6 +202,7 @@ class PairRefiner:
         for key, value in point_attrs(point).items():  # flat numbers: the dashboard's columns
             trial.set_user_attr(key, value)
         self.study.tell(trial, objective(point))
+        self._noise_cache = None  # the pair's points changed: early_context measures again
         self._announce(point, trial.number + 1)
         # where the pair stands after this round, for anyone watching the journal or the
         # board: read by no decision, so computed and written off the Tune event loop, from
@@ -288,8 +290,8 @@ class PairRefiner:
 
     # ------------------------------------------------------------------ early decisions
 
-    def early_context(self, request: TrialRequest) -> tuple[float, float, float]:
-        """(sd, dof) of the pair's paired-Δ noise nearest the request's size, and the equal-N
+    def early_context(self, request: TrialRequest) -> early_decision.PointNoise:
+        """The pair's paired-Δ noise (sd, dof) nearest the request's size, and the equal-N
         correction (nats) of its point: what the early rule needs (refine.early_stop). The
         pair's points do not change while one of its points trains, so the scheduler that
         stops the trainings and :meth:`_early_call` that decides the point agree."""
@@ -302,19 +304,20 @@ class PairRefiner:
         correction = self.grid.trend.slope_at(x_shallow) * (x_deep - x_shallow)
         measured = self._measured_noise()
         if measured is None:
-            return math.nan, 0.0, correction
+            return early_decision.PointNoise(math.nan, 0.0, correction)
         log_ns, noise = measured
         nearest = min(range(len(log_ns)), key=lambda i: abs(log_ns[i] - x_deep))
-        return float(noise.sd[nearest]), float(noise.dof[nearest]), correction
+        return early_decision.PointNoise(
+            float(noise.sd[nearest]), float(noise.dof[nearest]), correction
+        )
 
     def _measured_noise(self) -> tuple[list[float], Noise] | None:
         """(each point's ln N, the pair's noise at them) over the pair's points as they stand;
         None without points. Computed once per state of the pair's points: the scheduler asks
         at every eval report of every training, and the points change only when a round is
-        told (the count of told rounds is the key; a told round is never untold)."""
-        told = len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-        if self._noise_cache is not None and self._noise_cache[0] == told:
-            return self._noise_cache[1]
+        told (which empties the cache), so no ask reads the journal."""
+        if self._noise_cache is not None:
+            return self._noise_cache[0]
         points = pair_points.mark_unstable(
             pair_points.merge_points(self.grid.points, trial_points(self.study))
         )
@@ -324,7 +327,7 @@ class PairRefiner:
                 [p.delta_point() for p in points], transitions.noise_prior(self.refine)
             )
             measured = ([p.log_n for p in points], noise)
-        self._noise_cache = (told, measured)
+        self._noise_cache = (measured,)
         return measured
 
     def _early_call(self, budget: float, records: dict):
@@ -343,7 +346,7 @@ class PairRefiner:
             [shallow.curve for _, shallow in pairs],
             min(stopped),
             evals,
-            early_decision.PointNoise(*self.early_context(request)),
+            self.early_context(request),
         )
         if look is None:
             return None
@@ -655,7 +658,7 @@ class RefineStage:
         if self.spec.refine.early_stop:
             by_label = {refiner.grid.label: refiner for refiner in self.refiners}
 
-            def early_context(request: TrialRequest) -> tuple[float, float, float]:
+            def early_context(request: TrialRequest) -> early_decision.PointNoise:
                 return by_label[request.pair].early_context(request)
 
             feed.early_context = early_context

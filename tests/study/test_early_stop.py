@@ -205,7 +205,7 @@ def test_neither_path_calls_a_point_before_the_pair_has_a_measured_noise(
     measured = refiner.early_context
 
     def no_noise(request):  # the pair's correction, no learned noise yet
-        return math.nan, 0.0, measured(request)[2]
+        return early_decision.PointNoise(math.nan, 0.0, measured(request).correction)
 
     assert not stopper_for(spec, pairs, no_noise)._settles(deep_request, step)
     monkeypatch.setattr(refiner, "early_context", no_noise)

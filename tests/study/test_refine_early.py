@@ -64,15 +64,15 @@ def test_a_points_trainings_compute_the_pairs_noise_once_per_state_of_its_points
     assert len(calls) == 1, "every report of the batch's trainings after the first is cached"
     assert all(len(seen) == 1 for seen in contexts.values())
     for request in batch:
-        [(sd, dof, _)] = contexts[request.trial_id]
-        assert (sd, dof) == expected_context(refiner, request)
-        assert math.isfinite(sd) and sd > 0
+        [context] = contexts[request.trial_id]
+        assert (context.sd, context.dof) == expected_context(refiner, request)
+        assert math.isfinite(context.sd) and context.sd > 0
 
     before = told(refiner)
     while told(refiner) == before:  # train until the pair tells its next point
         batch = rounds.send(run(batch))
     calls.clear()
-    [sd, dof, _] = refiner.early_context(batch[0])
+    context = refiner.early_context(batch[0])
     refiner.early_context(batch[-1])
     assert len(calls) == 1, "a told point changes the pair's noise: computed again, once"
-    assert (sd, dof) == expected_context(refiner, batch[0])
+    assert (context.sd, context.dof) == expected_context(refiner, batch[0])

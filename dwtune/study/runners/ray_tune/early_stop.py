@@ -94,8 +94,7 @@ class PairPointStopper(FIFOScheduler):
         if curves is None:
             return False
         deep, shallow = curves
-        noise = early_decision.PointNoise(*context(request))
-        look = early_decision.point_call(self.rule, deep, shallow, step, evals, noise)
+        look = early_decision.point_call(self.rule, deep, shallow, step, evals, context(request))
         return look is not None and look.call.settled
 
     def _not_first(self, request: TrialRequest, batch: Batch) -> bool:
