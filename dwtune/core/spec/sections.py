@@ -10,7 +10,7 @@ from dwtune.core.budget import SIZE_CONVENTIONS
 from dwtune.core.errors import InputError
 from dwtune.core.spec import checks, limits
 from dwtune.core.spec.checks import at_least, at_most, finite, one_of, positive, within
-from dwtune.core.vocabulary import Parametrization, SizeConvention, Trainer
+from dwtune.core.vocabulary import Design, Parametrization, SizeConvention, Trainer
 
 TOKENIZERS = ("char", "bpe")
 SCHEDULES = ("cosine", "linear", "constant")
@@ -363,8 +363,19 @@ class RefineConfig:
     # training-length robustness: factors on the training length at which each bracketed
     # pair's N* is re-estimated after the refine stage (dwtune.study.length_check); () = off
     length_check: tuple[float, ...] = ()
+    # Where each pair's first points lie (core/design.py): "grid" trains every depth at every
+    # space.budgets; "law" trains each pair's two depths at N*·e^(±reach) of fit.reference's
+    # law (e-folds of N), widening beyond a censored edge inside space.budgets' range.
+    design: str = Design.GRID.value
+    reach: float = 0.5
+    # σ(ln N*) at which a bracketed pair stops bisecting (0: only tolerance and max_rounds stop)
+    precision: float = 0.0
 
     def __post_init__(self) -> None:
+        one_of("refine.design", self.design, tuple(d.value for d in Design))
+        positive("refine.reach", self.reach)
+        at_most("refine.reach", self.reach, limits.MAX_SCAN_REACH)
+        at_least("refine.precision", self.precision, 0)
         positive("refine.tolerance", self.tolerance)
         at_least("refine.scan_spacing", self.scan_spacing, 0)
         at_least("refine.scan_reach", self.scan_reach, 0)
