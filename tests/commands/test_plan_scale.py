@@ -91,7 +91,8 @@ def test_paper_plan_costs_the_study_without_its_corpus(tmp_path, monkeypatch, ca
     assert "x MFU 30% (ASSUMED" in out and "on 64 GPU(s)" in out
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
     grid, refine, total = rows["grid"], rows["refine"], rows["total"]
-    assert int(grid[1]) == 7 * 16 * 3 and int(refine[1]) > 0
+    # refine.design: law: 6 pairs x 2 depths x 2 sizes x 3 seeds, not 7 depths x 16 budgets x 3
+    assert int(grid[1]) == 6 * 2 * 2 * 3 and int(refine[1]) > 0
     hours = [float(r[3].replace(",", "")) for r in (grid, refine, total)]
     assert abs(hours[0] + hours[1] - hours[2]) <= 0.11
     wall = [float(r[4].replace(",", "")) for r in (grid, refine)]
@@ -101,6 +102,9 @@ def test_paper_plan_costs_the_study_without_its_corpus(tmp_path, monkeypatch, ca
     assert int(floor[1]) == 36 and float(floor[2]) == pytest.approx(9.09e21, rel=0.01)
     eta = float(rows["η"][8].rstrip("%;")) / 100
     assert eta == pytest.approx(float(floor[2]) / float(total[2]), rel=0.03)
+    assert eta >= 0.15  # issue 25's target for the law design (the dense grid: 2.7%)
+    precision = rows["precision:"]
+    assert 0 < float(precision[5]) <= 0.03  # median σ(ln N*) of the twin: refine.precision
 
 
 def test_budgets_short_of_a_transition_warn_per_pair(tmp_path, capsys):

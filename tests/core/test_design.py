@@ -118,5 +118,5 @@ def test_the_law_design_grid_trains_each_pairs_two_depths_at_its_two_sizes():
 def test_the_law_design_without_pairs_is_refused_with_its_fix():
     from dwtune.core.spec import load_spec
 
-    with pytest.raises(InputError, match="refine.design: got 'law' without refine.pairs"):
+    with pytest.raises(InputError, match=r"refine\.design: got 'law' without refine\.pairs"):
         load_spec("search_spaces/simulated.yaml", ("refine.design=law", "refine.pairs=[]"))
