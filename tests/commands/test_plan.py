@@ -14,7 +14,8 @@ PAPER = ROOT / "search_spaces" / "paper.yaml"
 
 
 def test_plan_json_lists_every_cell_with_its_budget_error(capsys):
-    assert main(["plan", str(PAPER), "--json"]) == 3  # no corpus here: run would refuse
+    # the dense grid (refine.design: grid; paper.yaml's law design plans 2 sizes per pair)
+    assert main(["plan", str(PAPER), "refine.design=grid", "--json"]) == 3  # no corpus here
     plan = json.loads(capsys.readouterr().out)
     cells = plan["cells"]
     assert {c["depth"] for c in cells} == {6, 12, 18, 24, 30, 36, 48}
@@ -128,7 +129,8 @@ def test_plan_json_and_table_show_the_workers_of_each_cell(capsys):
 
 
 def test_paper_scale_shards_only_the_cells_one_gpu_cannot_hold(capsys):
-    argv = ["plan", str(PAPER), "resources.workers_per_trial=8", "--device", "h100", "--json"]
+    grid = "refine.design=grid"  # the dense grid, up to 10B at every depth
+    argv = ["plan", str(PAPER), grid, "resources.workers_per_trial=8", "--device", "h100", "--json"]
     assert main(argv) == 3  # refused: no corpus here, and the one cell that does not fit below
     plan = json.loads(capsys.readouterr().out)
     assert {r["reason"] for r in plan["refusals"]} == {"corpus_missing", "does_not_fit"}

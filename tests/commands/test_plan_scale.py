@@ -133,6 +133,7 @@ def test_packing_counts_trials_per_gpu_and_refuses_one_too_big(tmp_path, capsys)
         data={"corpus": "shakespeare"},
         train={"steps": 10},
         resources={"gpu": 0.5, "gpu_memory_gb": 80},
+        refine={"design": "grid"},  # the dense grid: its 10B cells fit no single GPU
     )
     assert main(["run", big, "--storage", str(tmp_path / "exp")]) == 2
     err = capsys.readouterr().err.strip()
@@ -192,7 +193,9 @@ def test_micro_batches_fit_every_paper_cell_whose_weights_fit_one_gpu(capsys):
     """paper.yaml on 80 GB GPUs: the whole batch of 512 fits only the small cells; the rest
     run as micro-batches (checkpointed where no micro-batch fits without it), and only cells
     whose weights and AdamW state alone exceed a GPU are left, named, for sharded trials."""
-    assert main(["plan", str(PAPER), "--json", "--device", "h100"]) == 3  # and no corpus here
+    # the dense grid (refine.design: grid): every depth at every budget up to 1e10
+    paper = [str(PAPER), "refine.design=grid"]
+    assert main(["plan", *paper, "--json", "--device", "h100"]) == 3  # and no corpus here
     plan = json.loads(capsys.readouterr().out)
     cells, packing = plan["cells"], plan["packing"]
     share = packing["trial_memory_bytes"]
@@ -222,6 +225,7 @@ def test_a_study_that_fits_only_as_micro_batches_plans_with_exit_0(tmp_path, cap
         data={"corpus": "shakespeare"},
         train={"steps": 10},
         space={"budgets": [2e6, 1e9, 3e9]},
+        refine={"design": "grid"},  # every depth at every budget
     )
     assert main(["plan", spec, "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
