@@ -46,12 +46,12 @@ from typing import Any
 
 import numpy as np
 
-from dwtune.core import crossing, vocabulary
+from dwtune.core import crossing, design, vocabulary
 from dwtune.core.decision import SignRule
 from dwtune.core.noise import NoisePrior
 from dwtune.core.pair_points import Decision, PairPoint, mark_unstable
 from dwtune.core.spec import RefineConfig
-from dwtune.core.vocabulary import REVERIFY, SizeConvention, StepKind
+from dwtune.core.vocabulary import REVERIFY, Design, SizeConvention, StepKind
 
 # Paired seeds a point needs before its sign counts (capped at refine.max_seeds): one
 # training cannot tell a loss spike from a sign, and one spike decided at one seed was the main
@@ -234,10 +234,12 @@ def next_step(
     refine: RefineConfig,
     rounds: int,
     width_of: Callable[[float], int] | None = None,
+    span: tuple[float, float] | None = None,
 ) -> Step:
-    """Verify an undecided decisive point, else scan beside the bracket, else bisect it, else
-    close the pair. ``width_of(log_n)``: the deeper net's (rounded) width at a size; a scan
-    probe or bisection point whose width some point already has would learn nothing new."""
+    """Verify an undecided decisive point, else extend a censored pair (law design), else scan
+    beside the bracket, else cut it, else close the pair. ``width_of(log_n)``: the deeper
+    net's (rounded) width at a size; a probe or cut whose width some point already has would
+    learn nothing new. ``span``: ln of space.budgets' range, where extensions stop."""
     widths = {p.width_deep for p in points}
 
     def taken(log_n: float) -> bool:
@@ -248,6 +250,9 @@ def next_step(
     if pending:
         return Step(StepKind.VERIFY, outcome, point=pending[0], seeds=decide_seeds(refine))
     if outcome.status != vocabulary.TransitionStatus.BRACKETED:
+        log_n = extension_proposal(points, outcome, refine, span)
+        if log_n is not None and not taken(log_n):
+            return Step(StepKind.EXTEND, outcome, log_n=log_n, seeds=decide_seeds(refine))
         return close(outcome, refine, outcome.status)
     probe = scan_proposal([p.log_n for p in points], outcome, refine, taken)
     if probe is not None:
@@ -263,10 +268,51 @@ def next_step(
         return close(outcome, refine, f"max_rounds ({refine.max_rounds}) reached")
     if len(inside) >= 2:
         return close(outcome, refine, "noise floor: Δ within noise at max_seeds")
-    log_n = proposal(outcome.low, outcome.high, [p.log_n for p in inside])
+    log_n = cut_proposal(outcome, refine, [p.log_n for p in inside])
     if taken(log_n):
         return close(outcome, refine, WIDTH_RESOLUTION)
     return Step(StepKind.BISECT, outcome, log_n=log_n, seeds=decide_seeds(refine))
+
+
+def censored_direction(outcome: Outcome) -> int:
+    """+1 where every decided sign puts N* above the points, −1 below, 0 where they do not
+    point one way (bracketed, non_monotone, nothing decided)."""
+    if outcome.status == vocabulary.TransitionStatus.BRACKETED:
+        return 0
+    if outcome.low_point is not None and outcome.high_point is None:
+        return 1
+    if outcome.high_point is not None and outcome.low_point is None:
+        return -1
+    return 0
+
+
+def extension_proposal(
+    points: Sequence[PairPoint],
+    outcome: Outcome,
+    refine: RefineConfig,
+    span: tuple[float, float] | None,
+) -> float | None:
+    """ln N of the law design's next size beyond a censored edge (core/design.py); None in
+    the grid design, without a span, or where the points reach the span's end."""
+    if refine.design != Design.LAW or span is None:
+        return None
+    direction = censored_direction(outcome)
+    return design.extension([p.log_n for p in points], direction, refine.reach, span)
+
+
+def cut_proposal(outcome: Outcome, refine: RefineConfig, within_noise: Sequence[float]) -> float:
+    """The next size inside the bracket: the law design cuts at the interpolated root of Δ
+    (core/design.py), the grid design at the midpoint (:func:`proposal`); a point within
+    noise inside the bracket sends both to the midpoint rule."""
+    ends = (outcome.low_point, outcome.high_point)
+    if refine.design != Design.LAW or within_noise or None in ends:
+        return proposal(outcome.low, outcome.high, within_noise)
+    assert outcome.low_point is not None and outcome.high_point is not None
+    low_end, high_end = outcome.low_point.decision, outcome.high_point.decision
+    # the se a new point's first seeds give: the ends' per-seed paired sd over √seeds
+    sd = max(low_end.sd, high_end.sd)
+    se = sd / math.sqrt(decide_seeds(refine)) if math.isfinite(sd) else 0.0
+    return design.interpolated_cut(outcome.low, outcome.high, low_end.mean, high_end.mean, se)
 
 
 def scan_proposal(

@@ -122,7 +122,8 @@ def test_paper_plan_costs_the_study_without_its_corpus(tmp_path, monkeypatch, ca
     assert "x MFU 30% (ASSUMED" in out and "on 64 GPU(s)" in out
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
     grid, refine, total = rows["grid"], rows["refine"], rows["total"]
-    assert int(grid[1]) == 7 * 16 * 3 and int(refine[1]) > 0
+    # refine.design: law: 6 pairs x 2 depths x 2 sizes x 3 seeds, not 7 depths x 16 budgets x 3
+    assert int(grid[1]) == 6 * 2 * 2 * 3 and int(refine[1]) > 0
     hours = [float(r[3].replace(",", "")) for r in (grid, refine, total)]
     assert abs(hours[0] + hours[1] - hours[2]) <= 0.11
     wall = [float(r[4].replace(",", "")) for r in (grid, refine)]
@@ -132,6 +133,9 @@ def test_paper_plan_costs_the_study_without_its_corpus(tmp_path, monkeypatch, ca
     assert int(floor[1]) == 36 and float(floor[2]) == pytest.approx(9.09e21, rel=0.01)
     eta = float(rows["η"][8].rstrip("%;")) / 100
     assert eta == pytest.approx(float(floor[2]) / float(total[2]), rel=0.03)
+    assert eta >= 0.15  # issue 25's target for the law design (the dense grid: 2.7%)
+    precision = rows["precision:"]
+    assert 0 < float(precision[5]) <= 0.03  # median σ(ln N*) of the twin: refine.precision
 
 
 def test_budgets_short_of_a_transition_warn_per_pair(tmp_path, capsys):
@@ -160,6 +164,7 @@ def test_packing_counts_trials_per_gpu_and_refuses_one_too_big(tmp_path, capsys)
         data={"corpus": "shakespeare"},
         train={"steps": 10},
         resources={"gpu": 0.5, "gpu_memory_gb": 80, "workers_per_trial": 1},
+        refine={"design": "grid"},  # the dense grid: its 10B cells fit no single GPU
     )
     assert main(["run", big, "--storage", str(tmp_path / "exp")]) == 2
     err = capsys.readouterr().err.strip()
@@ -219,9 +224,9 @@ def test_micro_batches_fit_every_paper_cell_whose_weights_fit_one_gpu(capsys):
     """paper.yaml on one 80 GB GPU a trial: the whole batch of 512 fits only the small cells;
     the rest run as micro-batches (checkpointed where no micro-batch fits without it), and
     only cells whose weights and AdamW state alone exceed a GPU are left, named, for sharded
-    trials."""
-    argv = ["plan", str(PAPER), "--json", "--device", "h100", "resources.workers_per_trial=1"]
-    assert main(argv) == 3  # and no corpus here
+    trials. The dense grid (refine.design=grid): every depth at every budget up to 1e10."""
+    paper = [str(PAPER), "refine.design=grid", "resources.workers_per_trial=1"]
+    assert main(["plan", *paper, "--json", "--device", "h100"]) == 3  # and no corpus here
     plan = json.loads(capsys.readouterr().out)
     cells, packing = plan["cells"], plan["packing"]
     share = packing["trial_memory_bytes"]
@@ -252,6 +257,7 @@ def test_a_study_that_fits_only_as_micro_batches_plans_with_exit_0(tmp_path, cap
         train={"steps": 10},
         space={"budgets": [2e6, 1e9, 3e9]},
         resources={"workers_per_trial": 1},
+        refine={"design": "grid"},  # every depth at every budget
     )
     assert main(["plan", spec, "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
