@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from dwtune.core import design, transitions
+from dwtune.core import crossing, design, transitions
 from dwtune.core.errors import InputError
 from dwtune.core.projection import reference, transition_size
 from dwtune.core.spec import RefineConfig
@@ -109,3 +109,21 @@ def test_the_law_design_without_pairs_is_refused_with_its_fix():
 
     with pytest.raises(InputError, match=r"refine\.design: got 'law' without refine\.pairs"):
         load_spec("search_spaces/simulated.yaml", ("refine.design=law", "refine.pairs=[]"))
+
+
+def test_a_bracket_closes_only_once_the_kink_correction_has_points_on_both_sides():
+    """The estimate's kink-bias stick needs STICK_MIN_SIDE points (the end included) within
+    its reach beside each bracket end: a support probe goes where they lack, then the pair
+    closes (grid and law design alike)."""
+    refine = dataclasses.replace(REFINE, scan_spacing=0)  # no scan: the support alone
+    reach = crossing.PROFILE_REACH  # the bracket is narrower than the stick's reach
+    ends = [point(15.0, 0.004, n=4), point(15.04, -0.004, n=4)]
+    far = [point(13.0, 0.03, n=4), point(17.0, -0.03, n=4)]  # beyond the reach
+    step = transitions.next_step([far[0], *ends, far[1]], refine, rounds=0)
+    assert step.kind == "scan" and step.log_n == pytest.approx(15.0 - 0.5 * reach)
+    below = point(step.log_n, 0.01)
+    step = transitions.next_step([far[0], below, *ends, far[1]], refine, rounds=0)
+    assert step.kind == "scan" and step.log_n == pytest.approx(15.04 + 0.5 * reach)
+    above = point(step.log_n, -0.01)
+    step = transitions.next_step([far[0], below, *ends, above, far[1]], refine, rounds=0)
+    assert (step.kind, step.reason) == ("done", "tolerance reached")
