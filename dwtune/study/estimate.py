@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+from dataclasses import dataclass, field
 
 from dwtune.core.records import TrialRequest, grid_requests
 from dwtune.core.spec import ExperimentSpec, TrainConfig
+from dwtune.core.transitions import Transition
 from dwtune.core.vocabulary import Trainer
 from dwtune.storage.store import ExperimentStore
 
@@ -25,10 +27,23 @@ def simulated_twin(spec: ExperimentSpec) -> ExperimentSpec:
     return dataclasses.replace(spec, trainer=Trainer.SIMULATED.value, train=train)
 
 
+@dataclass(frozen=True)
+class RefineEstimate:
+    """The simulated twin's refine stage: its new trainings per round and its transitions."""
+
+    rounds: list[list[TrialRequest]] = field(default_factory=list)
+    transitions: list[Transition] = field(default_factory=list)
+
+
 def refine_rounds(spec: ExperimentSpec) -> list[list[TrialRequest]]:
     """The refine stage's new trainings per round (grid trainings excluded)."""
+    return refine_estimate(spec).rounds
+
+
+def refine_estimate(spec: ExperimentSpec) -> RefineEstimate:
+    """The refine stage of the spec's simulated twin (module doc)."""
     if not spec.refine.pairs:
-        return []
+        return RefineEstimate()
     from dwtune.study.refine import run_refine
     from dwtune.study.runners.local import LocalRunner
 
@@ -47,5 +62,5 @@ def refine_rounds(spec: ExperimentSpec) -> list[list[TrialRequest]]:
             rounds.append([r for r in fresh if r.trial_id not in seen])
             return runner.run(requests)
 
-        run_refine(twin, store, recording)
-    return [batch for batch in rounds if batch]
+        found = run_refine(twin, store, recording)
+    return RefineEstimate([batch for batch in rounds if batch], found)

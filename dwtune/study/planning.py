@@ -12,14 +12,20 @@ import dataclasses
 import json
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dwtune.core import cost, memory, scale, sharding
 from dwtune.core.budget import BUDGET_TOLERANCE, GridCell, depth_threshold, flops_per_token
 from dwtune.core.errors import InputError
 from dwtune.core.spec import BUILTIN_CORPORA, DataConfig, ExperimentSpec
 from dwtune.core.units import format_size
+
+if TYPE_CHECKING:  # the estimate runs the refine stage: imported where a cost is asked for
+    from dwtune.core.transitions import Transition
+    from dwtune.study.estimate import RefineEstimate
 
 BENCH_RESULTS = Path(DataConfig().cache_dir).expanduser() / "bench" / "results.jsonl"
 # `dwtune plan`'s exit code when `dwtune run` would refuse the study (a missing corpus, too
@@ -363,12 +369,20 @@ def trial_flops(spec: ExperimentSpec, cell: GridCell, gpu_bytes: int | None = No
 
 
 def study_cost(
-    spec: ExperimentSpec, peak: float, mfu: float, gpus: int, device: str | None = None
+    spec: ExperimentSpec,
+    peak: float,
+    mfu: float,
+    gpus: int,
+    device: str | None = None,
+    estimate: RefineEstimate | None = None,
 ) -> list[cost.StageCost]:
-    """Each stage's cost; a sharded trial holds its workers' GPUs (one each) while it runs."""
+    """Each stage's cost, the refine stage's from ``estimate`` (the simulated twin's run,
+    :mod:`dwtune.study.estimate`), run here when not given; a sharded trial holds its workers'
+    GPUs (one each) while it runs."""
     from dwtune.core.records import grid_requests
-    from dwtune.study.estimate import refine_rounds
+    from dwtune.study.estimate import refine_estimate
 
+    estimate = estimate or refine_estimate(spec)
     per_gpu = round(1 / spec.resources.gpu) if 0 < spec.resources.gpu < 1 else 1
     gpu_bytes = gpu_memory_bytes(spec, device)
     known: dict[GridCell, tuple[float, int]] = {}
@@ -380,7 +394,7 @@ def study_cost(
             known[cell] = (trial_flops(spec, cell, gpu_bytes), workers)
         return known[cell]
 
-    stages = [("grid", [grid_requests(spec)], False), ("refine", refine_rounds(spec), True)]
+    stages = [("grid", [grid_requests(spec)], False), ("refine", estimate.rounds, True)]
     costs = []
     for name, batches, estimated in stages:
         rounds = [[priced(r.cell) for r in batch] for batch in batches]
@@ -411,7 +425,10 @@ def cost_info(
     )
     if not 0 < used <= 1:
         raise InputError(f"--mfu: got {used}; expected 0 < MFU <= 1")
-    stages = study_cost(spec, peak, used, gpus, device)
+    from dwtune.study.estimate import refine_estimate
+
+    estimate = refine_estimate(spec)
+    stages = study_cost(spec, peak, used, gpus, device, estimate)
     total = _total(stages)
     gpu_bytes = gpu_memory_bytes(spec, device)
     return {
@@ -424,13 +441,21 @@ def cost_info(
         "trial_gpus_max": max(cell_split(spec, c, gpu_bytes).workers for c in spec.grid()),
         "stages": [dataclasses.asdict(s) for s in stages],
         "total": dataclasses.asdict(total),
-        "floor": floor_info(spec, peak, used, total),
+        "floor": floor_info(spec, peak, used, total, estimate.transitions),
     }
 
 
-def floor_info(spec: ExperimentSpec, peak: float, mfu: float, planned: cost.StageCost) -> dict:
+def floor_info(
+    spec: ExperimentSpec,
+    peak: float,
+    mfu: float,
+    planned: cost.StageCost,
+    found: Sequence[Transition] = (),
+) -> dict:
     """The oracle floor (core/floor.py) priced as the plan prices its trainings (evaluation
-    included), and η = floor FLOPs ÷ planned FLOPs (``plan --cost --json``'s ``cost.floor``)."""
+    included), η = floor FLOPs ÷ planned FLOPs, and the precision the plan buys: the median
+    σ(ln N*) of the simulated twin's bracketed pairs (``found``) beside the planned GPU-hours
+    per pair (``plan --cost --json``'s ``cost.floor``)."""
     from dwtune.core.floor import efficiency, oracle_floor
     from dwtune.core.projection import reference
 
@@ -452,8 +477,16 @@ def floor_info(spec: ExperimentSpec, peak: float, mfu: float, planned: cost.Stag
         "trainings": oracle.trainings,
         "trainings_per_pair": oracle.trainings_per_pair if count else None,
         "planned_trainings_per_pair": planned.trainings / count if count else None,
+        "planned_gpu_hours_per_pair": planned.gpu_hours / count if count else None,
+        "sigma_ln_median": median_sigma(found),
         "eta": eta if count and math.isfinite(eta) else None,  # None: no pair, or nothing planned
     }
+
+
+def median_sigma(found: Sequence[Transition]) -> float | None:
+    """Median σ(ln N*) over the bracketed transitions; None without one."""
+    sigmas = [t.sigma_ln for t in found if math.isfinite(t.sigma_ln)]
+    return statistics.median(sigmas) if sigmas else None
 
 
 def _percent(value: float | None) -> str:
@@ -482,6 +515,12 @@ def floor_lines(info: dict | None) -> list[str]:
         f"{info['planned_trainings_per_pair']:,.1f} planned, {info['trainings_per_pair']:g} "
         "at the floor",
     ]
+    if info.get("sigma_ln_median") is not None:
+        lines.append(
+            f"precision: median σ(ln N*) = {info['sigma_ln_median']:.3g} e-folds (the simulated "
+            f"twin's pairs) for {info['planned_gpu_hours_per_pair']:,.1f} planned "
+            "GPU-hours per pair"
+        )
     return lines
 
 
@@ -494,7 +533,7 @@ def cost_lines(info: dict | None) -> list[str]:
         f"{'stage':<8} {'trainings':>9} {'FLOPs':>10} {'GPU-hours':>11} {'wall hours':>11}",
     ]
     for s in [*info["stages"], info["total"]]:
-        note = "  (estimated: simulated refine decision)" if s["estimated"] else ""
+        note = "  (estimated: the simulated twin, one realisation)" if s["estimated"] else ""
         lines.append(
             f"{s['stage']:<8} {s['trainings']:>9,} {s['flops']:>10.3g} {s['gpu_hours']:>11,.1f} "
             f"{s['wall_hours']:>11,.1f}{note}"

@@ -508,6 +508,9 @@ def test_the_report_prices_the_study_against_the_oracle_floor(tmp_path):
     trials["wall_time_s"] = 36.0
     trials.loc[0, "tokens"] = math.nan  # the diverged trial: no token count, no FLOPs
     trials.to_parquet(exp / "trials.parquet")
+    found = pd.read_parquet(exp / "transitions.parquet")
+    found["sigma_ln"] = [0.02 + 0.01 * i for i in range(len(found))]  # σ(ln N*) per pair
+    found.to_parquet(exp / "transitions.parquet")
     text = fit_and_report(exp).report.read_text()
     section = text.partition("## Cost against the oracle floor")[2].partition("\n## ")[0]
     spent = sum(
@@ -523,6 +526,12 @@ def test_the_report_prices_the_study_against_the_oracle_floor(tmp_path):
     assert f"**η = floor FLOPs ÷ spent FLOPs = {100 * eta:.3g}%**" in section
     assert f"trainings per pair: {len(trials) / 2:,.1f} spent, 6 at the floor" in section
     assert "| 6-12 | 1.3e+07 |" in section and "| 12-18 | 3.79e+07 |" in section
+    # the precision bought: the median σ(ln N*) of the bracketed pairs, hours per pair
+    assert len(found) > 0
+    assert (
+        f"Precision: median σ(ln N*) = {found['sigma_ln'].median():.3g} e-folds over the bracketed "
+        f"pairs, for {hours / 2:.3g} GPU-hours per pair." in section
+    )
 
 
 def test_the_report_without_token_counts_says_the_floor_was_not_computed(reported):

@@ -42,7 +42,16 @@ def floor_numbers(experiment: Experiment) -> dict | None:
         "gpu": spec.resources.gpu > 0,
         "trainings": len(trials),
         "trainings_per_pair": len(trials) / len(oracle.pairs),
+        "sigma_ln_median": _median_sigma(experiment.transitions),
     }
+
+
+def _median_sigma(transitions: pd.DataFrame | None) -> float:
+    """Median σ(ln N*) over the bracketed pairs (NaN without one): the precision bought."""
+    if transitions is None or "sigma_ln" not in transitions.columns:
+        return math.nan
+    sigmas = pd.to_numeric(transitions["sigma_ln"], errors="coerce").dropna()
+    return float(sigmas.median()) if len(sigmas) else math.nan
 
 
 def _trial_hours(trials: pd.DataFrame, gpu_per_trial: float) -> float:
@@ -85,7 +94,21 @@ def efficiency_section(experiment: Experiment) -> list[str]:
         f"{numbers['trainings_per_pair']:,.1f} spent, {oracle.trainings_per_pair:g} at the floor "
         "(training FLOPs: tokens trained × FLOPs per token, evaluation excluded).",
         "",
+        *_precision_line(numbers, unit),
         *_pair_rows(oracle),
+        "",
+    ]
+
+
+def _precision_line(numbers: dict, unit: str) -> list[str]:
+    """What the spending bought: the pairs' median σ(ln N*) beside the hours per pair."""
+    sigma = numbers["sigma_ln_median"]
+    if not math.isfinite(sigma):
+        return []
+    per_pair = numbers["spent_hours"] / len(numbers["oracle"].pairs)
+    return [
+        f"Precision: median σ(ln N*) = {sigma:.3g} e-folds over the bracketed pairs, for "
+        f"{_hours(per_pair)} {unit} per pair.",
         "",
     ]
 
