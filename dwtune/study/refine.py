@@ -344,11 +344,19 @@ class PairRefiner:
             ends = dict(zip(told.seeds, told.deltas, strict=True))
             batch = tuple(seed for seed in told.seeds if seed in records)
             return told.early_sign, batch, tuple(ends[seed] for seed in batch)
-        return self._first_batch_call(budget, records)
+        first = self._first_batch_call(budget, records)
+        if first is None or not first[0].settled:
+            return None
+        call, batch, ends = first
+        return call.sign, batch, ends
 
-    def _first_batch_call(self, budget: float, records: dict) -> EarlyEnds | None:
-        """The early rule's call on a point's first batch, at the step the first of its
-        trainings stopped, as the scheduler made it (core/early_decision.point_call)."""
+    def _first_batch_call(
+        self, budget: float, records: dict
+    ) -> tuple[early_decision.EarlyCall, tuple[int, ...], tuple[float, ...]] | None:
+        """(the early rule's call, the seeds, each one's end estimate) on a point's first
+        batch at the step the first of its trainings stopped, as the scheduler made it
+        (core/early_decision.point_call); None where no training stopped or no call can be
+        made there."""
         batch = tuple(sorted(records))
         pairs = [records[seed] for seed in batch]
         stopped = [r.stopped_step for pair in pairs for r in pair if r.stopped_step]
@@ -365,10 +373,10 @@ class PairRefiner:
             evals,
             self.early_context(request),
         )
-        if look is None or not look.call.settled:
+        if look is None:
             return None
         ends = early_decision.seed_end_estimates(look.steps, look.deltas, evals[-1])
-        return look.call.sign, batch, tuple(float(d) for d in ends)
+        return look.call, batch, tuple(float(d) for d in ends)
 
     # ------------------------------------------------------------------ reporting
 
