@@ -8,7 +8,7 @@ import numpy as np
 from dwtune.core import crossing, pair_points, transitions
 from dwtune.study import refine as refine_stage
 from dwtune.study.runners.local import LocalRunner
-from tests.study.test_refine import grid_done, make_spec
+from tests.helpers.refine_study import grid_done, make_spec
 
 REPORTS = 40  # eval reports of one training: each asks the context once
 
