@@ -454,6 +454,28 @@ def mark_unstable(points: Sequence[PairPoint]) -> list[PairPoint]:
     return marked
 
 
+def with_early_ends(
+    point: PairPoint, batch: Sequence[int], ends: Sequence[float], sign: int
+) -> PairPoint:
+    """``point`` with the Δ of its early-stopped batch (``batch``, the seeds the early rule
+    settled) replaced by that rule's end estimates ``ends`` (their records hold partial losses).
+    The early sign stays only where the batch is every seed the point has; seeds trained to the
+    end beyond it (a verify point at the same size) keep their own Δ, and the point is then
+    decided by the end-of-training rule over all of them. No losses: a partial loss is no
+    one's twin in the instability check (:func:`mark_unstable` skips such a point)."""
+    by_seed = dict(zip(point.seeds, point.deltas, strict=True))
+    by_seed.update(zip(batch, (float(e) for e in ends), strict=True))
+    seeds = tuple(sorted(by_seed))
+    only_the_batch = set(seeds) <= set(batch)
+    return replace(
+        point,
+        seeds=seeds,
+        deltas=tuple(by_seed[s] for s in seeds),
+        losses=(),
+        early_sign=sign if only_the_batch else 0,
+    )
+
+
 def merge_points(grid: Sequence[PairPoint], later: Sequence[PairPoint]) -> list[PairPoint]:
     """All points sorted by size; a later point at the same budget replaces the earlier one."""
     merged = {p.budget: p for p in grid}

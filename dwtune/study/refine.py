@@ -77,6 +77,8 @@ Progress = Callable[[str], None]
 # bisection rounds among them.
 Snapshot = tuple[list[tuple[int, PairPoint]], int]
 Rounds = Generator[list[TrialRequest], list[TrialRecord], Transition]
+# An early-stopped batch: (the sign the early rule settled, its seeds, each one's end estimate)
+EarlyEnds = tuple[int, tuple[int, ...], tuple[float, ...]]
 
 LOG_N = "log_n"  # the one Optuna parameter: ln of the budget to train both depths at
 KIND_ATTR = "kind"  # verify | bisect
@@ -287,14 +289,9 @@ class PairRefiner:
             budget, sizes, deep, shallow, trend, kind, requested, convention
         )
         point = dataclasses.replace(point, verified=verified)
-        if early is not None and early[0].settled:
-            # its records hold partial losses: no Δ is rebuilt from them, and they are no
-            # one's twins in the instability check (mark_unstable skips a point without losses)
-            call, ends = early
-            seeds = tuple(sorted(records))
-            point = dataclasses.replace(
-                point, seeds=seeds, deltas=ends, losses=(), early_sign=call.sign
-            )
+        if early is not None:
+            sign, batch, ends = early  # the batch's records hold partial losses
+            point = pair_points.with_early_ends(point, batch, ends, sign)
         points = pair_points.merge_points(self.grid.points, [*trial_points(self.study), point])
         decided = transitions.decide_points(points, self.refine)
         return next(p for p in decided if p.budget == budget)
@@ -341,10 +338,38 @@ class PairRefiner:
         self._noise_cache = (measured,)
         return measured
 
-    def _early_call(self, budget: float, records: dict):
-        """(the early rule's call at the stop, each seed's end estimate) of a point whose
-        trainings were stopped early (its records hold partial losses), else None."""
-        pairs = [records[seed] for seed in sorted(records)]
+    def _early_call(self, budget: float, records: dict) -> EarlyEnds | None:
+        """(the sign the early rule settled, the seeds it settled it on, each one's end
+        estimate) where the scheduler stopped a first batch of trainings at ``budget`` (their
+        records hold partial losses), else None. Always the scheduler's own call: for a later
+        point at the same size (a verify point reuses the batch's records, one identity one
+        record, beside seeds it trains to the end) the told point the rule settled there says
+        it; for a point being first trained, the call is recomputed from its records."""
+        settled = [
+            point
+            for point in trial_points(self.study)
+            if point.early_sign and math.isclose(point.budget, budget, rel_tol=1e-9)
+        ]
+        if settled:
+            told = settled[-1]
+            ends = dict(zip(told.seeds, told.deltas, strict=True))
+            batch = tuple(seed for seed in told.seeds if seed in records)
+            return told.early_sign, batch, tuple(ends[seed] for seed in batch)
+        first = self._first_batch_call(budget, records)
+        if first is None or not first[0].settled:
+            return None
+        call, batch, ends = first
+        return call.sign, batch, ends
+
+    def _first_batch_call(
+        self, budget: float, records: dict
+    ) -> tuple[early_decision.EarlyCall, tuple[int, ...], tuple[float, ...]] | None:
+        """(the early rule's call, the seeds, each one's end estimate) on a point's first
+        batch at the step the first of its trainings stopped, as the scheduler made it
+        (core/early_decision.point_call); None where no training stopped or no call can be
+        made there."""
+        batch = tuple(sorted(records))
+        pairs = [records[seed] for seed in batch]
         stopped = [r.stopped_step for pair in pairs for r in pair if r.stopped_step]
         if not stopped or not all(r.completed for pair in pairs for r in pair):
             return None
@@ -362,7 +387,7 @@ class PairRefiner:
         if look is None:
             return None
         ends = early_decision.seed_end_estimates(look.steps, look.deltas, evals[-1])
-        return look.call, tuple(float(d) for d in ends)
+        return look.call, batch, tuple(float(d) for d in ends)
 
     # ------------------------------------------------------------------ reporting
 

@@ -301,3 +301,33 @@ def test_the_gpu_pilot_costs_at_most_8_h200_hours(tmp_path, monkeypatch, capsys)
     assert main(["plan", str(PILOT), "--cost", "--device", "h200", "--json"]) == 3
     total = json.loads(capsys.readouterr().out)["cost"]["total"]
     assert 0 < total["gpu_hours"] <= 8
+
+
+def test_the_cost_prints_the_precision_the_plan_buys_per_gpu_hour(
+    write_spec, simulated_raw, capsys
+):
+    """plan --cost: the median σ(ln N*) of the simulated twin's bracketed pairs beside the
+    planned GPU-hours per pair, in the text and in --json (cost.floor)."""
+    from dwtune.core.spec import load_spec
+    from dwtune.study.estimate import refine_estimate
+
+    raw = simulated_raw(
+        name="bought",
+        space={"depths": [6, 12], "budgets": {"min": 1e6, "max": 1e9, "num": 7}, "seeds": 1},
+        refine={"pairs": [[6, 12]], "seeds": 2, "max_seeds": 3, "max_rounds": 3},
+    )
+    spec = write_spec(raw)
+    assert main(["plan", str(spec), "--cost", "--json", "--gpus", "1"]) == 0
+    floor = json.loads(capsys.readouterr().out)["cost"]["floor"]
+    total = floor["planned_trainings_per_pair"]  # one pair: the whole plan
+    assert total > 6
+    # the same twin, run here: its one pair's σ(ln N*) is the median
+    [found] = refine_estimate(load_spec(spec)).transitions
+    assert found.status == "bracketed" and found.sigma_ln > 0
+    assert floor["sigma_ln_median"] == pytest.approx(found.sigma_ln, rel=1e-9)
+    assert main(["plan", str(spec), "--cost", "--gpus", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    total_hours = float(next(x for x in out if x.startswith("total ")).split()[3].replace(",", ""))
+    line = next(x for x in out if x.startswith("precision: median"))
+    assert f"median σ(ln N*) = {found.sigma_ln:.3g} e-folds" in line
+    assert f"for {total_hours:,.1f} planned GPU-hours per pair" in line

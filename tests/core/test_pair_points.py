@@ -136,3 +136,28 @@ def test_a_failed_training_takes_its_depths_worst_stable_loss():
     )
     assert flagged[3] == 2  # the flagged shallow training counts as a failure too
     assert SizeTrend([], []).slope_at(1.0) == 0.0
+
+
+def _four_seed_point() -> pair_points.PairPoint:
+    return pair_points.PairPoint(
+        budget=1e7, log_n=math.log(1e7), width_deep=64, width_shallow=90, seeds=(0, 1, 2, 3),
+        deltas=(0.01, 0.02, 0.03, 0.04), decision=pair_points.UNTESTED, requested=4,
+        losses=((0, 3.0, 2.99), (1, 3.0, 2.98), (2, 3.0, 2.97), (3, 3.0, 2.96)),
+    )  # fmt: skip
+
+
+def test_an_early_batch_among_more_seeds_keeps_their_deltas_and_drops_the_early_sign():
+    point = pair_points.with_early_ends(_four_seed_point(), (0, 1), (-0.5, -0.6), -1)
+    assert point.seeds == (0, 1, 2, 3)
+    assert point.deltas == (-0.5, -0.6, 0.03, 0.04)
+    assert point.early_sign == 0  # seeds trained to the end: the end-of-training rule decides
+    assert point.losses == ()  # partial losses are no one's twins
+
+
+def test_a_point_of_its_early_batch_alone_keeps_the_early_sign():
+    two = dataclasses.replace(
+        _four_seed_point(), seeds=(0, 1), deltas=(0.01, 0.02), requested=2, losses=()
+    )
+    point = pair_points.with_early_ends(two, (1, 0), (0.2, 0.1), +1)
+    assert point.deltas == (0.1, 0.2)  # aligned with the sorted seeds
+    assert point.early_sign == 1

@@ -161,7 +161,7 @@ def test_the_stopper_and_the_refiner_make_the_same_call_at_every_look(trained_po
     for step in stopper.rule.look_steps(evals, evals[-1]):
         settles = stopper._settles(deep_request, step)
         stopped = {s: tuple(stopped_at(rec, step) for _, rec in pair) for s, pair in pairs.items()}
-        call, ends = refiner._early_call(CLEAR_BUDGET, stopped)
+        call, _, ends = refiner._first_batch_call(CLEAR_BUDGET, stopped)
         scheduler_look, refiner_look = looks[-2:]
         assert scheduler_look.call == refiner_look.call == call
         assert settles == call.settled
@@ -187,7 +187,7 @@ def test_neither_path_calls_a_point_whose_curves_have_not_reached_the_step(train
     stopped = {s: tuple(stopped_at(rec, step) for _, rec in pair) for s, pair in pairs.items()}
     deep_record, shallow_record = stopped[max(pairs)]
     stopped[max(pairs)] = (deep_record, dataclasses.replace(shallow_record, curve=lagging))
-    assert refiner._early_call(CLEAR_BUDGET, stopped) is None
+    assert refiner._first_batch_call(CLEAR_BUDGET, stopped) is None
 
 
 def shallow_curve(pairs) -> list[dict]:

@@ -1,6 +1,5 @@
 """The refine stage on the simulated backend, through an in-process runner (no Ray)."""
 
-import copy
 import math
 from pathlib import Path
 
@@ -11,43 +10,14 @@ import pytest
 from dwtune.backends.simulated import planted_transition
 from dwtune.core import transitions
 from dwtune.core.errors import InputError
-from dwtune.core.records import grid_requests
-from dwtune.core.spec import load_spec, spec_from_dict
+from dwtune.core.spec import load_spec
 from dwtune.core.vocabulary import TRANSITIONS_FILE
 from dwtune.storage.schemas import TRANSITION_SCHEMA
-from dwtune.storage.store import ExperimentStore
 from dwtune.study import refine as refine_stage
 from dwtune.study.runners.local import LocalRunner
+from tests.helpers.refine_study import grid_done, make_spec
 
 SIMULATED_YAML = Path(__file__).resolve().parents[2] / "search_spaces" / "simulated.yaml"
-
-# Depths 6 and 12; 4 grid sizes 1e6..1e9 bracket N*(12) = 1.3e7 between 1e7 and 1e8. Widths
-# are multiples of 2, so width rounding never stops the bisection before the tolerance.
-BASE = {
-    "name": "refine_test",
-    "trainer": "simulated",
-    "data": {"tokenizer": "bpe", "vocab_size": 2000, "seq_len": 128},
-    "model": {"heads": 2, "width_multiple": 2},
-    "space": {"depths": [6, 12], "budgets": {"min": 1e6, "max": 1e9, "num": 4}, "seeds": 1},
-    "train": {"steps": 200, "batch_size": 8, "eval_every": 100},
-    "refine": {"pairs": [[6, 12]], "tolerance": 0.05, "seeds": 1, "max_seeds": 4, "max_rounds": 12},
-    "simulated": {"noise": 0.0},
-}
-
-
-def make_spec(**sections):
-    raw = copy.deepcopy(BASE)
-    for key, values in sections.items():
-        raw[key] = {**raw[key], **values}
-    return spec_from_dict(raw)
-
-
-def grid_done(root: Path, spec):
-    """An experiment directory whose grid stage has finished (in-process)."""
-    store = ExperimentStore.for_spec(root, spec)
-    store.initialise(spec)
-    LocalRunner(spec, store).run(grid_requests(spec))
-    return store
 
 
 def study_points(store, pair):

@@ -12,7 +12,7 @@ import pytest
 from dwtune.core.vocabulary import TRANSITIONS_FILE
 from dwtune.study import refine as refine_stage
 from dwtune.study.runners.local import LocalRunner
-from tests.study.test_refine import grid_done, make_spec
+from tests.helpers.refine_study import grid_done, make_spec
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,10 @@ depends on this scheduler's memory, and a resumed stage decides the same: both m
 Only a new size's first batch is watched (bisect and scan points): a point given more seeds
 afterwards, and a verify point, has seeds trained to the end, and its decision stays with the
 end-of-training rule. A stopped training is a finished one: its identity is recorded and a
-rerun reuses it.
+rerun reuses it, so a verify point at a size the rule settled (a decisive point re-tested with
+more seeds) holds the stopped batch's records beside its new ones: the batch's Δ are the end
+estimates of the call the scheduler made (as the settled point was told), the new seeds' their
+own end-of-training Δ, and the end-of-training rule decides over all of them.
 """
 
 from __future__ import annotations
