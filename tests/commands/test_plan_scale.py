@@ -93,10 +93,11 @@ def web_corpus(tmp_path: Path, gigabytes: float) -> str:
 
 @pytest.mark.slow  # --cost simulates the paper's refine stage
 def test_paper_plan_fits_every_cell_and_runs_with_its_corpus(tmp_path, monkeypatch, capsys):
-    """`dwtune plan search_spaces/paper.yaml --cost --device h100 --gpus 64`: exit 0 with a
-    corpus in place (every cell fits, sharded ones included), exit 3 without it."""
+    """`dwtune plan search_spaces/paper.yaml refine.design=grid --cost --device h100 --gpus 64`
+    (the dense grid, up to 1e10 at every depth): exit 0 with a corpus in place (every cell
+    fits, sharded ones included), exit 3 without it."""
     monkeypatch.setattr(planning, "BENCH_RESULTS", tmp_path / "no_bench.jsonl")
-    argv = ["plan", str(PAPER), "--cost", "--device", "h100", "--gpus", "64"]
+    argv = ["plan", str(PAPER), "refine.design=grid", "--cost", "--device", "h100", "--gpus", "64"]
     corpus = f"data.corpus={web_corpus(tmp_path, 60)}"  # 1.96e10 tokens; 4 epochs need 1.64e10
     assert main([*argv, corpus]) == 0
     out = capsys.readouterr().out
