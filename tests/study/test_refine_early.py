@@ -97,18 +97,30 @@ def _records_at(refiner, budget: float, seeds: int):
 
 
 def _tell(refiner, point) -> None:
-    """Tells ``point`` to the pair's journal as the refine stage does."""
+    """Tells ``point`` to the pair's journal as the refine stage does (enqueued at its size,
+    as a verify trial is: the sampler proposes only bisection points)."""
+    refiner.study.enqueue_trial({refine_stage.LOG_N: math.log(point.budget)})
     trial = refiner.study.ask()
     trial.suggest_float(refine_stage.LOG_N, *refiner._range())
     trial.set_user_attr(refine_stage.POINT_ATTR, point.to_dict())
     refiner.study.tell(trial, 0.0)
 
 
-def test_a_verify_point_at_a_settled_size_keeps_its_new_seeds_end_deltas(tmp_path):
-    """A verify point reuses the stopped batch of the point the early rule settled at its size
-    (one identity, one record): the batch's Δ are the end estimates that call gave (as told),
-    the new seeds' Δ their own end-of-training Δ, and the one sign rule decides the point; no
-    call on every seed at the first stop, which the scheduler never made."""
+@dataclasses.dataclass(frozen=True)
+class SettledSize:
+    """A size whose first batch (the pair's first two seeds) the early rule settled and told,
+    and the records of four seeds there (the batch's stopped): what a verify point reuses."""
+
+    refiner: refine_stage.PairRefiner
+    budget: float
+    sizes: tuple[float, int, int]
+    records: dict
+    batch: tuple[int, ...]
+    own: dict[int, float]  # each seed's Δ from its records (the batch's: partial losses)
+    settled: pair_points.PairPoint  # the told point of the batch, its Δ the call's estimates
+
+
+def settled_size(tmp_path) -> SettledSize:
     spec = early_spec()
     store = grid_done(tmp_path, spec)
     [refiner] = refine_stage.RefineStage(spec, store).refiners
@@ -132,6 +144,17 @@ def test_a_verify_point_at_a_settled_size_keeps_its_new_seeds_end_deltas(tmp_pat
     )  # fmt: skip
     settled = dataclasses.replace(first, deltas=ends, losses=(), early_sign=+1)
     _tell(refiner, settled)
+    return SettledSize(refiner, budget, sizes, records, tuple(batch), own, settled)
+
+
+def test_a_verify_point_at_a_settled_size_keeps_its_new_seeds_end_deltas(tmp_path):
+    """A verify point reuses the stopped batch of the point the early rule settled at its size
+    (one identity, one record): the batch's Δ are the end estimates that call gave (as told),
+    the new seeds' Δ their own end-of-training Δ, and the one sign rule decides the point; no
+    call on every seed at the first stop, which the scheduler never made."""
+    size = settled_size(tmp_path)
+    refiner, budget, sizes, records = size.refiner, size.budget, size.sizes, size.records
+    batch, own, ends = size.batch, size.own, size.settled.deltas
 
     point = refiner._point(budget, sizes, records, "verify", 4, True)
 
@@ -148,6 +171,32 @@ def test_a_verify_point_at_a_settled_size_keeps_its_new_seeds_end_deltas(tmp_pat
         p for p in transitions.decide_points(merged, refiner.refine) if p.budget == budget
     ]
     assert point.decision == expected.decision  # the end-of-training rule, over all four
+
+
+def test_the_batch_is_the_settled_points_even_after_an_early_signed_verify_point(tmp_path):
+    """A journal written while a verify point still took the early sign holds, after the point
+    that settled the size, a verify point there with an early sign over every seed and
+    extrapolated Δ for the seeds trained to the end. A later point at that size takes the
+    batch and its call from the first of them, the point that settled it."""
+    size = settled_size(tmp_path)
+    extrapolated = {seed: size.own[seed] - 0.07 for seed in size.records if seed not in size.batch}
+    old_verify = dataclasses.replace(
+        size.settled,
+        kind="verify",
+        requested=4,
+        seeds=(*size.settled.seeds, *sorted(extrapolated)),
+        deltas=(*size.settled.deltas, *(extrapolated[s] for s in sorted(extrapolated))),
+        verified=True,
+    )
+    _tell(size.refiner, old_verify)
+
+    point = size.refiner._point(size.budget, size.sizes, size.records, "verify", 4, True)
+
+    got = dict(zip(point.seeds, point.deltas, strict=True))
+    assert [got[s] for s in size.batch] == list(size.settled.deltas)
+    for seed in extrapolated:
+        assert got[seed] == size.own[seed], "a seed trained to the end keeps its own Δ"
+    assert point.early_sign == 0
 
 
 # ------------------------------------------- a re-verified point whose first batch was stopped
