@@ -344,14 +344,17 @@ class PairRefiner:
         records hold partial losses), else None. Always the scheduler's own call: for a later
         point at the same size (a verify point reuses the batch's records, one identity one
         record, beside seeds it trains to the end) the told point the rule settled there says
-        it; for a point being first trained, the call is recomputed from its records."""
+        it; for a point being first trained, the call is recomputed from its records. The
+        first told point with an early sign at that size is the one: a journal written while
+        a verify point still took the early sign holds, after it, such a verify point over
+        every seed, its added seeds' Δ extrapolated from a call the scheduler never made."""
         settled = [
             point
             for point in trial_points(self.study)
             if point.early_sign and math.isclose(point.budget, budget, rel_tol=1e-9)
         ]
         if settled:
-            told = settled[-1]
+            told = settled[0]
             ends = dict(zip(told.seeds, told.deltas, strict=True))
             batch = tuple(seed for seed in told.seeds if seed in records)
             return told.early_sign, batch, tuple(ends[seed] for seed in batch)
