@@ -28,7 +28,9 @@ e-folds of the bracket gets evenly spaced probes, so a dip of Δ at least that w
 pair reported ``non_monotone`` (a probe that looks negative is decisive, hence verified with more
 seeds before it counts); then the bracket is bisected in ``ln N`` (``bisect`` steps) until
 ``N_high / N_low − 1 ≤ refine.tolerance``, or ``refine.max_rounds`` rounds, or the second point
-within noise inside the bracket. Before the pair closes, each decisive point is *re-verified*:
+within noise inside the bracket. Before the pair closes, the estimate's kink correction gets
+its points (:func:`support_probe`: two within the broken stick's reach beside each bracket end,
+a probe where one lacks), and each decisive point is *re-verified*:
 tested again with twice its seeds (at most ``max_seeds``); should its sign not hold, the bracket
 moves and bisection resumes.
 
