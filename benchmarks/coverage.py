@@ -67,6 +67,12 @@ PAIR = (12, 18)
 BUDGETS = tuple(float(b) for b in np.geomspace(1e6, 1e10, 9))
 GRID_SEEDS = (0,)
 REFINE = RefineConfig(pairs=(PAIR,), tolerance=0.05, seeds=1, max_seeds=4, max_rounds=8, alpha=0.05)
+# refine.design: law (--design law): each pair's first points at its law guess e^(±reach), the
+# guess off the planted N* by a normal error of --guess-sd e-folds (drawn from its own stream,
+# so the planted N* and the seeds are those of the grid design); cuts placed by information;
+# the same stops as the grid design (tolerance, max_rounds, the noise floor)
+LAW_REFINE = dataclasses.replace(REFINE, design="law", reach=0.5)
+SPAN = (math.log(BUDGETS[0]), math.log(BUDGETS[-1]))  # where extensions stop
 LR = 1e-3  # the shared learning rate of the lr_mistuned surface
 SURFACES = {
     "default": {},
@@ -91,7 +97,12 @@ class SimulatedPair:
     """One planted pair: trainings on demand, cached like the experiment store."""
 
     def __init__(
-        self, base: SimulatedConfig, replicate: int, rng: np.random.Generator, ratio: float
+        self,
+        base: SimulatedConfig,
+        replicate: int,
+        rng: np.random.Generator,
+        ratio: float,
+        law: tuple[float, int] | None = None,
     ):
         low, high = math.log(BUDGETS[0]) + MARGIN, math.log(BUDGETS[-1]) - MARGIN / 2
         x_star = rng.uniform(low, high)
@@ -101,8 +112,16 @@ class SimulatedPair:
         self.lr = LR if self.config.lr_penalty > 0 else None
         self.truth = mean_sign_changes(self.config, *PAIR, lr=self.lr)
         true_sd = paired_noise_sd(self.config, *PAIR, n_params=self.truth[-1])
-        self.refine = dataclasses.replace(REFINE, noise_prior=true_sd / ratio)
+        template = REFINE if law is None else LAW_REFINE
+        self.refine = dataclasses.replace(template, noise_prior=true_sd / ratio)
         self.seed_base = 1000 * replicate
+        self.budgets = BUDGETS
+        if law is not None:  # law design: the guess's error from its own stream (module doc)
+            guess_sd, seed = law
+            error = np.random.default_rng([seed, 7, replicate]).normal(0.0, guess_sd)
+            centre = math.log(self.truth[-1]) + error
+            sizes = (math.exp(centre - LAW_REFINE.reach), math.exp(centre + LAW_REFINE.reach))
+            self.budgets = tuple(min(max(b, BUDGETS[0]), BUDGETS[-1]) for b in sizes)
         self.cache: dict[tuple[int, float, int], TrialRecord] = {}
         self.trainings = 0
 
@@ -132,7 +151,7 @@ class SimulatedPair:
         return dataclasses.replace(point, verified=verified)
 
     def grid(self) -> list[PairPoint]:
-        return [self.point(b, len(GRID_SEEDS), "grid") for b in BUDGETS]
+        return [self.point(b, len(GRID_SEEDS), "grid") for b in self.budgets]
 
 
 # --------------------------------------------------------------------------- the refine loop
@@ -157,10 +176,10 @@ def refine_pair(sim: SimulatedPair):
     grid, later, rounds = sim.grid(), [], 0
     while True:
         points = transitions.decide_points(pair_points.merge_points(grid, later), refine)
-        step = transitions.next_step(points, refine, rounds)
+        step = transitions.next_step(points, refine, rounds, span=SPAN)
         if step.kind == "done":
             break
-        if step.kind in ("bisect", "scan"):
+        if step.kind in ("bisect", "scan", "extend"):
             rounds += step.kind == "bisect"
             budget, start, verified = math.exp(step.log_n), max(refine.seeds, step.seeds), False
         else:
@@ -206,13 +225,18 @@ def nearest_truth(sim: SimulatedPair, n_star: float) -> float:
     return min(sim.truth, key=lambda t: abs(math.log(t / n_star)))
 
 
-def run_surface(name: str, ratio: float, pairs: int, seed: int) -> dict:
+def run_surface(
+    name: str, ratio: float, pairs: int, seed: int, guess_sd: float | None = None
+) -> dict:
+    """One surface and ratio; ``guess_sd``: the law design with a guess that far off (e-folds,
+    normal sd), else the grid design."""
     base = SimulatedConfig(**SURFACES[name])
+    law = None if guess_sd is None else (guess_sd, seed)
     rng = np.random.default_rng([seed, list(SURFACES).index(name)])
     stats = {"name": name, "ratio": ratio, "status": {}, "in68": 0, "in95": 0, "errors": []}
     stats |= {"trainings": [], "zero": [0, 0], "quarter": [0, 0]}
     for replicate in range(pairs):
-        sim = SimulatedPair(base, replicate, rng, ratio)
+        sim = SimulatedPair(base, replicate, rng, ratio, law)
         t = refine_pair(sim)
         stats["status"][t.status] = stats["status"].get(t.status, 0) + 1
         stats["trainings"].append(sim.trainings)
@@ -221,7 +245,7 @@ def run_surface(name: str, ratio: float, pairs: int, seed: int) -> dict:
             stats["in68"] += t.n_star_low_68 <= truth <= t.n_star_high_68
             stats["in95"] += t.n_star_low <= truth <= t.n_star_high
             stats["errors"].append(abs(math.log(t.n_star / truth)))
-        tested = SimulatedPair(base, replicate + pairs, rng, ratio)  # fresh seeds for the tests
+        tested = SimulatedPair(base, replicate + pairs, rng, ratio, law)  # fresh seeds: tests
         stats["zero"][0] += point_sign(tested, math.log(tested.truth[-1])) != 0
         stats["zero"][1] += 1
         sd = paired_noise_sd(tested.config, *PAIR, n_params=tested.truth[-1])
@@ -275,6 +299,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="true paired noise sd ÷ the spec's guess (refine.noise_prior)",
     )  # fmt: skip
     parser.add_argument("--jobs", type=int, default=1, help="processes (tasks in parallel)")
+    parser.add_argument("--design", choices=("grid", "law"), default="grid", help="refine.design")
+    parser.add_argument(
+        "--guess-sd", type=float, default=0.5,
+        help="law design: sd (e-folds) of the law guess's error about the planted N*",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     started = time.perf_counter()
     print(
@@ -283,7 +312,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"worth {REFINE.noise_prior_dof:g} pseudo-observations; '!' marks a false-sign rate "
         f"above α + 2 binomial se"
     )
-    tasks = [(name, r, args.pairs, args.seed) for name in args.surfaces for r in args.ratios]
+    guess = args.guess_sd if args.design == "law" else None
+    if guess is not None:
+        print(
+            f"law design: first points at the guess e^(±{LAW_REFINE.reach}), guess off by "
+            f"N(0, {guess}²) e-folds"
+        )
+    tasks = [(name, r, args.pairs, args.seed, guess) for name in args.surfaces for r in args.ratios]
     print(HEADER)
     print("|" + "---|" * 9, flush=True)
     with ProcessPoolExecutor(args.jobs) as pool:  # rows print as their tasks finish, in order

@@ -21,7 +21,10 @@ surface's true paired sd divided by R (R = 5: a guess five times too small); the
 which ratio ran. The estimator is never handed the true noise as known: the guess is worth
 ``refine.noise_prior_dof`` pseudo-observations.
 
-    python benchmarks/study_coverage.py --studies 200 --jobs 2 [--ratio 5]
+    python benchmarks/study_coverage.py --studies 200 --jobs 2 [--ratio 5] [KEY=VALUE ...]
+
+``KEY=VALUE`` overrides the spec, e.g. ``refine.design=law`` (the law
+design, :mod:`dwtune.core.design`).
 """
 
 from __future__ import annotations
@@ -130,8 +133,8 @@ def prior_ratio(spec: ExperimentSpec) -> float:
     return paired_noise_sd(spec.simulated) / spec.refine.noise_prior
 
 
-def _one(spec_path: str, k: int | None, ratio: float | None) -> dict:
-    return run_study(with_ratio(realisation(load_spec(spec_path), k), ratio))
+def _one(spec_path: str, k: int | None, ratio: float | None, overrides: tuple = ()) -> dict:
+    return run_study(with_ratio(realisation(load_spec(spec_path, overrides), k), ratio))
 
 
 def pair_lines(results: Sequence[dict]) -> list[str]:
@@ -204,9 +207,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--ratio", type=float, default=None,
         help="set the noise guess to the true paired sd ÷ RATIO (default: the spec's own guess)",
     )  # fmt: skip
+    parser.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE",
+        help="spec overrides, e.g. refine.design=law",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    overrides = tuple(args.overrides)
     try:
-        spec = load_spec(args.spec)
+        spec = load_spec(args.spec, overrides)
     except InputError as exc:
         parser.exit(2, f"study_coverage: {exc}\n")
     if spec.trainer != "simulated":
@@ -222,12 +230,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     keys: list[int | None] = [None, *range(args.start, args.start + args.studies)]
     with ProcessPoolExecutor(args.jobs) as pool:
-        jobs = pool.map(_one, [args.spec] * len(keys), keys, [args.ratio] * len(keys))
+        count = len(keys)
+        jobs = pool.map(_one, [args.spec] * count, keys, [args.ratio] * count, [overrides] * count)
         done = list(tqdm(jobs, total=len(keys), desc="studies", unit="study", file=sys.stderr))
     shipped, results = done[0], done[1:]
     ratio = prior_ratio(with_ratio(spec, args.ratio))
     print(
-        f"SIMULATED: {args.studies} noise realisations of {spec.name} ({args.spec}); noise "
+        f"SIMULATED: {args.studies} noise realisations of {spec.name} ({args.spec}"
+        f"{' ' + ' '.join(overrides) if overrides else ''}); noise "
         f"guess {with_ratio(spec, args.ratio).refine.noise_prior:.4g} nats (true paired sd ÷ "
         f"{ratio:.3g}), worth {spec.refine.noise_prior_dof:g} pseudo-observations"
     )

@@ -68,6 +68,7 @@ class PointKind(StrEnum):
     VERIFY = "verify"
     BISECT = "bisect"
     SCAN = "scan"
+    EXTEND = "extend"
 
 
 class StepKind(StrEnum):
@@ -76,7 +77,16 @@ class StepKind(StrEnum):
     VERIFY = "verify"  # add seeds at a point within noise
     BISECT = "bisect"  # train both depths at a new size inside the bracket
     SCAN = "scan"  # train both depths at a new size beside the bracket (non_monotone search)
+    EXTEND = "extend"  # law design: train both depths beyond a censored pair's decided edge
     DONE = "done"
+
+
+class Design(StrEnum):
+    """Where a pair's first points lie (``refine.design``): the dense grid of
+    ``space.budgets`` for every depth, or two sizes per pair around the reference law's N*."""
+
+    GRID = "grid"
+    LAW = "law"
 
 
 # The reason of a verify step that checks a point which closes a bracket again, with twice its

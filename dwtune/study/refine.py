@@ -9,7 +9,9 @@ event). Every point trained by the refine stage is one Optuna trial:
 - ``verify``: a point that decides the outcome (a bracket end, or a censored pair's edge) is
   within noise with the seeds it has: the trial is enqueued at that budget and given seeds;
 - ``bisect``: :class:`BisectionSampler` proposes ``log_n``, the midpoint in ln N of the current
-  bracket, computed from the grid points and the study's finished trials alone.
+  bracket (``refine.design: law``: the interpolated root of Δ, :mod:`dwtune.core.design`),
+  computed from the grid points and the study's finished trials alone;
+- ``extend`` (law design): a censored pair's next size beyond its decided edge.
 
 A trial trains both depths at its budget with paired seeds (``spec.cell`` shapes, requests of
 stage ``refine``, one ``run_trials`` batch per round of seeds), runs the sequential sign test
@@ -81,7 +83,7 @@ EarlyEnds = tuple[int, tuple[int, ...], tuple[float, ...]]
 LOG_N = "log_n"  # the one Optuna parameter: ln of the budget to train both depths at
 KIND_ATTR = "kind"  # verify | bisect
 SNAP_TOLERANCE = 1e-9  # a proposal this close (in ln N) to a grid budget is that budget
-PROPOSED = (StepKind.BISECT, StepKind.SCAN)  # steps whose size the sampler proposes
+PROPOSED = (StepKind.BISECT, StepKind.SCAN, StepKind.EXTEND)  # sizes the sampler proposes
 
 # --------------------------------------------------------------------------- Optuna seam
 
@@ -104,10 +106,16 @@ def plan_step(
     study: optuna.Study,
     refine: RefineConfig,
     width_of: Callable[[float], int] | None = None,
+    span: tuple[float, float] | None = None,
 ) -> Step:
     """The next step of a pair, from its grid points and its study's history alone."""
     points = decided_points(grid, study, refine)
-    return transitions.next_step(points, refine, bisection_rounds(study), width_of)
+    return transitions.next_step(points, refine, bisection_rounds(study), width_of, span)
+
+
+def budget_span(spec: ExperimentSpec) -> tuple[float, float]:
+    """ln of space.budgets' least and greatest: where the law design's extensions stop."""
+    return math.log(min(spec.space.budgets)), math.log(max(spec.space.budgets))
 
 
 class BisectionSampler(optuna.samplers.BaseSampler):
@@ -118,8 +126,10 @@ class BisectionSampler(optuna.samplers.BaseSampler):
         grid: Sequence[PairPoint],
         refine: RefineConfig,
         width_of: Callable[[float], int] | None = None,
+        span: tuple[float, float] | None = None,
     ):
         self.grid, self.refine, self.width_of = tuple(grid), refine, width_of
+        self.span = span
 
     def infer_relative_search_space(self, study, trial) -> dict:
         return {}
@@ -128,7 +138,7 @@ class BisectionSampler(optuna.samplers.BaseSampler):
         return {}
 
     def sample_independent(self, study, trial, param_name, param_distribution) -> float:
-        step = plan_step(self.grid, study, self.refine, self.width_of)
+        step = plan_step(self.grid, study, self.refine, self.width_of, self.span)
         if param_name != LOG_N or step.kind not in PROPOSED:
             raise RuntimeError(f"no bisection proposal for {param_name} ({step.kind})")
         return step.log_n
@@ -149,7 +159,8 @@ class PairRefiner:
         count = max(self.refine.max_seeds, len(spec.space.seeds))
         self.seed_order = transitions.seed_sequence(spec.space.seeds, count)
         self.path = study_path(store, self.pair)
-        sampler = BisectionSampler(grid.points, self.refine, self._deep_width)
+        self.span = budget_span(spec)
+        sampler = BisectionSampler(grid.points, self.refine, self._deep_width, self.span)
         self.study = open_study(self.path, sampler, say)
         self._asking: tuple[int, str] = (0, "")  # (round, point kind) of the round running
         # early_context's cache of the pair's measured noise: None until computed, and again
@@ -169,7 +180,7 @@ class PairRefiner:
             self.say(f"[refine {self.grid.label}] {len(missing)} training(s) without a record")
             yield missing
         while True:
-            step = plan_step(self.grid.points, self.study, self.refine, self._deep_width)
+            step = plan_step(self.grid.points, self.study, self.refine, self._deep_width, self.span)
             if step.kind == StepKind.DONE:
                 transition = self._transition(step)
                 self._show(step, str(transition.status), done=True)
@@ -596,12 +607,12 @@ HINTS = {
 
 def grid_pairs(spec: ExperimentSpec, records: Sequence[TrialRecord]) -> list[PairGrid]:
     """Every configured pair's grid points; InputError for a depth the grid never finished."""
-    budgets, seeds = spec.space.budgets, spec.space.seeds
-    convention = spec.model.size_convention
+    seeds, convention = spec.space.seeds, spec.model.size_convention
     # a search trial trains the cell's shape at reduced fidelity: never a grid point
     records = [r for r in records if r.stage != Stage.LR_SEARCH]
     grids = []
     for pair in spec.refine.pairs:
+        budgets = spec.pair_budgets(tuple(pair))  # the pair's first points (refine.design)
         grid = pair_points.grid_pair(records, tuple(pair), budgets, seeds, convention)
         decided = transitions.decide_points(grid.points, spec.refine)
         grids.append(dataclasses.replace(grid, points=tuple(decided)))

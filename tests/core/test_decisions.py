@@ -15,14 +15,22 @@ REFINE = dataclasses.replace(SCANNING, scan_spacing=0)  # these tests are about 
 
 
 def test_the_ends_of_a_closing_bracket_are_re_verified_with_twice_their_seeds():
-    narrow = [point(15, 0.02, verified=False), point(15.04, -0.02, verified=False)]
+    low, high = point(14.8, 0.03), point(15.2, -0.03)  # support beside each end: it may close
+    narrow = [low, point(15, 0.02, verified=False), point(15.04, -0.02, verified=False), high]
     step = transitions.next_step(narrow, REFINE, rounds=3)
     assert (step.kind, step.reason, step.point.log_n, step.seeds) == ("verify", "re-verify", 15, 2)
-    both = [point(15, 0.02), point(15.04, -0.02, verified=False)]
+    both = [low, point(15, 0.02), point(15.04, -0.02, verified=False), high]
     assert transitions.next_step(both, REFINE, rounds=3).point.log_n == 15.04
-    done = transitions.next_step([point(15, 0.02), point(15.04, -0.02)], REFINE, rounds=3)
+    done = transitions.next_step(
+        [low, point(15, 0.02), point(15.04, -0.02), high], REFINE, rounds=3
+    )
     assert (done.kind, done.reason) == ("done", "tolerance reached")
-    full = [point(15, 0.02, n=4, verified=False), point(15.04, -0.02, n=4, verified=False)]
+    full = [
+        low,
+        point(15, 0.02, n=4, verified=False),
+        point(15.04, -0.02, n=4, verified=False),
+        high,
+    ]
     assert transitions.next_step(full, REFINE, rounds=3).kind == "done"  # max_seeds already
 
 

@@ -74,10 +74,13 @@ def test_bisection_proposes_the_midpoint_in_log_n_until_tolerance_or_rounds():
     points = [point(15, 0.02), point(17, -0.02)]
     step = transitions.next_step(points, REFINE, rounds=0)
     assert (step.kind, step.log_n) == ("bisect", 16)
-    assert transitions.next_step(points, REFINE, rounds=REFINE.max_rounds).reason.startswith(
+    # a bracket closes once its kink correction has points beside each end (support probes)
+    supported = [point(14.7, 0.03), *points, point(17.3, -0.03)]  # gaps the scan leaves
+    assert transitions.next_step(supported, REFINE, rounds=REFINE.max_rounds).reason.startswith(
         "max_rounds"
     )
-    narrow = [point(15, 0.02), point(15.04, -0.02)]  # e^0.04 - 1 = 4.1% <= 5%
+    narrow = [point(14.8, 0.03), point(15, 0.02), point(15.04, -0.02), point(15.2, -0.03)]
+    # e^0.04 - 1 = 4.1% <= 5%
     assert transitions.next_step(narrow, REFINE, rounds=0).reason == "tolerance reached"
 
 
@@ -86,7 +89,8 @@ def test_points_within_noise_split_the_bracket_then_stop_it():
     one = [*ends, point(16.5, 0.0001, decided=False, n=4, kind="bisect")]
     step = transitions.next_step(sorted(one, key=lambda p: p.log_n), REFINE, rounds=1)
     assert step.kind == "bisect" and step.log_n == pytest.approx(15.75)  # wider side
-    two = [*one, point(16.2, 0.0001, decided=False, n=4, kind="bisect")]
+    support = [point(14.7, 0.03), point(17.3, -0.03)]  # beside each end: the pair may close
+    two = [*one, *support, point(16.2, 0.0001, decided=False, n=4, kind="bisect")]
     step = transitions.next_step(sorted(two, key=lambda p: p.log_n), REFINE, rounds=2)
     assert step.kind == "done" and step.reason.startswith("noise floor")
     assert (step.outcome.low, step.outcome.high) == (15, 17)

@@ -21,6 +21,7 @@ from dwtune.core.spec.sections import (
     SpaceConfig,
     TrainConfig,
 )
+from dwtune.core.vocabulary import Design
 
 
 @dataclass(frozen=True, repr=False)
@@ -133,7 +134,26 @@ class ExperimentSpec:
         return training_flops(shape, self.training_tokens(shape))
 
     def grid(self) -> list[GridCell]:
-        return [self.cell(d, n) for d in sorted(self.space.depths) for n in self.space.budgets]
+        """The cells the grid stage trains: every depth at every budget (``refine.design:
+        grid``), or each refine pair's two depths at its :meth:`pair_budgets` (``law``)."""
+        if self.refine.design != Design.LAW:
+            return [self.cell(d, n) for d in sorted(self.space.depths) for n in self.space.budgets]
+        pairs = self.refine.pairs
+        wanted = {(d, n) for pair in pairs for n in self.pair_budgets(pair) for d in pair}
+        return [self.cell(d, n) for d, n in sorted(wanted)]
+
+    def pair_budgets(self, pair: tuple[int, int]) -> tuple[float, ...]:
+        """Where a refine pair's first points lie: every ``space.budgets`` (grid design), or
+        the law design's two sizes around the reference law's N* (core/design.py), kept
+        within space.budgets' range."""
+        if self.refine.design != Design.LAW:
+            return self.space.budgets
+        from dwtune.core.design import law_sizes
+        from dwtune.core.projection import reference
+
+        low, high = min(self.space.budgets), max(self.space.budgets)
+        sizes = law_sizes(reference(self.fit.reference), pair[1], self.refine.reach)
+        return tuple(min(max(size, low), high) for size in sizes)
 
     def to_dict(self) -> dict[str, object]:
         """Plain, YAML-safe resolved spec (every default filled in)."""

@@ -38,7 +38,7 @@ from dwtune.core.spec.sections import (
     TrainConfig,
 )
 from dwtune.core.units import parse_size
-from dwtune.core.vocabulary import Trainer
+from dwtune.core.vocabulary import Design, Trainer
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -342,6 +342,11 @@ def _cross_check(spec: ExperimentSpec) -> ExperimentSpec:
                     f"refine.pairs: depth {depth} in {list(pair)} is not in space.depths "
                     f"{list(spec.space.depths)}; add it there or change the pair"
                 )
+    if spec.refine.design == Design.LAW and not spec.refine.pairs:
+        raise InputError(
+            "refine.design: got 'law' without refine.pairs; list the depth pairs whose N* the "
+            "law places, or use design: grid"
+        )
     _check_distinct_pairs(spec)
     _check_length_factors(spec)
     _check_sharding(spec)

@@ -10,7 +10,7 @@ from dwtune.core.budget import SIZE_CONVENTIONS
 from dwtune.core.errors import InputError
 from dwtune.core.spec import checks, limits
 from dwtune.core.spec.checks import at_least, at_most, finite, one_of, positive, within
-from dwtune.core.vocabulary import Parametrization, SizeConvention, Trainer
+from dwtune.core.vocabulary import Design, Parametrization, SizeConvention, Trainer
 
 TOKENIZERS = ("char", "bpe")
 SCHEDULES = ("cosine", "linear", "constant")
@@ -366,6 +366,11 @@ class RefineConfig:
     # training-length robustness: factors on the training length at which each bracketed
     # pair's N* is re-estimated after the refine stage (dwtune.study.length_check); () = off
     length_check: tuple[float, ...] = ()
+    # Where each pair's first points lie (core/design.py): "grid" trains every depth at every
+    # space.budgets; "law" trains each pair's two depths at N*·e^(±reach) of fit.reference's
+    # law (e-folds of N), widening beyond a censored edge inside space.budgets' range.
+    design: str = Design.GRID.value
+    reach: float = 0.5
     # Early decisions (dwtune.core.early_decision): stop a point's trainings once their partial
     # curves settle the end Δ's sign at refine.alpha, no earlier than early_min_fraction of the
     # steps; the point's sign is then the early rule's. Needs evals along the run (eval_every).
@@ -373,6 +378,9 @@ class RefineConfig:
     early_min_fraction: float = 0.3
 
     def __post_init__(self) -> None:
+        one_of("refine.design", self.design, tuple(d.value for d in Design))
+        positive("refine.reach", self.reach)
+        at_most("refine.reach", self.reach, limits.MAX_SCAN_REACH)
         positive("refine.tolerance", self.tolerance)
         if not 0 < self.early_min_fraction < 1:
             raise InputError(

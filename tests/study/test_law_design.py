@@ -1,0 +1,76 @@
+"""refine.design: law, end to end on the simulated backend (grid and refine stages in process):
+a pair is bracketed with the law's two sizes as its first points, a censored start extends, a
+rerun resumes without training, and every pair of the study is bracketed with the planted law
+at the reference and with its slope b 30% off either way."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from dwtune.backends.simulated_surface import planted_transition
+from dwtune.core.projection import reference, transition_size
+from dwtune.core.spec import load_spec
+from dwtune.core.vocabulary import StepKind, TransitionStatus
+from dwtune.storage.store import ExperimentStore
+from dwtune.study.refine import refine_in_process
+
+ROOT = Path(__file__).resolve().parents[2]
+SIMULATED = ROOT / "search_spaces" / "simulated.yaml"
+LAW = ("refine.design=law",)
+B = reference("levine2020").b
+
+
+def _planted(spec) -> dict[str, float]:
+    return {f"{s}-{d}": planted_transition(spec.simulated, d) for s, d in spec.refine.pairs}
+
+
+def _run(tmp_path: Path, overrides: tuple[str, ...]):
+    spec = load_spec(SIMULATED, (*LAW, *overrides))
+    store = ExperimentStore.for_spec(tmp_path, spec)
+    transitions, runner = refine_in_process(spec, store)
+    return spec, store, transitions, runner
+
+
+def _assert_bracketed_near_the_planted(spec, transitions) -> None:
+    planted = _planted(spec)
+    for t in transitions:
+        assert t.status == TransitionStatus.BRACKETED, (t.pair, t.status, t.reason)
+        # within 0.1 e-folds of the planted N* (calibration is the benchmarks' business)
+        assert abs(math.log(t.n_star / planted[t.pair])) < 0.1, (t.pair, t.n_star)
+
+
+def test_a_pair_starts_at_the_laws_two_sizes_and_a_rerun_trains_nothing(tmp_path):
+    spec, store, transitions, runner = _run(tmp_path, ("refine.pairs=[[12,18]]",))
+    grid = [r for r in store.records() if r.stage == "grid"]
+    sizes = sorted({r.budget for r in grid})
+    assert sizes == pytest.approx(sorted(spec.pair_budgets((12, 18))))
+    assert {r.depth for r in grid} == {12, 18}  # no other depth is trained
+    _assert_bracketed_near_the_planted(spec, transitions)
+    first = runner.trained
+    again, rerun = refine_in_process(spec, ExperimentStore.for_spec(tmp_path, spec))
+    assert rerun.trained == 0 and first > 0
+    assert [t.n_star for t in again] == [t.n_star for t in transitions]
+
+
+def test_a_law_far_off_is_found_by_extending_beyond_the_censored_edge(tmp_path):
+    # the planted N* of (12, 18) is 2 e-folds above the reference's: both first sizes lose
+    a = reference("levine2020").a + 1.0
+    spec, store, transitions, _ = _run(tmp_path, ("refine.pairs=[[12,18]]", f"simulated.a={a}"))
+    kinds = {r.point_kind for r in store.records() if r.stage == "refine"}
+    assert StepKind.EXTEND in kinds
+    assert transition_size(reference("levine2020"), 18) * math.e < transitions[0].n_star
+    _assert_bracketed_near_the_planted(spec, transitions)
+
+
+@pytest.mark.slow  # three whole simulated studies
+@pytest.mark.parametrize("factor", [1.0, 1.3, 0.7])
+def test_every_pair_is_bracketed_with_the_planted_slope_on_or_30_percent_off(tmp_path, factor):
+    # b 30% high puts (36, 48)'s N* at 1.4e10: the budget range reaches 1e11 (only its ends
+    # matter to the law design: no training at a size it does not choose)
+    overrides = (f"simulated.b={B * factor}", "space.budgets={min: 1e6, max: 1e11, num: 2}")
+    spec, _, transitions, runner = _run(tmp_path, overrides)
+    _assert_bracketed_near_the_planted(spec, transitions)
+    assert len(transitions) == 6 and runner.trained > 0
