@@ -463,13 +463,28 @@ def _stick_chi2(
     return best
 
 
+def stick_reach(low: float, high: float) -> float:
+    """How far beside the bracket ``[low, high]`` (ln N) the kink-bias stick takes its points:
+    PROFILE_REACH e-folds, or the bracket's width if wider."""
+    return max(PROFILE_REACH, high - low)
+
+
+def stick_sides(x: np.ndarray, low: float, high: float) -> tuple[int, int]:
+    """How many of the sizes ``x`` (ln N) the stick may use at or below the bracket's low end,
+    and at or above its high end (each end counts on its own side)."""
+    reach = stick_reach(low, high)
+    below = (x >= low - reach) & (x <= low)
+    above = (x >= high) & (x <= high + reach)
+    return int(below.sum()), int(above.sum())
+
+
 def _stick_support(
     x: np.ndarray, values: np.ndarray, window: tuple[int, int, int, int]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The points a broken stick is fitted to (finite, within PROFILE_REACH e-folds of the
-    bracket, or its width if wider) and the candidate crossings across the bracket."""
+    """The points a broken stick is fitted to (finite, within :func:`stick_reach` of the
+    bracket) and the candidate crossings across the bracket."""
     low, high = x[window[0]], x[window[1]]
-    reach = max(PROFILE_REACH, high - low)
+    reach = stick_reach(low, high)
     near = (x >= low - reach) & (x <= high + reach) & np.isfinite(values)
     return near, np.linspace(low, high, PROFILE_GRID)
 
@@ -494,7 +509,7 @@ def _stick_world(
     fewer than STICK_MIN_SIDE lie on either side of the bracket."""
     near, grid = _stick_support(x, values, window)
     low, high = x[window[0]], x[window[1]]
-    sides = min(int((near & (x <= low)).sum()), int((near & (x >= high)).sum()))
+    sides = min(stick_sides(x[np.isfinite(values)], low, high))
     if near.sum() < STICK_MIN_POINTS or sides < STICK_MIN_SIDE:
         return math.nan, np.asarray(values, dtype=float)
     w = se[near] ** -2.0

@@ -338,10 +338,10 @@ def support_probe(
     truth in 85% (benchmarks/coverage.py). One round of ``refine.seeds``, its sign provisional
     as a scan probe's."""
     low, high = outcome.low, outcome.high
-    reach = max(crossing.PROFILE_REACH, high - low)
-    for end, side in ((low, -1.0), (high, 1.0)):
-        near = [x for x in log_ns if 0.0 <= side * (x - end) <= reach]
-        if len(near) >= crossing.STICK_MIN_SIDE:
+    reach = crossing.stick_reach(low, high)
+    counts = crossing.stick_sides(np.asarray(log_ns, dtype=float), low, high)
+    for end, side, count in zip((low, high), (-1.0, 1.0), counts, strict=True):
+        if count >= crossing.STICK_MIN_SIDE:
             continue
         for share in SUPPORT_PLACES:
             probe = end + side * share * reach

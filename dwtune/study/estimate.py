@@ -35,11 +35,6 @@ class RefineEstimate:
     transitions: list[Transition] = field(default_factory=list)
 
 
-def refine_rounds(spec: ExperimentSpec) -> list[list[TrialRequest]]:
-    """The refine stage's new trainings per round (grid trainings excluded)."""
-    return refine_estimate(spec).rounds
-
-
 def refine_estimate(spec: ExperimentSpec) -> RefineEstimate:
     """The refine stage of the spec's simulated twin (module doc)."""
     if not spec.refine.pairs:

@@ -280,7 +280,8 @@ class PairRefiner:
     def _point(self, budget, sizes, records, kind: str, requested: int, verified: bool):
         """The point of ``records`` (failed trainings included: they count against their
         depth), sign-tested together with the pair's other points."""
-        early = self._early_call(budget, records) if self.refine.early_stop else None
+        told = trial_points(self.study)
+        early = self._early_call(budget, records, told) if self.refine.early_stop else None
         deep = {seed: pair[0] for seed, pair in records.items()}
         shallow = {seed: pair[1] for seed, pair in records.items()}
         convention = self.spec.model.size_convention
@@ -292,7 +293,7 @@ class PairRefiner:
         if early is not None:
             sign, batch, ends = early  # the batch's records hold partial losses
             point = pair_points.with_early_ends(point, batch, ends, sign)
-        points = pair_points.merge_points(self.grid.points, [*trial_points(self.study), point])
+        points = pair_points.merge_points(self.grid.points, [*told, point])
         decided = transitions.decide_points(points, self.refine)
         return next(p for p in decided if p.budget == budget)
 
@@ -338,7 +339,9 @@ class PairRefiner:
         self._noise_cache = (measured,)
         return measured
 
-    def _early_call(self, budget: float, records: dict) -> EarlyEnds | None:
+    def _early_call(
+        self, budget: float, records: dict, told: Sequence[PairPoint]
+    ) -> EarlyEnds | None:
         """(the sign the early rule settled, the seeds it settled it on, each one's end
         estimate) where the scheduler stopped a first batch of trainings at ``budget`` (their
         records hold partial losses), else None. Always the scheduler's own call: for a later
@@ -347,17 +350,18 @@ class PairRefiner:
         it; for a point being first trained, the call is recomputed from its records. The
         first told point with an early sign at that size is the one: a journal written while
         a verify point still took the early sign holds, after it, such a verify point over
-        every seed, its added seeds' Δ extrapolated from a call the scheduler never made."""
+        every seed, its added seeds' Δ extrapolated from a call the scheduler never made.
+        ``told``: the pair's told points (the journal, read once by the caller)."""
         settled = [
             point
-            for point in trial_points(self.study)
+            for point in told
             if point.early_sign and math.isclose(point.budget, budget, rel_tol=1e-9)
         ]
         if settled:
-            told = settled[0]
-            ends = dict(zip(told.seeds, told.deltas, strict=True))
-            batch = tuple(seed for seed in told.seeds if seed in records)
-            return told.early_sign, batch, tuple(ends[seed] for seed in batch)
+            origin = settled[0]
+            ends = dict(zip(origin.seeds, origin.deltas, strict=True))
+            batch = tuple(seed for seed in origin.seeds if seed in records)
+            return origin.early_sign, batch, tuple(ends[seed] for seed in batch)
         first = self._first_batch_call(budget, records)
         if first is None or not first[0].settled:
             return None

@@ -210,7 +210,7 @@ def test_neither_path_calls_a_point_before_the_pair_has_a_measured_noise(
     assert not stopper_for(spec, pairs, no_noise)._settles(deep_request, step)
     monkeypatch.setattr(refiner, "early_context", no_noise)
     stopped = {s: tuple(stopped_at(rec, step) for _, rec in pair) for s, pair in pairs.items()}
-    assert refiner._early_call(CLEAR_BUDGET, stopped) is None
+    assert refiner._early_call(CLEAR_BUDGET, stopped, trial_points(refiner.study)) is None
 
 
 def last_look(spec, evals: list[int]) -> int:
