@@ -37,7 +37,8 @@ def watched_run(write_spec, simulated_raw, tmp_path_factory):
     """`dwtune run` of the small study (about 1 s a trial) in its own process with its own Ray,
     the listening sockets of its process tree sampled while it ran:
     ``(storage, completed process, listeners, ss -ltnp lines)``. Every `dwtune run` starts Ray,
-    so the tests that only read one such run share it."""
+    so the tests that only read one such run share it; they are in one file (under
+    ``--dist loadfile`` a session fixture runs once per worker that uses it)."""
     from tests.helpers.drivers import run_command
     from tests.helpers.listeners import watch
 

@@ -1,4 +1,5 @@
-"""`dwtune run` end to end: console, resume after SIGKILL and Ctrl-C, bad input (exit 2)."""
+"""`dwtune run` end to end: console, loopback-only listeners, resume after SIGKILL and Ctrl-C,
+bad input (exit 2)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tests.helpers.drivers import (
     trials_snapshot,
     wait_for_records,
 )
+from tests.helpers.listeners import is_loopback
 from tests.helpers.processes import Processes
 
 
@@ -37,7 +39,7 @@ def slow_study(write_spec, simulated_raw, tmp_path):
 
 @pytest.mark.ray
 def test_run_trains_the_grid_exports_and_shows_progress(watched_run):
-    storage, done, _, _ = watched_run  # shared with tests/study/test_embedded_ray.py
+    storage, done, _, _ = watched_run  # shared with the listener test below
     assert done.returncode == 0, done.stderr
     root = storage / "cli"
     trials = pd.read_parquet(root / "trials.parquet")
@@ -48,6 +50,20 @@ def test_run_trains_the_grid_exports_and_shows_progress(watched_run):
     assert done.stderr.startswith("dwtune SIMULATED")  # the display's first line says so
     assert "TensorBoard: tensorboard --logdir" in done.stderr
     assert "Traceback" not in done.stderr and "Trial" not in done.stderr  # no Tune tables
+
+
+@pytest.mark.ray
+def test_a_local_study_listens_on_loopback_only(watched_run, tmp_path):
+    """The embedded Ray's listeners, those of the study's own processes sampled while it ran
+    (tests/helpers/listeners.py): on loopback only."""
+    _, done, seen, ss_lines = watched_run
+    assert done.returncode == 0, done.stderr
+    Path(tmp_path / "ss-ltnp.txt").write_text("\n".join(ss_lines))
+    print("\n".join(["ss -ltnp during the study (its own processes):", *ss_lines]))
+    ports = {port for _, port, _ in seen}
+    assert len(ports) >= 4  # GCS, raylet, agents and workers were seen listening
+    exposed = sorted(entry for entry in seen if not is_loopback(entry[0]))
+    assert exposed == []
 
 
 def _signal_driver_after(study, records: int, sig: int, timeout: float):

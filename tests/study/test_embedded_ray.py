@@ -1,7 +1,7 @@
-"""The embedded Ray of a local study listens on loopback only and requires a random token.
+"""The embedded Ray of a local study requires a random token.
 
-The listeners are those of the study's own processes, sampled while `dwtune run` ran
-(tests/helpers/listeners.py; the run is shared with tests/commands/test_run_cli.py).
+That it listens on loopback only: tests/commands/test_run_cli.py, which reads the listeners of
+the `dwtune run` it shares with its run-command test (one Ray start, not one per test file).
 """
 
 from __future__ import annotations
@@ -14,20 +14,8 @@ from pathlib import Path
 import pytest
 
 from dwtune.study.runners.ray_tune import embedded_ray
-from tests.helpers.listeners import is_loopback
 
 pytestmark = pytest.mark.ray
-
-
-def test_a_local_study_listens_on_loopback_only(watched_run, tmp_path):
-    _, done, seen, ss_lines = watched_run
-    assert done.returncode == 0, done.stderr
-    Path(tmp_path / "ss-ltnp.txt").write_text("\n".join(ss_lines))
-    print("\n".join(["ss -ltnp during the study (its own processes):", *ss_lines]))
-    ports = {port for _, port, _ in seen}
-    assert len(ports) >= 4  # GCS, raylet, agents and workers were seen listening
-    exposed = sorted(entry for entry in seen if not is_loopback(entry[0]))
-    assert exposed == []
 
 
 def test_the_embedded_instance_refuses_a_client_without_its_token(simulated_raw, tmp_path):
