@@ -48,6 +48,9 @@ def _connect(gcs: str, token: str | None, home: Path) -> bool:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.update(HOME=str(home), RAY_AUTH_MODE="token")
     env[embedded_ray.SINGLE_MACHINE_ENV] = "0"  # keep 127.0.0.1 as it is, as the driver did
+    # ray.init retries a refused GCS connection once a second, 20 times by default: a wrong
+    # token was refused 20 times over ~20 s. The GCS is up, so a right token joins at the first.
+    env["RAY_NUM_REDIS_GET_RETRIES"] = "3"
     if token is not None:
         env[embedded_ray.AUTH_TOKEN_ENV] = token
     code = f"import ray; ray.init(address={gcs!r}, log_to_driver=False); print('joined')"
