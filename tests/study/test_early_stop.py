@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+from ray.tune.schedulers import TrialScheduler
 
 from dwtune.backends.simulated import pair_delta_mean
 from dwtune.core import early_decision, vocabulary
@@ -24,6 +25,7 @@ from dwtune.study.refine import RefineStage
 from dwtune.study.runners.local import LocalRunner
 from dwtune.study.runners.ray_tune import TuneRunner
 from dwtune.study.runners.ray_tune.early_stop import PairPointStopper
+from dwtune.study.runners.ray_tune.trial import REQUEST_KEY
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -188,6 +190,23 @@ def test_neither_path_calls_a_point_whose_curves_have_not_reached_the_step(train
     deep_record, shallow_record = stopped[max(pairs)]
     stopped[max(pairs)] = (deep_record, dataclasses.replace(shallow_record, curve=lagging))
     assert refiner._first_batch_call(CLEAR_BUDGET, stopped) is None
+
+
+def test_a_settled_point_stops_its_trainings_but_not_at_their_last_report(trained_point):
+    """The last eval report carries the training's end status; stopped there, a finished
+    training lost its final report and was recorded early_stopped at its last step."""
+    spec, refiner, pairs = trained_point
+    stopper = stopper_for(spec, pairs, refiner.early_context)
+    (request, record), _ = pairs[min(pairs)]
+    # a bisect training: one the rule may stop
+    request = dataclasses.replace(request, point_kind=vocabulary.PointKind.BISECT)
+    stopper._settled[(request.pair, request.round)] = 1  # settled by another training's look
+    trial = SimpleNamespace(config={REQUEST_KEY: request})
+    last = {vocabulary.STEP: record.steps, vocabulary.VAL_LOSS: record.final_val_loss}
+    middle = {**last, vocabulary.STEP: record.steps // 2}
+    assert stopper.on_trial_result(None, trial, middle) == TrialScheduler.STOP
+    ended = {**last, vocabulary.STATUS: vocabulary.STATUS_FINISHED}
+    assert stopper.on_trial_result(None, trial, ended) == TrialScheduler.CONTINUE
 
 
 def shallow_curve(pairs) -> list[dict]:

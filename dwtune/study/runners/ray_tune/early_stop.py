@@ -64,7 +64,10 @@ class PairPointStopper(FIFOScheduler):
         request = trial.config.get(REQUEST_KEY)
         if request is None or not early_decision.may_stop(request):
             return TrialScheduler.CONTINUE
-        if result.get(FINAL_KEY) or result.get(STARTED_KEY):
+        if result.get(FINAL_KEY) or result.get(STARTED_KEY) or vocabulary.STATUS in result:
+            # a report that carries the training's end status: it has trained to its end (or
+            # diverged), and stopping it here would lose its final report, so it would be
+            # recorded early_stopped at its last step (seen once under a load of 9-10)
             return TrialScheduler.CONTINUE
         key = (request.pair, request.round)
         if key in self._settled:
