@@ -12,15 +12,15 @@ import pytest
 
 from dwtune.backends.simulated import length_shifted, mean_sign_changes, planted_transition
 from dwtune.cli import main
-from dwtune.core.records import grid_requests, trial_identity
+from dwtune.core.records import trial_identity
 from dwtune.core.spec import spec_from_dict
 from dwtune.core.vocabulary import LENGTH_CHECK_FILE, REPORT_FILE, Stage
 from dwtune.storage.experiment import export_experiment
-from dwtune.storage.store import ExperimentStore
 from dwtune.study import refine as refine_stage
 from dwtune.study.length_check import run_length_check
 from dwtune.study.pipeline import finish
 from dwtune.study.runners.local import LocalRunner
+from tests.helpers.refine_study import grid_done
 
 FACTORS = (0.5, 2.0)
 # Depths 6 and 12; grid 1e6..1e9; a = 5.46 puts N*(12) at 3.0e7, so N* halved or doubled stays
@@ -56,11 +56,8 @@ class Study:
 
     def __init__(self, root, spec):
         self.spec = spec
-        self.store = ExperimentStore.for_spec(root, spec)
-        self.store.initialise(spec)
+        self.store = grid_done(root, spec)
         self.lines: list[str] = []
-        self.runner = LocalRunner(spec, self.store)
-        self.runner.run(grid_requests(spec))
         self.grid_points = self._grid_deltas()
         self.rows, self.trained = self.check()
 
