@@ -70,20 +70,20 @@ on every surface is measured by ``benchmarks/coverage.py`` (its table is quoted 
 benchmarks/README.md).
 
 Reported N*: the crossing of the best broken stick through zero (legs of any of
-``STICK_POWERS``) fitted to the per-point medians within :func:`stick_reach` of the bracket,
-strictly inside the bracket and kept within the 95% interval; the chord's where fewer than
-``STICK_MIN_POINTS`` points (``STICK_MIN_SIDE`` on each side) fix a stick. The intervals stay
-the chord's (their coverage is what ``benchmarks/coverage.py`` measured; the 68% interval is
-widened to hold the reported N* where it lies outside). Why: the chord uses two points, the
-stick every point near N*; with the refine stage's points its median |ln N* error| was lower
-on every simulated surface at every noise/prior ratio (``coverage.py --pairs 100``: grid
-design default 0.0041-0.0042 against 0.0050-0.0054, flat 0.032 against 0.049-0.051,
-asymmetric 0.0098-0.0113 against 0.0121-0.0123), most of all where Δ is flat at N* (every
-point there within noise, the chord between two of them near arbitrary). On evenly spaced
-tables of the default tanh with 3 seeds it is no better (40 tables: 0.0088 against 0.0075):
-its gain comes from the points the refine stage crowds near N*. σ(ln N*) (below) still measures
-the chord: it overstates the stick's error (``benchmarks/study_coverage.py --studies 50``: rms
-z 0.84 with the grid design, 0.71 with the law design), so the law fit's intervals err wide.
+``STICK_POWERS``) fitted to the per-point medians within ``PROFILE_REACH`` e-folds of the
+bracket (never further: the stick is a local shape), strictly inside the bracket and kept
+within the 95% interval, where ``ESTIMATE_MIN_POINTS`` points lie there and ``STICK_MIN_SIDE`` on
+each side; else the chord's. The intervals stay the chord's (their coverage is what
+``benchmarks/coverage.py`` measured; the 68% interval is widened to hold the reported N* where it
+lies outside). Why: the chord uses two points, the stick every point near N*. With the refine
+stage's points its median |ln N* error| was lower on every simulated surface at every
+noise/prior ratio (``coverage.py --pairs 100``, grid design: GRIDNUMS), most of all where Δ is
+flat at N* (every point there within noise, the chord between two of them near arbitrary). On
+evenly spaced tables (40 per row, 3 seeds) it helps only where points are dense: tanh 0.15
+e-folds apart 0.0046 against the chord's 0.0063, tanh³ 0.2 apart 0.024 against 0.054; 0.3
+apart 0.0077 against 0.0071; 0.6 apart the chord is reported (a stick over the bracket's width
+reached out to where tanh saturates: 0.0134 against 0.0084). σ(ln N*) (below) still measures the
+chord: it overstates the stick's error (STUDYNUMS), so the law fit's intervals err wide.
 
 ``σ(ln N*)`` (what the law fit weighs a pair by) is the larger of half the 68% interval's width
 and the 95% interval's reach over Z95, where the reach is the mean of its half-width and of the
@@ -148,6 +148,10 @@ MIN_SE = 1e-12  # nats: floor of a standard error (noise-free surfaces)
 PROFILE_REACH = 0.3  # e-folds beside the bracket whose points the broken-stick profile uses
 PROFILE_GRID = 400  # candidate crossings of the profile across the bracket
 STICK_MIN_POINTS = 4  # points the kink-bias stick needs: 3 parameters and one χ² dof
+# ... and the reported N*'s stick: with one χ² dof it all but interpolates four points (evenly
+# spaced tables 0.3 e-folds apart: median error 0.0101 against the chord's 0.0071; with five,
+# 0.0077)
+ESTIMATE_MIN_POINTS = 5
 # ... and on each side of the bracket: with one point on a side any crossing fits that side
 # exactly, so the other side's extrapolation alone places it (a saturating Δ puts it at the
 # bracket's edge: the length check's wide brackets moved N* by 0.4 e-folds so)
@@ -543,13 +547,16 @@ def stick_zero(
     x: np.ndarray, values: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]
 ) -> float:
     """The crossing of the best broken stick through zero of any of STICK_POWERS fitted to
-    ``values`` within :func:`stick_reach` of the bracket (module doc, Reported N*); NaN where the
-    points do not fix one (as :func:`_stick_world`)."""
-    near, grid = _stick_support(x, values, window)
-    sides = min(stick_sides(x[np.isfinite(values)], x[window[0]], x[window[1]]))
-    if near.sum() < STICK_MIN_POINTS or sides < STICK_MIN_SIDE:
+    ``values`` within PROFILE_REACH e-folds of the bracket (module doc, Reported N*); NaN where
+    fewer than ESTIMATE_MIN_POINTS lie there, or fewer than STICK_MIN_SIDE on a side."""
+    low, high = x[window[0]], x[window[1]]
+    near = (x >= low - PROFILE_REACH) & (x <= high + PROFILE_REACH) & np.isfinite(values)
+    below = int((near & (x <= low)).sum())
+    above = int((near & (x >= high)).sum())
+    if near.sum() < ESTIMATE_MIN_POINTS or min(below, above) < STICK_MIN_SIDE:
         return math.nan
-    inner = grid[1:-1]  # the bracket's ends have decided signs: N* lies strictly between
+    # the bracket's ends have decided signs: N* lies strictly between them
+    inner = np.linspace(low, high, PROFILE_GRID)[1:-1]
     chi2 = _stick_chi2(x[near], values[near], se[near] ** -2.0, inner, STICK_POWERS)
     return float(inner[np.argmin(chi2)])
 
