@@ -107,7 +107,8 @@ leg fits a slope to every point near the bracket and does not shrink so. A σ be
 pair's own 95% interval implies made the simulated study's fit χ²_red 5.9 (pair 12-18: ln N*
 0.022 low with σ 0.0036) and its 95% interval of a cover 85% in 40 noise realisations, 93%
 with this floor; ``benchmarks/study_coverage.py`` measures it over whole studies (300
-realisations: rms z 1.00, χ²_red mean 0.86, median 0.68, against 1.00 and 0.84 for χ²₄/4).
+realisations with the chord as N*: rms z 1.00, χ²_red mean 0.86, median 0.68, against 1.00 and
+0.84 for χ²₄/4; with the stick's crossing, Reported N* above).
 What per-pair σ cannot carry (the layout bias below) the law fit's intervals take from the
 scatter between pairs (:mod:`dwtune.core.fit.wls`).
 Coverage of these intervals is measured, not assumed: ``benchmarks/coverage.py``.
