@@ -81,11 +81,19 @@ def test_a_trial_sharded_over_two_workers_is_recorded_with_the_plain_curve(ray_u
             assert math.isclose(got[key], want[key], rel_tol=RTOL), (key, got, want)
 
 
+# Ray Train's controller writes this file next to the job's checkpoints once it has
+# registered one; the retried job restores the checkpoint it names.
+TRAIN_SNAPSHOT = "checkpoint_manager_snapshot.json"
+
+
 def _kill_a_worker_when_checkpointed(store, killed: list) -> None:
-    """SIGKILL one Ray Train worker (as an OOM kill) once the job has a checkpoint."""
-    deadline = time.monotonic() + 120
+    """SIGKILL one Ray Train worker (as an OOM kill) once the job has registered a
+    checkpoint. A checkpoint folder alone is not enough: it appears while the checkpoint is
+    uploaded, and a worker killed then left nothing to restore (the retry reported from step
+    100 again, once in CI)."""
+    deadline = time.monotonic() + 300  # Ray's start-up and the first 100 steps, under load
     while time.monotonic() < deadline and not killed:
-        if list((store.root / "ray").glob("grid-*/*/train/checkpoint_*")):
+        if list((store.root / "ray").glob(f"grid-*/*/train/{TRAIN_SNAPSHOT}")):
             for pid in Processes.children_named(TRAIN_WORKER)[:1]:
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
