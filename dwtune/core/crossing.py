@@ -71,19 +71,22 @@ benchmarks/README.md).
 
 Reported N*: the crossing of the best broken stick through zero (legs of any of
 ``STICK_POWERS``) fitted to the per-point medians within ``PROFILE_REACH`` e-folds of the
-bracket (never further: the stick is a local shape), strictly inside the bracket and kept
-within the 95% interval, where ``ESTIMATE_MIN_POINTS`` points lie there and ``STICK_MIN_SIDE`` on
-each side; else the chord's. The intervals stay the chord's (their coverage is what
-``benchmarks/coverage.py`` measured; the 68% interval is widened to hold the reported N* where it
-lies outside). Why: the chord uses two points, the stick every point near N*. With the refine
+bracket (never further: the stick is a local shape), strictly inside the bracket and kept within
+the 95% interval, where ``ESTIMATE_MIN_POINTS`` points lie there and ``STICK_MIN_SIDE`` on each
+side; else the chord's. The intervals stay the chord's (their coverage is what
+``benchmarks/coverage.py`` measured; the 68% interval is widened to hold the reported N* where
+it lies outside). Why: the chord uses two points, the stick every point near N*. With the refine
 stage's points its median |ln N* error| was lower on every simulated surface at every
-noise/prior ratio (``coverage.py --pairs 100``, grid design: GRIDNUMS), most of all where Δ is
-flat at N* (every point there within noise, the chord between two of them near arbitrary). On
-evenly spaced tables (40 per row, 3 seeds) it helps only where points are dense: tanh 0.15
-e-folds apart 0.0046 against the chord's 0.0063, tanh³ 0.2 apart 0.024 against 0.054; 0.3
-apart 0.0077 against 0.0071; 0.6 apart the chord is reported (a stick over the bracket's width
-reached out to where tanh saturates: 0.0134 against 0.0084). σ(ln N*) (below) still measures the
-chord: it overstates the stick's error (STUDYNUMS), so the law fit's intervals err wide.
+noise/prior ratio (``coverage.py --pairs 100``, grid design: default 0.0041-0.0042 against
+0.0050-0.0054, flat 0.029-0.030 against 0.049-0.051, asymmetric 0.0087 against 0.0121-0.0123),
+most of all where Δ is flat at N* (every point there within noise, the chord between two of them
+near arbitrary). On evenly spaced tables (40 per row, 3 seeds) it helps only where points are
+dense: tanh 0.15 e-folds apart 0.0046 against the chord's 0.0063, tanh³ 0.2 apart 0.024 against
+0.054; 0.3 apart 0.0077 against 0.0071; 0.6 apart the chord is reported (a stick over the
+bracket's width reached out to where tanh saturates: 0.0134 against 0.0084). σ(ln N*) (below)
+still measures the chord: it overstates the stick's error (``benchmarks/study_coverage.py
+--studies 50``: rms z 0.84 with the grid design, 0.71 with the law design), so the law fit's
+intervals err wide.
 
 ``σ(ln N*)`` (what the law fit weighs a pair by) is the larger of half the 68% interval's width
 and the 95% interval's reach over Z95, where the reach is the mean of its half-width and of the
