@@ -31,7 +31,8 @@ Every status but ``non_monotone`` carries the bounds its decided signs give: an 
 pair whose decided points are all positive still says N* lies above the last of them (and the
 law fit uses that bound), so measuring closer to N* never removes a pair from the fit.
 
-Estimate. Each sign change lies between the last point of the run before it and the first
+Estimate (the chord's; the reported N* is the broken stick's crossing, below, where the points
+fix one). Each sign change lies between the last point of the run before it and the first
 point of the run after it (the innermost bracket, whose signs are decided). Where the mean Δ of
 the points in that bracket changes sign once, ``ln N*`` is the linear interpolation between the
 two points around that change: local, so a kinked or asymmetric Δ biases it only within their
@@ -52,32 +53,52 @@ the divergences surface, 66% without).
 Kink bias. Where Δ is steep on one side of N* and flat on the other (the asymmetric surface),
 the chord between a steep-side and a flat-side point crosses zero past the kink, towards the
 flat side, by up to a third of their spacing; a bootstrap around the observed means cannot see
-that (its world is the chord itself: 126 of 127 misses lay on one side, 36% at 68%). So the
-same bootstrap is run a second time in a world where Δ is the best broken stick through zero
-fitted to the points within ``PROFILE_REACH`` e-folds of the bracket (at least
-``STICK_MIN_POINTS``, two or more on each side, else no correction; per-point medians, so a
-spiked seed does not bend it: with means the outliers surface fell to 58%), whose crossing is
-known; the median error there is the bias. ``ln N*`` is the interpolation less that bias, kept
-between the two points the interpolation used (the crossing lies between them whatever Δ's
-shape), and the replicates are shifted by the same amount: 68% and 95% intervals are their
-percentiles. The 95% interval is then widened to
-hold the profile-likelihood interval of the broken stick (every crossing whose χ² is within
-``PROFILE_Q95`` of the best), whose legs may be lines or curves flat at the crossing
-(``STICK_POWERS``):
-where Δ is flat at N* (Δ ∝ tanh³) every point near it is within noise, a chord through two of
-them says little, and only a flat leg lets the profile reach across them. The coverage of
-these intervals with the spec's noise guess right and wrong on every surface is measured by
-``benchmarks/coverage.py`` (its table is quoted in benchmarks/README.md).
+that (its world is the chord itself: 126 of 127 misses lay on one side, 36% at 68%). So the same
+bootstrap is run a second time in a world where Δ is the best broken stick through zero fitted
+to the points within ``PROFILE_REACH`` e-folds of the bracket (at least ``STICK_MIN_POINTS``,
+two or more on each side, else no correction; per-point medians, so a spiked seed does not bend
+it: with means the outliers surface fell to 58%), whose crossing is known; the median error
+there is the bias. The chord's ``ln N*`` is the interpolation less that bias, kept between the
+two points the interpolation used (the crossing lies between them whatever Δ's shape), and the
+replicates are shifted by the same amount: 68% and 95% intervals are their percentiles. The 95%
+interval is then widened to hold the profile-likelihood interval of the broken stick (every
+crossing whose χ² is within ``PROFILE_Q95`` of the best), whose legs may be lines or curves flat
+at the crossing (``STICK_POWERS``): where Δ is flat at N* (Δ ∝ tanh³) every point near it is
+within noise, a chord through two of them says little, and only a flat leg lets the profile
+reach across them. The coverage of these intervals with the spec's noise guess right and wrong
+on every surface is measured by ``benchmarks/coverage.py`` (its table is quoted in
+benchmarks/README.md).
 
-``σ(ln N*)`` (what the law fit weighs a pair by) is the larger of half the bootstrap's 68% width
+Reported N*: the crossing of the best broken stick through zero (legs of any of
+``STICK_POWERS``) fitted to the per-point medians within ``PROFILE_REACH`` e-folds of the
+bracket (never further: the stick is a local shape), strictly inside the bracket and kept within
+the 95% interval, where ``ESTIMATE_MIN_POINTS`` points lie there and ``STICK_MIN_SIDE`` on each
+side; else the chord's. The intervals stay the chord's (their coverage is what
+``benchmarks/coverage.py`` measured; the 68% interval is widened to hold the reported N* where
+it lies outside). Why: the chord uses two points, the stick every point near N*. With the refine
+stage's points its median |ln N* error| was lower on every simulated surface at every
+noise/prior ratio (``coverage.py --pairs 100``, grid design: default 0.0041-0.0042 against
+0.0050-0.0054, flat 0.029-0.030 against 0.049-0.051, asymmetric 0.0087 against 0.0121-0.0123),
+most of all where Δ is flat at N* (every point there within noise, the chord between two of them
+near arbitrary). On evenly spaced tables (40 per row, 3 seeds) it helps only where points are
+dense: tanh 0.15 e-folds apart 0.0046 against the chord's 0.0063, tanh³ 0.2 apart 0.024 against
+0.054; 0.3 apart 0.0077 against 0.0071; 0.6 apart the chord is reported (a stick over the
+bracket's width reached out to where tanh saturates: 0.0134 against 0.0084). σ(ln N*) (below)
+still measures the chord: it overstates the stick's error (``benchmarks/study_coverage.py
+--studies 50``: rms z 0.84 with the grid design, 0.71 with the law design), so the law fit's
+intervals err wide.
+
+``σ(ln N*)`` (what the law fit weighs a pair by) is the larger of half the 68% interval's width
 and the 95% interval's reach over Z95, where the reach is the mean of its half-width and of the
-estimate's distance to its farther end. The 68% interval stays the bootstrap's: where noise is
-small against Δ's slope (a dense table of runs, 25 sizes 0.29 e-folds apart, z 10-18 beside the
-crossing) the bootstrap sees the noise but not the interpolation's shape error, and its 68%
-band held the truth in 51.5% of 200 generated tables, while σ(ln N*) stayed calibrated there
-(rms z 0.90) and the 95% interval held it in 96.0%. Widening the 68% interval to the profile
-band at χ²₁ = 1 (70% there) or to ±σ over-covered elsewhere: 79-84.5% and 61-78.5% of nine
-surfaces' 200 recorded refine pairs, 84% and 86.5% of the seeded tanh pairs of the tests.
+estimate's distance to its farther end. The 68% interval stays the bootstrap's (widened only to
+hold the reported N*): where noise is small against Δ's slope (a dense table of runs, 25 sizes
+0.29 e-folds apart, z 10-18 beside the crossing) the bootstrap sees the noise but not the
+interpolation's shape error, and its 68% band held the truth in 51.5% of 200 generated tables,
+while σ(ln N*) stayed calibrated there (rms z 0.90) and the 95% interval held it in 96.0%.
+Widening the 68% interval to the profile band at χ²₁ = 1 (70% there) or to ±σ over-covered
+elsewhere: 79-84.5% and 61-78.5% of nine surfaces' 200 recorded refine pairs, 84% and 86.5% of
+the seeded tanh pairs of the tests.
+
 Why the farther end of the 95% interval: where Δ is flat at N* the profile band reaches much
 further on one side of the chord's estimate than on the other, and a σ from the half-width alone
 was too small there (rms z 1.34 on the flat surface's 200 recorded pairs; with the reach 1.13,
@@ -89,7 +110,8 @@ leg fits a slope to every point near the bracket and does not shrink so. A σ be
 pair's own 95% interval implies made the simulated study's fit χ²_red 5.9 (pair 12-18: ln N*
 0.022 low with σ 0.0036) and its 95% interval of a cover 85% in 40 noise realisations, 93%
 with this floor; ``benchmarks/study_coverage.py`` measures it over whole studies (300
-realisations: rms z 1.00, χ²_red mean 0.86, median 0.68, against 1.00 and 0.84 for χ²₄/4).
+realisations with the chord as N*: rms z 1.00, χ²_red mean 0.86, median 0.68, against 1.00 and
+0.84 for χ²₄/4; with the stick's crossing, Reported N* above).
 What per-pair σ cannot carry (the layout bias below) the law fit's intervals take from the
 scatter between pairs (:mod:`dwtune.core.fit.wls`).
 Coverage of these intervals is measured, not assumed: ``benchmarks/coverage.py``.
@@ -130,6 +152,10 @@ MIN_SE = 1e-12  # nats: floor of a standard error (noise-free surfaces)
 PROFILE_REACH = 0.3  # e-folds beside the bracket whose points the broken-stick profile uses
 PROFILE_GRID = 400  # candidate crossings of the profile across the bracket
 STICK_MIN_POINTS = 4  # points the kink-bias stick needs: 3 parameters and one χ² dof
+# ... and the reported N*'s stick: with one χ² dof it all but interpolates four points (evenly
+# spaced tables 0.3 e-folds apart: median error 0.0101 against the chord's 0.0071; with five,
+# 0.0077)
+ESTIMATE_MIN_POINTS = 5
 # ... and on each side of the bracket: with one point on a side any crossing fits that side
 # exactly, so the other side's extrapolation alone places it (a saturating Δ puts it at the
 # bracket's edge: the length check's wide brackets moved N* by 0.4 e-folds so)
@@ -521,6 +547,24 @@ def _stick_world(
     return zero, centre
 
 
+def stick_zero(
+    x: np.ndarray, values: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]
+) -> float:
+    """The crossing of the best broken stick through zero of any of STICK_POWERS fitted to
+    ``values`` within PROFILE_REACH e-folds of the bracket (module doc, Reported N*); NaN where
+    fewer than ESTIMATE_MIN_POINTS lie there, or fewer than STICK_MIN_SIDE on a side."""
+    low, high = x[window[0]], x[window[1]]
+    near = (x >= low - PROFILE_REACH) & (x <= high + PROFILE_REACH) & np.isfinite(values)
+    below = int((near & (x <= low)).sum())
+    above = int((near & (x >= high)).sum())
+    if near.sum() < ESTIMATE_MIN_POINTS or min(below, above) < STICK_MIN_SIDE:
+        return math.nan
+    # the bracket's ends have decided signs: N* lies strictly between them
+    inner = np.linspace(low, high, PROFILE_GRID)[1:-1]
+    chi2 = _stick_chi2(x[near], values[near], se[near] ** -2.0, inner, STICK_POWERS)
+    return float(inner[np.argmin(chi2)])
+
+
 def robust_means(points: Sequence[DeltaPoint], means: np.ndarray) -> np.ndarray:
     """Median Δ of each point whose seeds all finished (one spiked seed moves a mean, not a
     median), its mean otherwise."""
@@ -643,7 +687,8 @@ def estimate_crossing(
     replicates = _midpoint_filled(_replicate_roots(x, means, *args), x, window)
     # The chord's bias where Δ is kinked: the same estimate in a world where Δ is the
     # broken stick fitted to the points (module doc), whose crossing is known.
-    kink, world = _stick_world(x, robust_means(points, means), se, window)
+    robust = robust_means(points, means)
+    kink, world = _stick_world(x, robust, se, window)
     bias = 0.0  # too few points to fit the stick: no correction, and no second bootstrap
     if not math.isnan(kink):
         stick_roots = _midpoint_filled(_replicate_roots(x, world, *args), x, window)
@@ -652,14 +697,21 @@ def estimate_crossing(
     q = np.percentile(replicates - (found[0] - star), [2.5, 16.0, 84.0, 97.5])
     stick = broken_stick_band(x, means, se, window, PROFILE_Q95)
     low95, high95 = min(q[0], stick[0]), max(q[3], stick[1])
+    # The reported N*: the crossing of the best broken stick through the points beside the
+    # bracket (module doc, Reported N*); the chord, kink-corrected, where they do not fix one.
+    zero = stick_zero(x, robust, se, window)
+    if not math.isnan(zero):
+        star = float(np.clip(zero, low95, high95))
+    low68, high68 = min(q[1], star), max(q[2], star)
+    sigma = max(0.5 * (high68 - low68), _reach(star, low95, high95) / Z95)
     return CrossingEstimate(
         status=shape.status,
         n_star=math.exp(star),
         n_star_low=math.exp(low95),
         n_star_high=math.exp(high95),
-        n_star_low_68=math.exp(q[1]),
-        n_star_high_68=math.exp(q[2]),
-        sigma_ln=max(0.5 * float(q[2] - q[1]), _reach(star, low95, high95) / Z95),
+        n_star_low_68=math.exp(low68),
+        n_star_high_68=math.exp(high68),
+        sigma_ln=sigma,
         crossings=(math.exp(star), *crossings[1:]),
         noise_source=noise.source,
         bound_low=bounds[0],

@@ -30,7 +30,8 @@ seeds before it counts); then the bracket is bisected in ``ln N`` (``bisect`` st
 ``N_high / N_low − 1 ≤ refine.tolerance``, or ``refine.max_rounds`` rounds, or the second point
 within noise inside the bracket. Before the pair closes, the estimate's kink correction gets
 its points (:func:`support_probe`: two within the broken stick's reach beside each bracket end,
-a probe where one lacks), and each decisive point is *re-verified*:
+a probe where one lacks; none with ``max_rounds: 0``, which places no new size), and each
+decisive point is *re-verified*:
 tested again with twice its seeds (at most ``max_seeds``); should its sign not hold, the bracket
 moves and bisection resumes.
 
@@ -261,9 +262,10 @@ def next_step(
         return Step(StepKind.SCAN, outcome, log_n=probe, seeds=refine.seeds)
 
     def finish(reason: str) -> Step:
-        """Close the bracketed pair, once the kink correction of its N* has its points."""
+        """Close the bracketed pair, once the kink correction of its N* has its points (where
+        the stage places new sizes at all: ``max_rounds: 0`` only verifies signs)."""
         support = support_probe([p.log_n for p in points if p.n], outcome, taken)
-        if support is not None:
+        if support is not None and refine.max_rounds > 0:
             return Step(StepKind.SCAN, outcome, log_n=support, seeds=refine.seeds)
         return close(outcome, refine, reason)
 

@@ -84,6 +84,18 @@ def test_bisection_proposes_the_midpoint_in_log_n_until_tolerance_or_rounds():
     assert transitions.next_step(narrow, REFINE, rounds=0).reason == "tolerance reached"
 
 
+def test_with_no_rounds_a_bracket_closes_on_its_own_points_without_support_probes():
+    # max_rounds 0 (search_spaces/cpu_transition.yaml): the stage verifies the grid's signs and
+    # trains no new size, not even a support probe beside a bracket end (there, one would have
+    # gone to 1.8e6, next to the size whose 1-layer net collapsed)
+    points = [point(15, 0.02), point(17, -0.02)]
+    step = transitions.next_step(points, REFINE, rounds=REFINE.max_rounds)
+    assert step.kind == "scan"  # with rounds left, a support probe beside an end
+    none = dataclasses.replace(REFINE, max_rounds=0)
+    closed = transitions.next_step(points, none, rounds=0)
+    assert closed.kind == "done" and closed.reason.startswith("max_rounds (0)")
+
+
 def test_points_within_noise_split_the_bracket_then_stop_it():
     ends = [point(15, 0.02), point(17, -0.02)]
     one = [*ends, point(16.5, 0.0001, decided=False, n=4, kind="bisect")]
