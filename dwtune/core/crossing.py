@@ -495,22 +495,28 @@ def stick_reach(low: float, high: float) -> float:
     return max(PROFILE_REACH, high - low)
 
 
-def stick_sides(x: np.ndarray, low: float, high: float) -> tuple[int, int]:
+def stick_sides(
+    x: np.ndarray, low: float, high: float, reach: float | None = None
+) -> tuple[int, int]:
     """How many of the sizes ``x`` (ln N) the stick may use at or below the bracket's low end,
-    and at or above its high end (each end counts on its own side)."""
-    reach = stick_reach(low, high)
+    and at or above its high end (each end counts on its own side), ``reach`` e-folds beside
+    it (:func:`stick_reach` where None)."""
+    reach = stick_reach(low, high) if reach is None else reach
     below = (x >= low - reach) & (x <= low)
     above = (x >= high) & (x <= high + reach)
     return int(below.sum()), int(above.sum())
 
 
 def _stick_support(
-    x: np.ndarray, values: np.ndarray, window: tuple[int, int, int, int]
+    x: np.ndarray,
+    values: np.ndarray,
+    window: tuple[int, int, int, int],
+    reach: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The points a broken stick is fitted to (finite, within :func:`stick_reach` of the
-    bracket) and the candidate crossings across the bracket."""
+    """The points a broken stick is fitted to (finite, within ``reach`` e-folds of the bracket:
+    :func:`stick_reach` where None) and the candidate crossings across the bracket."""
     low, high = x[window[0]], x[window[1]]
-    reach = stick_reach(low, high)
+    reach = stick_reach(low, high) if reach is None else reach
     near = (x >= low - reach) & (x <= high + reach) & np.isfinite(values)
     return near, np.linspace(low, high, PROFILE_GRID)
 
@@ -553,14 +559,11 @@ def stick_zero(
     """The crossing of the best broken stick through zero of any of STICK_POWERS fitted to
     ``values`` within PROFILE_REACH e-folds of the bracket (module doc, Reported N*); NaN where
     fewer than ESTIMATE_MIN_POINTS lie there, or fewer than STICK_MIN_SIDE on a side."""
-    low, high = x[window[0]], x[window[1]]
-    near = (x >= low - PROFILE_REACH) & (x <= high + PROFILE_REACH) & np.isfinite(values)
-    below = int((near & (x <= low)).sum())
-    above = int((near & (x >= high)).sum())
-    if near.sum() < ESTIMATE_MIN_POINTS or min(below, above) < STICK_MIN_SIDE:
+    near, grid = _stick_support(x, values, window, PROFILE_REACH)
+    sides = stick_sides(x[near], x[window[0]], x[window[1]], PROFILE_REACH)
+    if near.sum() < ESTIMATE_MIN_POINTS or min(sides) < STICK_MIN_SIDE:
         return math.nan
-    # the bracket's ends have decided signs: N* lies strictly between them
-    inner = np.linspace(low, high, PROFILE_GRID)[1:-1]
+    inner = grid[1:-1]  # the bracket's ends have decided signs: N* lies strictly between them
     chi2 = _stick_chi2(x[near], values[near], se[near] ** -2.0, inner, STICK_POWERS)
     return float(inner[np.argmin(chi2)])
 
