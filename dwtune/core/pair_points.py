@@ -6,8 +6,9 @@ their paper sizes ``12·L·w²`` differ by a few percent. ``N`` of a point is th
 width the deeper net really had. Δ is compared at equal ``N``: the shallower net's loss is moved
 along its own size trend, ``loss_Ls(x) ≈ loss_Ls(x_s) + slope·(x − x_s)``, where ``slope`` is the
 derivative of the shallower depth's mean grid loss in ``ln N`` (central differences between grid
-budgets, interpolated). Without it, width rounding alone shifts Δ by ~0.005 nats at 1e7
-parameters, more than a seed's noise. What the interpolated slope cannot know (the loss curve's
+budgets, interpolated; a law-design pair's extension points join it, :func:`extended_trend`).
+Without it, width rounding alone shifts Δ by ~0.005 nats at 1e7 parameters, more than a seed's
+noise. What the interpolated slope cannot know (the loss curve's
 bend between grid budgets, :class:`SizeTrend`) times the size gap is an error shared by every
 seed of the point: it joins the point's ``extra_sd``.
 
@@ -49,7 +50,7 @@ Sizes follow ``model.size_convention``: ``params_non_embedding`` (the paper's 12
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -106,6 +107,7 @@ class PairPoint:
     # input Δ is rebuilt from when the instability rule flags a training
     losses: tuple[tuple[int, float, float], ...] = ()
     size_correction: float = 0.0  # nats: the equal-N move subtracted from every Δ
+    size_correction_sd: float = 0.0  # nats: that move's error, the trend's share of extra_sd
     unstable_deep: tuple[int, ...] = ()  # seeds whose deeper training is flagged unstable
     unstable_shallow: tuple[int, ...] = ()  # (each also counts as a failure)
     # the sign the early rule settled from partial curves (refine.early_stop: its trainings
@@ -177,7 +179,7 @@ class SizeTrend:
     def __init__(self, log_n: Sequence[float], losses: Sequence[float]):
         order = np.argsort(log_n)
         self.x = np.asarray(log_n, dtype=float)[order]
-        y = np.asarray(losses, dtype=float)[order]
+        self.losses = y = np.asarray(losses, dtype=float)[order]
         self.slopes = np.gradient(y, self.x) if self.x.size >= 2 else np.zeros_like(self.x)
         self.slope_sds = _bend(self.x, y)
 
@@ -216,6 +218,7 @@ class PairedDeltas:
     extra_sd: float  # nats: the evaluation's paired error and the size trend's, in quadrature
     losses: tuple[tuple[int, float, float], ...] = ()  # (seed, deep, shallow), NaN: failed
     size_correction: float = 0.0  # nats: the equal-N move subtracted from every Δ
+    size_correction_sd: float = 0.0  # nats: that move's error, the trend's share of extra_sd
     unstable_deep: int = 0
     unstable_shallow: int = 0
 
@@ -298,7 +301,7 @@ def paired_deltas(
     rows = tuple((seed, d, s) for seed, (d, s) in zip(common, losses, strict=True))
     return PairedDeltas(
         seeds, tuple(deltas), failed_deep, failed_shallow, extra,
-        losses=rows, size_correction=moved,
+        losses=rows, size_correction=moved, size_correction_sd=moved_sd,
     )  # fmt: skip
 
 
@@ -321,6 +324,7 @@ def make_point(
     return PairPoint(
         losses=paired.losses,
         size_correction=paired.size_correction,
+        size_correction_sd=paired.size_correction_sd,
         budget=float(budget),
         log_n=float(log_n),
         width_deep=int(width_deep),
@@ -474,6 +478,72 @@ def with_early_ends(
         losses=(),
         early_sign=sign if only_the_batch else 0,
     )
+
+
+# --------------------------------------------------------------------------- extended trend
+
+
+def extended_trend(
+    trend: SizeTrend, points: Sequence[PairPoint], shallow_log_n: Callable[[float], float]
+) -> SizeTrend:
+    """``trend`` with the shallower net's mean loss at each law-design extension point added
+    (``shallow_log_n(budget)``: ln of the shallower net's size there), or ``trend`` itself
+    where the pair has none.
+
+    Why: the law design's grid trains the shallower depth at two sizes or so around the
+    reference law's N*; where that law is off, the pair extends beyond them and every point
+    near its N* would take an extrapolated slope (the end secant, with no bend error). On
+    ``search_spaces/paper.yaml``'s simulated twin at a slope b 30% below the reference, that
+    slope was 5-25% off and the 95% intervals held N* in 81% of 600 pairs
+    (``benchmarks/study_coverage.py``). The extensions lie e-folds apart, so their means give
+    the slope and its bend between them without the noise of the dense points near N*."""
+    extra: dict[float, list[float]] = {}
+    for point in points:
+        if point.kind != PointKind.EXTEND:
+            continue
+        shallow = [s for seed, _, s in point.losses if math.isfinite(s)
+                   and seed not in point.unstable_shallow]  # fmt: skip
+        if shallow:
+            extra.setdefault(shallow_log_n(point.budget), []).extend(shallow)
+    if not extra:
+        return trend
+    by_x = {float(x): [float(y)] for x, y in zip(trend.x, trend.losses, strict=True)}
+    for x, losses in extra.items():
+        near = next((k for k in by_x if math.isclose(k, x, abs_tol=1e-9)), None)
+        if near is None:
+            by_x[x] = [float(np.mean(losses))]
+    xs = sorted(by_x)
+    return SizeTrend(xs, [float(np.mean(by_x[x])) for x in xs])
+
+
+def retrended(point: PairPoint, trend: SizeTrend, log_n_shallow: float) -> PairPoint:
+    """``point`` corrected along ``trend`` instead of the trend it was made with: the equal-N
+    move, every finite Δ and the trend's share of ``extra_sd`` recomputed (the same point
+    again where it already is)."""
+    gap = point.log_n - log_n_shallow
+    moved = trend.slope_at(log_n_shallow) * gap
+    moved_sd = trend.slope_sd_at(log_n_shallow) * abs(gap)
+    shift = point.size_correction - moved
+    deltas = tuple(d + shift if math.isfinite(d) else d for d in point.deltas)
+    rest = max(point.extra_sd**2 - point.size_correction_sd**2, 0.0)
+    return replace(
+        point,
+        deltas=deltas,
+        size_correction=moved,
+        size_correction_sd=moved_sd,
+        extra_sd=math.sqrt(rest + moved_sd**2),
+    )
+
+
+def on_extended_trend(
+    points: Sequence[PairPoint], trend: SizeTrend, shallow_log_n: Callable[[float], float]
+) -> list[PairPoint]:
+    """Every point corrected along :func:`extended_trend` (``points`` as they are where the
+    pair has no extension): made from the records alone, so a resumed pair sees the same."""
+    extended = extended_trend(trend, points, shallow_log_n)
+    if extended is trend:
+        return list(points)
+    return [retrended(p, extended, shallow_log_n(p.budget)) for p in points]
 
 
 def merge_points(grid: Sequence[PairPoint], later: Sequence[PairPoint]) -> list[PairPoint]:

@@ -64,7 +64,7 @@ def _request(spec: ExperimentSpec, refiner: PairRefiner, cell, seed: int, factor
 
 def plan_check(spec: ExperimentSpec, refiner: PairRefiner, t: Transition, factor: float):
     """The pair's check at ``factor``: its points near the bracket, both depths × their seeds."""
-    points = decided_points(refiner.grid.points, refiner.study, spec.refine)
+    points = decided_points(refiner.points_of, refiner.study, spec.refine)
     chosen = check_points(points, spec.space.budgets, spec.refine.max_seeds)
     shallow, deep = refiner.pair
     requests = []

@@ -77,6 +77,8 @@ Progress = Callable[[str], None]
 # bisection rounds among them.
 Snapshot = tuple[list[tuple[int, PairPoint]], int]
 Rounds = Generator[list[TrialRequest], list[TrialRecord], Transition]
+# a pair's points (grid and told, equal-N corrected) from its Optuna study
+PointsOf = Callable[[optuna.Study], list[PairPoint]]
 # An early-stopped batch: (the sign the early rule settled, its seeds, each one's end estimate)
 EarlyEnds = tuple[int, tuple[int, ...], tuple[float, ...]]
 
@@ -94,22 +96,22 @@ def bisection_rounds(study: optuna.Study) -> int:
 
 
 def decided_points(
-    grid: Sequence[PairPoint], study: optuna.Study, refine: RefineConfig
+    points_of: PointsOf, study: optuna.Study, refine: RefineConfig
 ) -> list[PairPoint]:
-    """Grid and study points, sorted, each sign tested under the pair's current noise."""
-    points = pair_points.merge_points(grid, trial_points(study))
-    return transitions.decide_points(points, refine)
+    """Grid and study points (``points_of(study)``, sorted), each sign tested under the
+    pair's current noise."""
+    return transitions.decide_points(points_of(study), refine)
 
 
 def plan_step(
-    grid: Sequence[PairPoint],
+    points_of: PointsOf,
     study: optuna.Study,
     refine: RefineConfig,
     width_of: Callable[[float], int] | None = None,
     span: tuple[float, float] | None = None,
 ) -> Step:
     """The next step of a pair, from its grid points and its study's history alone."""
-    points = decided_points(grid, study, refine)
+    points = decided_points(points_of, study, refine)
     return transitions.next_step(points, refine, bisection_rounds(study), width_of, span)
 
 
@@ -123,12 +125,12 @@ class BisectionSampler(optuna.samplers.BaseSampler):
 
     def __init__(
         self,
-        grid: Sequence[PairPoint],
+        points_of: PointsOf,
         refine: RefineConfig,
         width_of: Callable[[float], int] | None = None,
         span: tuple[float, float] | None = None,
     ):
-        self.grid, self.refine, self.width_of = tuple(grid), refine, width_of
+        self.points_of, self.refine, self.width_of = points_of, refine, width_of
         self.span = span
 
     def infer_relative_search_space(self, study, trial) -> dict:
@@ -138,7 +140,7 @@ class BisectionSampler(optuna.samplers.BaseSampler):
         return {}
 
     def sample_independent(self, study, trial, param_name, param_distribution) -> float:
-        step = plan_step(self.grid, study, self.refine, self.width_of, self.span)
+        step = plan_step(self.points_of, study, self.refine, self.width_of, self.span)
         if param_name != LOG_N or step.kind not in PROPOSED:
             raise RuntimeError(f"no bisection proposal for {param_name} ({step.kind})")
         return step.log_n
@@ -160,7 +162,7 @@ class PairRefiner:
         self.seed_order = transitions.seed_sequence(spec.space.seeds, count)
         self.path = study_path(store, self.pair)
         self.span = budget_span(spec)
-        sampler = BisectionSampler(grid.points, self.refine, self._deep_width, self.span)
+        sampler = BisectionSampler(self.points_of, self.refine, self._deep_width, self.span)
         self.study = open_study(self.path, sampler, say)
         self._asking: tuple[int, str] = (0, "")  # (round, point kind) of the round running
         # early_context's cache of the pair's measured noise: None until computed, and again
@@ -180,7 +182,7 @@ class PairRefiner:
             self.say(f"[refine {self.grid.label}] {len(missing)} training(s) without a record")
             yield missing
         while True:
-            step = plan_step(self.grid.points, self.study, self.refine, self._deep_width, self.span)
+            step = plan_step(self.points_of, self.study, self.refine, self._deep_width, self.span)
             if step.kind == StepKind.DONE:
                 transition = self._transition(step)
                 self._show(step, str(transition.status), done=True)
@@ -236,6 +238,23 @@ class PairRefiner:
     def _deep_width(self, log_n: float) -> int:
         """The deeper net's width at size ``exp(log_n)`` (what makes a proposal new or not)."""
         return self.spec.cell(self.pair[1], math.exp(log_n)).shape.width
+
+    def _shallow_log_n(self, budget: float) -> float:
+        """ln of the shallower net's size at ``budget`` (model.size_convention)."""
+        cell = self.spec.cell(self.pair[0], budget)
+        total = self.spec.model.size_convention == SizeConvention.TOTAL
+        return math.log(cell.params_total if total else cell.params_non_embedding)
+
+    def merged(self, told: Sequence[PairPoint]) -> list[PairPoint]:
+        """The grid's points and ``told`` (a later one at the same budget replacing an earlier
+        one), sorted, corrected to equal N along the shallower depth's size trend extended
+        by the pair's own extension points (:func:`pair_points.on_extended_trend`)."""
+        points = pair_points.merge_points(self.grid.points, told)
+        return pair_points.on_extended_trend(points, self.grid.trend, self._shallow_log_n)
+
+    def points_of(self, study: optuna.Study) -> list[PairPoint]:
+        """:meth:`merged` over the study's finished trials."""
+        return self.merged(trial_points(study))
 
     # ------------------------------------------------------------------ one point
 
@@ -293,8 +312,7 @@ class PairRefiner:
         if early is not None:
             sign, batch, ends = early  # the batch's records hold partial losses
             point = pair_points.with_early_ends(point, batch, ends, sign)
-        points = pair_points.merge_points(self.grid.points, [*told, point])
-        decided = transitions.decide_points(points, self.refine)
+        decided = transitions.decide_points(self.merged([*told, point]), self.refine)
         return next(p for p in decided if p.budget == budget)
 
     # ------------------------------------------------------------------ early decisions
@@ -310,7 +328,10 @@ class PairRefiner:
         x_deep, x_shallow = (
             math.log(c.params_total if total else c.params_non_embedding) for c in cells
         )
-        correction = self.grid.trend.slope_at(x_shallow) * (x_deep - x_shallow)
+        trend = pair_points.extended_trend(
+            self.grid.trend, trial_points(self.study), self._shallow_log_n
+        )
+        correction = trend.slope_at(x_shallow) * (x_deep - x_shallow)
         measured = self._measured_noise()
         if measured is None:
             return early_decision.PointNoise(math.nan, 0.0, correction)
@@ -327,9 +348,7 @@ class PairRefiner:
         told (which empties the cache), so no ask reads the journal."""
         if self._noise_cache is not None:
             return self._noise_cache[0]
-        points = pair_points.mark_unstable(
-            pair_points.merge_points(self.grid.points, trial_points(self.study))
-        )
+        points = pair_points.mark_unstable(self.points_of(self.study))
         measured = None
         if points:
             noise = crossing.pair_noise(
@@ -430,8 +449,7 @@ class PairRefiner:
 
     def pair_points(self) -> PairPoints:
         """Every point of the pair as DeltaPoints: the study bootstrap's input."""
-        points = pair_points.merge_points(self.grid.points, trial_points(self.study))
-        points = pair_points.mark_unstable(points)
+        points = pair_points.mark_unstable(self.points_of(self.study))
         deltas = tuple(p.delta_point() for p in points if p.n)
         return PairPoints(self.grid.label, self.pair[0], self.pair[1], deltas)
 
@@ -443,7 +461,7 @@ class PairRefiner:
         """The pair's transition from its grid and journal points as they stand (or as
         ``snapshot`` read them earlier)."""
         told, rounds = snapshot or self._snapshot()
-        points = pair_points.merge_points(self.grid.points, [point for _, point in told])
+        points = self.merged([point for _, point in told])
         return transitions.make_transition(
             self.pair,
             points,

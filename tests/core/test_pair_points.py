@@ -161,3 +161,67 @@ def test_a_point_of_its_early_batch_alone_keeps_the_early_sign():
     point = pair_points.with_early_ends(two, (1, 0), (0.2, 0.1), +1)
     assert point.deltas == (0.1, 0.2)  # aligned with the sorted seeds
     assert point.early_sign == 1
+
+
+# --------------------------------------------------------------------------- extended trend
+
+
+def _curved_loss(log_n: float) -> float:
+    """A shallower net's loss bending with size: its slope in ln N halves over 1.4 e-folds."""
+    return 2.0 + 0.3 * math.exp(-0.5 * (log_n - 16.0))
+
+
+def _point_at(budget, log_n_shallow, kind, trend, gap=0.0):
+    """Both nets at ``budget``; the deeper net ``gap`` nats above the shallower's loss moved
+    to its size, so its true equal-N Δ is ``gap``."""
+    log_n_deep = math.log(budget)
+    deep_loss = _curved_loss(log_n_deep) + gap
+    deep = {s: _record(2, budget, s, deep_loss) for s in (0, 1)}
+    size = round(math.exp(log_n_shallow))
+    shallow = {
+        s: dataclasses.replace(
+            _record(1, budget, s, _curved_loss(log_n_shallow)),
+            params_non_embedding=size, params_total=size,
+        )
+        for s in (0, 1)
+    }  # fmt: skip
+    sizes = (log_n_deep, 100, 140)
+    point = pair_points.make_point(budget, sizes, deep, shallow, trend, kind, 2)
+    return point
+
+
+def test_an_extension_point_extends_the_trend_a_point_beyond_the_grid_sizes_is_moved_along():
+    # The grid trained the shallower net at two sizes (the law design's first points); the
+    # pair extended below them. A point there, its nets 6% apart in size, took the end
+    # secant's slope; with the extension's shallow mean the slope there is interpolated.
+    grid_x = (16.5, 17.2)
+    trend = SizeTrend(list(grid_x), [_curved_loss(x) for x in grid_x])
+    shallow_x = {math.exp(15.2): 15.2, math.exp(15.8): 15.8 - 0.06}
+    extension = _point_at(math.exp(15.2), 15.2, vocabulary.PointKind.EXTEND, trend)
+    near = _point_at(math.exp(15.8), 15.8 - 0.06, vocabulary.PointKind.BISECT, trend)
+
+    extended = pair_points.extended_trend(trend, [extension, near], lambda b: shallow_x[b])
+    assert list(extended.x) == [15.2, 16.5, 17.2]  # the extension's size, not the bisect's
+    before = abs(np.mean(near.deltas))  # true Δ is 0
+    after_point = pair_points.on_extended_trend([extension, near], trend, lambda b: shallow_x[b])[1]
+    after = abs(np.mean(after_point.deltas))
+    assert after < 0.5 * before
+    # the correction's error is carried: three sizes show the loss curve's bend
+    assert after_point.size_correction_sd > 0.0
+    assert after_point.extra_sd >= after_point.size_correction_sd
+
+
+def test_retrending_a_point_twice_changes_nothing_and_no_extension_keeps_the_points():
+    trend = SizeTrend([16.5, 17.2], [_curved_loss(16.5), _curved_loss(17.2)])
+    other = SizeTrend([15.0, 16.5, 17.2], [_curved_loss(x) for x in (15.0, 16.5, 17.2)])
+    point = _point_at(math.exp(16.0), 15.95, vocabulary.PointKind.BISECT, trend, gap=0.01)
+    once = pair_points.retrended(point, other, 15.95)
+    assert once.deltas != point.deltas
+    assert pair_points.retrended(once, other, 15.95) == once
+    back = pair_points.retrended(once, trend, 15.95)
+    # (the records' integer sizes put ln N within 1e-7 of the float one)
+    assert back.deltas == pytest.approx(point.deltas, abs=1e-7)
+    assert back.extra_sd == pytest.approx(point.extra_sd, abs=1e-7)
+    assert pair_points.on_extended_trend([point], trend, lambda b: 15.95) == [point]
+    loaded = pair_points.PairPoint.from_dict(once.to_dict())
+    assert loaded == once

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from dwtune.backends.simulated_surface import planted_transition
+from dwtune.core import pair_points
 from dwtune.core.projection import reference, transition_size
 from dwtune.core.spec import load_spec
 from dwtune.core.vocabulary import StepKind, TransitionStatus
 from dwtune.storage.store import ExperimentStore
-from dwtune.study.refine import refine_in_process
+from dwtune.study.refine import RefineStage, refine_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 SIMULATED = ROOT / "search_spaces" / "simulated.yaml"
@@ -63,6 +64,24 @@ def test_a_law_far_off_is_found_by_extending_beyond_the_censored_edge(tmp_path):
     assert StepKind.EXTEND in kinds
     assert transition_size(reference("levine2020"), 18) * math.e < transitions[0].n_star
     _assert_bracketed_near_the_planted(spec, transitions)
+
+
+def test_an_extended_pair_moves_its_shallower_net_along_the_trend_its_extensions_extend(tmp_path):
+    # The law 2 e-folds off: the pair extends beyond the shallower depth's two grid sizes, and
+    # its points near N* are corrected to equal N along the trend with the extensions' means.
+    a = reference("levine2020").a + 1.0
+    spec, store, transitions, _ = _run(tmp_path, ("refine.pairs=[[12,18]]", f"simulated.a={a}"))
+    stage = RefineStage(spec, store)
+    refiner = stage.refiners[0]
+    points = refiner.points_of(refiner.study)
+    extended = pair_points.extended_trend(refiner.grid.trend, points, refiner._shallow_log_n)
+    assert len(extended.x) > len(refiner.grid.trend.x) == 2
+    for point in points:
+        x_shallow = refiner._shallow_log_n(point.budget)
+        move = extended.slope_at(x_shallow) * (point.log_n - x_shallow)
+        assert point.size_correction == pytest.approx(move, abs=1e-12)
+    # the reported N* is the one those points give, and a resume reads the same points
+    assert transitions[0].n_star == refiner._estimate("check").n_star
 
 
 @pytest.mark.slow  # three whole simulated studies
