@@ -42,7 +42,7 @@ from dwtune.core import crossing, early_decision, pair_points, transitions, voca
 from dwtune.core.budget import GridCell
 from dwtune.core.fit.bootstrap import PairPoints
 from dwtune.core.noise import Noise
-from dwtune.core.pair_points import PairGrid, PairPoint
+from dwtune.core.pair_points import PairGrid, PairPoint, SizeTrend
 from dwtune.core.records import TrialRecord, TrialRequest, grid_requests, make_request
 from dwtune.core.spec import ExperimentSpec, RefineConfig
 from dwtune.core.transitions import Step, Transition
@@ -165,9 +165,9 @@ class PairRefiner:
         sampler = BisectionSampler(self.points_of, self.refine, self._deep_width, self.span)
         self.study = open_study(self.path, sampler, say)
         self._asking: tuple[int, str] = (0, "")  # (round, point kind) of the round running
-        # early_context's cache of the pair's measured noise: None until computed, and again
-        # each time a round is told (the only change to the pair's points)
-        self._noise_cache: tuple[tuple[list[float], Noise] | None] | None = None
+        # early_context's cache of the pair's measured noise and equal-N trend: None until
+        # computed, and again each time a round is told (the only change to the pair's points)
+        self._noise_cache: tuple[tuple[list[float], Noise] | None, SizeTrend] | None = None
 
     # ------------------------------------------------------------------ the loop
 
@@ -328,11 +328,8 @@ class PairRefiner:
         x_deep, x_shallow = (
             math.log(c.params_total if total else c.params_non_embedding) for c in cells
         )
-        trend = pair_points.extended_trend(
-            self.grid.trend, trial_points(self.study), self._shallow_log_n
-        )
+        measured, trend = self._measured_noise()
         correction = trend.slope_at(x_shallow) * (x_deep - x_shallow)
-        measured = self._measured_noise()
         if measured is None:
             return early_decision.PointNoise(math.nan, 0.0, correction)
         log_ns, noise = measured
@@ -341,22 +338,25 @@ class PairRefiner:
             float(noise.sd[nearest]), float(noise.dof[nearest]), correction
         )
 
-    def _measured_noise(self) -> tuple[list[float], Noise] | None:
-        """(each point's ln N, the pair's noise at them) over the pair's points as they stand;
-        None without points. Computed once per state of the pair's points: the scheduler asks
-        at every eval report of every training, and the points change only when a round is
-        told (which empties the cache), so no ask reads the journal."""
+    def _measured_noise(self) -> tuple[tuple[list[float], Noise] | None, SizeTrend]:
+        """(each point's ln N, the pair's noise at them) over the pair's points as they stand
+        (None without points), and the equal-N trend they are corrected along. Computed once
+        per state of the pair's points: the scheduler asks at every eval report of every
+        training, and the points change only when a round is told (which empties the cache),
+        so no ask reads the journal."""
         if self._noise_cache is not None:
-            return self._noise_cache[0]
-        points = pair_points.mark_unstable(self.points_of(self.study))
+            return self._noise_cache
+        told = trial_points(self.study)
+        points = pair_points.mark_unstable(self.merged(told))
+        trend = pair_points.extended_trend(self.grid.trend, told, self._shallow_log_n)
         measured = None
         if points:
             noise = crossing.pair_noise(
                 [p.delta_point() for p in points], transitions.noise_prior(self.refine)
             )
             measured = ([p.log_n for p in points], noise)
-        self._noise_cache = (measured,)
-        return measured
+        self._noise_cache = (measured, trend)
+        return self._noise_cache
 
     def _early_call(
         self, budget: float, records: dict, told: Sequence[PairPoint]
