@@ -8,9 +8,9 @@ along its own size trend, ``loss_Ls(x) ≈ loss_Ls(x_s) + slope·(x − x_s)``, 
 derivative of the shallower depth's mean grid loss in ``ln N`` (central differences between grid
 budgets, interpolated; a law-design pair's extension points join it, :func:`extended_trend`).
 Without it, width rounding alone shifts Δ by ~0.005 nats at 1e7 parameters, more than a seed's
-noise. What the interpolated slope cannot know (the loss curve's
-bend between grid budgets, :class:`SizeTrend`) times the size gap is an error shared by every
-seed of the point: it joins the point's ``extra_sd``.
+noise. What the interpolated slope cannot know (the loss curve's bend between grid budgets,
+:class:`SizeTrend`) times the size gap is an error shared by every seed of the point: it joins
+the point's ``extra_sd``.
 
 Paired seeds. Each seed trains both depths (same data order and initialisation seed), so Δ is
 taken seed by seed and its noise is that of a paired difference. The noise model (learned from
@@ -507,13 +507,12 @@ def extended_trend(
             extra.setdefault(shallow_log_n(point.budget), []).extend(shallow)
     if not extra:
         return trend
-    by_x = {float(x): [float(y)] for x, y in zip(trend.x, trend.losses, strict=True)}
+    by_x = {float(x): float(y) for x, y in zip(trend.x, trend.losses, strict=True)}
     for x, losses in extra.items():
-        near = next((k for k in by_x if math.isclose(k, x, abs_tol=1e-9)), None)
-        if near is None:
-            by_x[x] = [float(np.mean(losses))]
+        if not any(math.isclose(k, x, abs_tol=1e-9) for k in by_x):  # a grid size: kept
+            by_x[x] = float(np.mean(losses))
     xs = sorted(by_x)
-    return SizeTrend(xs, [float(np.mean(by_x[x])) for x in xs])
+    return SizeTrend(xs, [by_x[x] for x in xs])
 
 
 def retrended(point: PairPoint, trend: SizeTrend, log_n_shallow: float) -> PairPoint:

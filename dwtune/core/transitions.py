@@ -264,9 +264,10 @@ def next_step(
     def finish(reason: str) -> Step:
         """Close the bracketed pair, once the kink correction of its N* has its points (where
         the stage places new sizes at all: ``max_rounds: 0`` only verifies signs)."""
-        support = support_probe([p.log_n for p in points if p.n], outcome, taken)
-        if support is not None and refine.max_rounds > 0:
-            return Step(StepKind.SCAN, outcome, log_n=support, seeds=refine.seeds)
+        if refine.max_rounds > 0:
+            support = support_probe([p.log_n for p in points if p.n], outcome, taken)
+            if support is not None:
+                return Step(StepKind.SCAN, outcome, log_n=support, seeds=refine.seeds)
         return close(outcome, refine, reason)
 
     inside = [

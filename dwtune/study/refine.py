@@ -239,11 +239,15 @@ class PairRefiner:
         """The deeper net's width at size ``exp(log_n)`` (what makes a proposal new or not)."""
         return self.spec.cell(self.pair[1], math.exp(log_n)).shape.width
 
-    def _shallow_log_n(self, budget: float) -> float:
-        """ln of the shallower net's size at ``budget`` (model.size_convention)."""
-        cell = self.spec.cell(self.pair[0], budget)
+    def _log_size(self, depth: int, budget: float) -> float:
+        """ln of the size of ``depth``'s net at ``budget`` (model.size_convention)."""
+        cell = self.spec.cell(depth, budget)
         total = self.spec.model.size_convention == SizeConvention.TOTAL
         return math.log(cell.params_total if total else cell.params_non_embedding)
+
+    def _shallow_log_n(self, budget: float) -> float:
+        """ln of the shallower net's size at ``budget``."""
+        return self._log_size(self.pair[0], budget)
 
     def merged(self, told: Sequence[PairPoint]) -> list[PairPoint]:
         """The grid's points and ``told`` (a later one at the same budget replacing an earlier
@@ -323,11 +327,7 @@ class PairRefiner:
         pair's points do not change while one of its points trains, so the scheduler that
         stops the trainings and :meth:`_early_call` that decides the point agree."""
         budget = request.cell.budget
-        cells = (self.spec.cell(self.pair[1], budget), self.spec.cell(self.pair[0], budget))
-        total = self.spec.model.size_convention == SizeConvention.TOTAL
-        x_deep, x_shallow = (
-            math.log(c.params_total if total else c.params_non_embedding) for c in cells
-        )
+        x_deep, x_shallow = self._log_size(self.pair[1], budget), self._shallow_log_n(budget)
         measured, trend = self._measured_noise()
         correction = trend.slope_at(x_shallow) * (x_deep - x_shallow)
         if measured is None:
