@@ -83,6 +83,7 @@ def run_study(spec: ExperimentSpec) -> dict:
         "a_covered": covers(fit.get("ci_a"), spec.simulated.a),
         "b_covered": covers(fit.get("ci_b"), spec.simulated.b),
         "depth_covered": depth_coverage(spec, outcome.fit),
+        "depth_spread": depth_spread(spec, outcome.fit),
         "trainings": runner.trained,
     }
 
@@ -99,6 +100,20 @@ def depth_coverage(spec: ExperimentSpec, fit) -> dict[float, bool]:
         projection = project_budget(law, budget)
         held[budget] = projection.depth_lo <= optimal_depth(planted, budget) <= projection.depth_hi
     return held
+
+
+def depth_spread(spec: ExperimentSpec, fit) -> dict[float, float]:
+    """Per projected budget: ln(depth_hi / depth_lo) of the report's 95% interval of the
+    optimal depth, what a study's precision buys a user."""
+    if fit is None or fit.b <= 0:
+        return {}
+    law = DepthWidthLaw.from_fit(fit)
+    spread = {}
+    for budget in spec.fit.budgets:
+        projection = project_budget(law, budget)
+        if projection.depth_lo > 0 and math.isfinite(projection.depth_hi):
+            spread[budget] = math.log(projection.depth_hi / projection.depth_lo)
+    return spread
 
 
 def covers(interval, truth: float) -> bool | None:
@@ -142,6 +157,7 @@ def pair_lines(results: Sequence[dict]) -> list[str]:
     labels = list(dict.fromkeys(p["pair"] for p in rows))
     lines = [
         f"{'pair':<7}{'bracketed':>10}{'mean ln(N*/true)':>22}{'rms z':>7}{'68%':>7}{'95%':>7}"
+        f"{'median σ':>10}"
     ]
     for label in [*labels, "all"]:
         mine = [p for p in rows if label in ("all", p["pair"])]
@@ -156,6 +172,7 @@ def pair_lines(results: Sequence[dict]) -> list[str]:
             f"{label:<7}{len(ok):>5}/{len(mine):<4}{err.mean():>+12.4f} ± {mc:.4f}"
             f"{math.sqrt(np.mean(z**2)):>7.2f}{np.mean([p['in68'] for p in ok]):>7.1%}"
             f"{np.mean([p['in95'] for p in ok]):>7.1%}"
+            f"{np.median([p['sigma'] for p in ok]):>10.4f}"
         )
     return lines
 
@@ -190,9 +207,10 @@ def fit_lines(results: Sequence[dict], shipped: dict | None) -> list[str]:
         held = [r["depth_covered"][budget] for r in fitted if budget in r["depth_covered"]]
         share = float(np.mean(held))
         se = math.sqrt(share * (1.0 - share) / len(held))
+        spread = [r["depth_spread"][budget] for r in fitted if budget in r["depth_spread"]]
         lines.append(
             f"  95% interval of the optimal depth at {budget:.3g} holds the planted one: "
-            f"{share:.1%} ± {se:.1%}"
+            f"{share:.1%} ± {se:.1%}; median ln(high/low) {np.median(spread):.3f}"
         )
     return lines
 

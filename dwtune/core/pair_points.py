@@ -50,7 +50,7 @@ Sizes follow ``model.size_convention``: ``params_non_embedding`` (the paper's 12
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -395,18 +395,22 @@ def grid_pair(
     budgets: Sequence[float],
     seeds: Sequence[int],
     convention: str = SizeConvention.NON_EMBEDDING.value,
+    trend_budgets: Sequence[float] = (),
 ) -> PairGrid:
     """The pair's grid points (every budget both depths ran, failures included; undecided
-    until :func:`decide_points`); InputError if a depth has no finished grid trial."""
+    until :func:`decide_points`); InputError if a depth has no finished grid trial. The
+    shallower depth's size trend takes its grid means at ``budgets`` and ``trend_budgets``
+    (every size the grid trained it at: ExperimentSpec.depth_budgets)."""
     shallow_depth, deep_depth = pair
     tables = {d: by_budget(records, d, budgets, seeds) for d in pair}
+    everywhere = sorted({*budgets, *trend_budgets})
     for depth in pair:
         if not any(_usable(r) for row in tables[depth].values() for r in row.values()):
             raise InputError(
                 f"refine pair [{shallow_depth}, {deep_depth}]: depth {depth} has no finished grid "
                 f"trials; add it to space.depths and rerun `dwtune run`"
             )
-    trend = shallow_trend(tables[shallow_depth], convention)
+    trend = shallow_trend(by_budget(records, shallow_depth, everywhere, seeds), convention)
     common = [b for b in budgets if b in tables[deep_depth] and b in tables[shallow_depth]]
     points = []
     for b in common:
@@ -483,11 +487,21 @@ def with_early_ends(
 # --------------------------------------------------------------------------- extended trend
 
 
+def extension_budgets(told: Iterable[PairPoint]) -> frozenset[float]:
+    """The budgets where the pair extended (law design), from every point it was told: a
+    point verified later keeps its budget, not its kind."""
+    return frozenset(p.budget for p in told if p.kind == PointKind.EXTEND)
+
+
 def extended_trend(
-    trend: SizeTrend, points: Sequence[PairPoint], shallow_log_n: Callable[[float], float]
+    trend: SizeTrend,
+    points: Sequence[PairPoint],
+    shallow_log_n: Callable[[float], float],
+    extensions: Collection[float] = (),
 ) -> SizeTrend:
     """``trend`` with the shallower net's mean loss at each law-design extension point added
-    (``shallow_log_n(budget)``: ln of the shallower net's size there), or ``trend`` itself
+    (a point of kind extend, or at one of ``extensions``: :func:`extension_budgets`;
+    ``shallow_log_n(budget)``: ln of the shallower net's size there), or ``trend`` itself
     where the pair has none.
 
     Why: the law design's grid trains the shallower depth at two sizes or so around the
@@ -499,7 +513,9 @@ def extended_trend(
     the slope and its bend between them without the noise of the dense points near N*."""
     extra: dict[float, list[float]] = {}
     for point in points:
-        if point.kind != PointKind.EXTEND:
+        # Why the budgets: a re-verified extension point becomes a verify point, and its
+        # shallower net then left the trend (paper.yaml's twin with looser stops, pair 24-30)
+        if point.kind != PointKind.EXTEND and point.budget not in extensions:
             continue
         shallow = [s for seed, _, s in point.losses if math.isfinite(s)
                    and seed not in point.unstable_shallow]  # fmt: skip
@@ -535,11 +551,14 @@ def retrended(point: PairPoint, trend: SizeTrend, log_n_shallow: float) -> PairP
 
 
 def on_extended_trend(
-    points: Sequence[PairPoint], trend: SizeTrend, shallow_log_n: Callable[[float], float]
+    points: Sequence[PairPoint],
+    trend: SizeTrend,
+    shallow_log_n: Callable[[float], float],
+    extensions: Collection[float] = (),
 ) -> list[PairPoint]:
     """Every point corrected along :func:`extended_trend` (``points`` as they are where the
     pair has no extension): made from the records alone, so a resumed pair sees the same."""
-    extended = extended_trend(trend, points, shallow_log_n)
+    extended = extended_trend(trend, points, shallow_log_n, extensions)
     if extended is trend:
         return list(points)
     return [retrended(p, extended, shallow_log_n(p.budget)) for p in points]

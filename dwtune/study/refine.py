@@ -254,7 +254,10 @@ class PairRefiner:
         one), sorted, corrected to equal N along the shallower depth's size trend extended
         by the pair's own extension points (:func:`pair_points.on_extended_trend`)."""
         points = pair_points.merge_points(self.grid.points, told)
-        return pair_points.on_extended_trend(points, self.grid.trend, self._shallow_log_n)
+        extensions = pair_points.extension_budgets(told)
+        return pair_points.on_extended_trend(
+            points, self.grid.trend, self._shallow_log_n, extensions
+        )
 
     def points_of(self, study: optuna.Study) -> list[PairPoint]:
         """:meth:`merged` over the study's finished trials."""
@@ -348,7 +351,12 @@ class PairRefiner:
             return self._noise_cache
         told = trial_points(self.study)
         points = pair_points.mark_unstable(self.merged(told))
-        trend = pair_points.extended_trend(self.grid.trend, told, self._shallow_log_n)
+        trend = pair_points.extended_trend(
+            self.grid.trend,
+            pair_points.merge_points(self.grid.points, told),
+            self._shallow_log_n,
+            pair_points.extension_budgets(told),
+        )
         measured = None
         if points:
             noise = crossing.pair_noise(
@@ -635,7 +643,10 @@ def grid_pairs(spec: ExperimentSpec, records: Sequence[TrialRecord]) -> list[Pai
     grids = []
     for pair in spec.refine.pairs:
         budgets = spec.pair_budgets(tuple(pair))  # the pair's first points (refine.design)
-        grid = pair_points.grid_pair(records, tuple(pair), budgets, seeds, convention)
+        trend_budgets = spec.shallow_budgets(tuple(pair))  # its shallower net's size trend
+        grid = pair_points.grid_pair(
+            records, tuple(pair), budgets, seeds, convention, trend_budgets
+        )
         decided = transitions.decide_points(grid.points, spec.refine)
         grids.append(dataclasses.replace(grid, points=tuple(decided)))
     return grids

@@ -101,7 +101,16 @@ def test_the_law_design_grid_trains_each_pairs_two_depths_at_its_two_sizes():
     pairs = spec.refine.pairs
     cells = {(c.depth, round(c.budget)) for c in spec.grid()}
     wanted = {(d, round(n)) for pair in pairs for n in spec.pair_budgets(pair) for d in pair}
-    assert cells == wanted and len(cells) == 2 * 2 * len(pairs)
+    # the shallowest depth, a shallower net at two sizes only, is trained at its pair's law N*
+    # too, so that its size trend shows a bend (ExperimentSpec.depth_budgets)
+    first = min(pairs)
+    centre = (first[0], round(transition_size(reference(spec.fit.reference), first[1])))
+    assert cells == wanted | {centre} and len(cells) == 2 * 2 * len(pairs) + 1
+    first_sizes = {*spec.pair_budgets(first), spec.law_centre(first)}
+    assert spec.depth_budgets(first[0]) == tuple(sorted(first_sizes))
+    middle = pairs[1][0]  # shallower in one pair, deeper in another: four sizes already
+    assert len(spec.depth_budgets(middle)) == 4
+    assert dense.depth_budgets(middle) == tuple(sorted(dense.space.budgets))
 
 
 def test_the_law_design_without_pairs_is_refused_with_its_fix():

@@ -211,6 +211,25 @@ def test_an_extension_point_extends_the_trend_a_point_beyond_the_grid_sizes_is_m
     assert after_point.extra_sd >= after_point.size_correction_sd
 
 
+def test_an_extension_point_verified_later_stays_in_the_trend():
+    # Re-verified, an extension point is told again as a verify point at the same budget;
+    # the pair's extension budgets keep its shallower net in the trend.
+    grid_x = (16.5, 17.2)
+    trend = SizeTrend(list(grid_x), [_curved_loss(x) for x in grid_x])
+    shallow_x = {math.exp(15.2): 15.2, math.exp(15.8): 15.8 - 0.06}
+    extension = _point_at(math.exp(15.2), 15.2, vocabulary.PointKind.EXTEND, trend)
+    verified = dataclasses.replace(extension, kind=vocabulary.PointKind.VERIFY)
+    near = _point_at(math.exp(15.8), 15.8 - 0.06, vocabulary.PointKind.BISECT, trend)
+    told = [extension, near, verified]
+    merged = pair_points.merge_points([], told)
+    assert [p.kind for p in merged] == [vocabulary.PointKind.VERIFY, vocabulary.PointKind.BISECT]
+    extensions = pair_points.extension_budgets(told)
+    shallow = shallow_x.__getitem__
+    extended = pair_points.extended_trend(trend, merged, shallow, extensions)
+    assert list(extended.x) == [15.2, 16.5, 17.2]
+    assert pair_points.extended_trend(trend, merged, shallow) is trend  # by kind alone: lost
+
+
 def test_retrending_a_point_twice_changes_nothing_and_no_extension_keeps_the_points():
     trend = SizeTrend([16.5, 17.2], [_curved_loss(16.5), _curved_loss(17.2)])
     other = SizeTrend([15.0, 16.5, 17.2], [_curved_loss(x) for x in (15.0, 16.5, 17.2)])

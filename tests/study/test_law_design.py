@@ -46,9 +46,13 @@ def _assert_bracketed_near_the_planted(spec, transitions) -> None:
 def test_a_pair_starts_at_the_laws_two_sizes_and_a_rerun_trains_nothing(tmp_path):
     spec, store, transitions, runner = _run(tmp_path, ("refine.pairs=[[12,18]]",))
     grid = [r for r in store.records() if r.stage == "grid"]
-    sizes = sorted({r.budget for r in grid})
-    assert sizes == pytest.approx(sorted(spec.pair_budgets((12, 18))))
+    deep_sizes = sorted({r.budget for r in grid if r.depth == 18})
+    assert deep_sizes == pytest.approx(sorted(spec.pair_budgets((12, 18))))
+    # the shallower net also at the law's N*: three sizes, so its size trend shows a bend
+    shallow_sizes = sorted({r.budget for r in grid if r.depth == 12})
+    assert shallow_sizes == pytest.approx(sorted({*deep_sizes, spec.law_centre((12, 18))}))
     assert {r.depth for r in grid} == {12, 18}  # no other depth is trained
+    assert len(RefineStage(spec, store).refiners[0].grid.trend.x) == 3
     _assert_bracketed_near_the_planted(spec, transitions)
     first = runner.trained
     again, rerun = refine_in_process(spec, ExperimentStore.for_spec(tmp_path, spec))
@@ -75,7 +79,7 @@ def test_an_extended_pair_moves_its_shallower_net_along_the_trend_its_extensions
     refiner = stage.refiners[0]
     points = refiner.points_of(refiner.study)
     extended = pair_points.extended_trend(refiner.grid.trend, points, refiner._shallow_log_n)
-    assert len(extended.x) > len(refiner.grid.trend.x) == 2
+    assert len(extended.x) > len(refiner.grid.trend.x) == 3
     for point in points:
         x_shallow = refiner._shallow_log_n(point.budget)
         move = extended.slope_at(x_shallow) * (point.log_n - x_shallow)

@@ -39,11 +39,14 @@ def test_one_study_is_measured_against_its_planted_transitions_and_law():
     assert result["a_covered"] in (True, False) and result["trainings"] > 100
     assert set(result["depth_covered"]) == set(spec.fit.budgets)  # 175B, 1T, 10T
     assert all(held in (True, False) for held in result["depth_covered"].values())
+    assert set(result["depth_spread"]) == set(spec.fit.budgets)
+    assert all(0 < spread < 1 for spread in result["depth_spread"].values())
 
 
 def _study(chi2_red: float, a: bool = True, b: bool = True, depth: bool = True) -> dict:
     held = {"pairs": [], "chi2_red": chi2_red, "dof": 4, "a_covered": a, "b_covered": b}
-    return held | {"depth_covered": {1.75e11: depth, 1e12: True}}
+    spread = {1.75e11: 0.1 * chi2_red, 1e12: 0.2}  # ln(high/low) of the depth's interval
+    return held | {"depth_covered": {1.75e11: depth, 1e12: True}, "depth_spread": spread}
 
 
 def test_the_fit_summary_counts_tail_shares_and_where_the_shipped_realisation_falls():
@@ -56,6 +59,7 @@ def test_the_fit_summary_counts_tail_shares_and_where_the_shipped_realisation_fa
     assert "of a holds the planted a: 75.0%" in lines[4]
     assert "of b holds the planted b: 75.0%" in lines[5]
     assert "optimal depth at 1.75e+11 holds the planted one: 75.0%" in lines[6]
+    assert lines[6].endswith("median ln(high/low) 0.175")  # of 0.05, 0.1, 0.25, 0.4
     assert "optimal depth at 1e+12 holds the planted one: 100.0%" in lines[7]
 
 

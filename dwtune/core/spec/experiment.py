@@ -138,9 +138,45 @@ class ExperimentSpec:
         grid``), or each refine pair's two depths at its :meth:`pair_budgets` (``law``)."""
         if self.refine.design != Design.LAW:
             return [self.cell(d, n) for d in sorted(self.space.depths) for n in self.space.budgets]
-        pairs = self.refine.pairs
-        wanted = {(d, n) for pair in pairs for n in self.pair_budgets(pair) for d in pair}
-        return [self.cell(d, n) for d, n in sorted(wanted)]
+        depths = sorted({d for pair in self.refine.pairs for d in pair})
+        return [self.cell(d, n) for d in depths for n in self.depth_budgets(d)]
+
+    def depth_budgets(self, depth: int) -> tuple[float, ...]:
+        """Every budget the grid stage trains ``depth`` at, sorted: ``space.budgets`` (grid
+        design); in the law design the budgets of the pairs it belongs to, and, where it is the
+        shallower net of a pair and would have fewer than three sizes (a study's shallowest
+        depth), that pair's law N* too. Why: Δ is moved to equal N along the shallower depth's
+        size trend, and two sizes show no bend: on paper.yaml's simulated twin with b 30% below
+        the reference, pair 6-12's N* lay near its lower law size, where the secant's slope is
+        3-4% off, and its 95% intervals held N* in 81% of 100 studies; with the third size
+        88%, and 92% once the chord's kink correction waited for a kink beyond noise
+        (``benchmarks/study_coverage.py``; :mod:`dwtune.core.crossing`)."""
+        if self.refine.design != Design.LAW:
+            return tuple(sorted(self.space.budgets))
+        pairs = [pair for pair in self.refine.pairs if depth in pair]
+        budgets = {n for pair in pairs for n in self.pair_budgets(pair)}
+        if len(budgets) < 3:
+            budgets |= {self.law_centre(pair) for pair in pairs if pair[0] == depth}
+        return tuple(sorted(budgets))
+
+    def shallow_budgets(self, pair: tuple[int, int]) -> tuple[float, ...]:
+        """The sizes of a pair's shallower-depth size trend, sorted: the pair's budgets, and
+        its law N* where the grid trains the shallower net there (:meth:`depth_budgets`).
+        Not every size the depth is trained at: two neighbouring pairs' law sizes may lie a
+        few hundredths of an e-fold apart, and the slope between their noisy means was worse
+        than none (paper.yaml's twin at b − 30%: pair 18-24's 95% coverage 89% against 96%)."""
+        budgets = set(self.pair_budgets(pair))
+        centre = self.law_centre(pair) if self.refine.design == Design.LAW else None
+        if centre is not None and centre in self.depth_budgets(pair[0]):
+            budgets.add(centre)
+        return tuple(sorted(budgets))
+
+    def law_centre(self, pair: tuple[int, int]) -> float:
+        """The reference law's N* of a refine pair (its deeper depth), within space.budgets."""
+        from dwtune.core.projection import reference, transition_size
+
+        low, high = min(self.space.budgets), max(self.space.budgets)
+        return min(max(transition_size(reference(self.fit.reference), pair[1]), low), high)
 
     def pair_budgets(self, pair: tuple[int, int]) -> tuple[float, ...]:
         """Where a refine pair's first points lie: every ``space.budgets`` (grid design), or
