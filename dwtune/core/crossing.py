@@ -579,12 +579,11 @@ def _stick_world(
     if near.sum() < STICK_MIN_POINTS or sides < STICK_MIN_SIDE:
         return math.nan, np.asarray(values, dtype=float)
     w = se[near] ** -2.0
-    chi2 = _stick_chi2(x[near], values[near], w, grid)
     tested = (values if means is None else means)[near]
     gain = _line_chi2(x[near], tested, w, grid).min() - _stick_chi2(x[near], tested, w, grid).min()
     if not gain >= KINK_EVIDENT:
         return math.nan, np.asarray(values, dtype=float)  # no kink beyond noise: no bias
-    zero = float(grid[np.argmin(chi2)])
+    zero = float(grid[np.argmin(_stick_chi2(x[near], values[near], w, grid))])
     centre = np.array(values, dtype=float)
     centre[near] = 0.0
     for _, dd, slope in _stick_legs(x[near], values[near], w, np.array([zero])):

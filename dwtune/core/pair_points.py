@@ -400,7 +400,7 @@ def grid_pair(
     """The pair's grid points (every budget both depths ran, failures included; undecided
     until :func:`decide_points`); InputError if a depth has no finished grid trial. The
     shallower depth's size trend takes its grid means at ``budgets`` and ``trend_budgets``
-    (every size the grid trained it at: ExperimentSpec.depth_budgets)."""
+    (ExperimentSpec.shallow_budgets)."""
     shallow_depth, deep_depth = pair
     tables = {d: by_budget(records, d, budgets, seeds) for d in pair}
     everywhere = sorted({*budgets, *trend_budgets})
@@ -555,13 +555,14 @@ def on_extended_trend(
     trend: SizeTrend,
     shallow_log_n: Callable[[float], float],
     extensions: Collection[float] = (),
-) -> list[PairPoint]:
+) -> tuple[list[PairPoint], SizeTrend]:
     """Every point corrected along :func:`extended_trend` (``points`` as they are where the
-    pair has no extension): made from the records alone, so a resumed pair sees the same."""
+    pair has no extension), and that trend: made from the records alone, so a resumed pair
+    sees the same."""
     extended = extended_trend(trend, points, shallow_log_n, extensions)
     if extended is trend:
-        return list(points)
-    return [retrended(p, extended, shallow_log_n(p.budget)) for p in points]
+        return list(points), trend
+    return [retrended(p, extended, shallow_log_n(p.budget)) for p in points], extended
 
 
 def merge_points(grid: Sequence[PairPoint], later: Sequence[PairPoint]) -> list[PairPoint]:

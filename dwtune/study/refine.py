@@ -253,6 +253,10 @@ class PairRefiner:
         """The grid's points and ``told`` (a later one at the same budget replacing an earlier
         one), sorted, corrected to equal N along the shallower depth's size trend extended
         by the pair's own extension points (:func:`pair_points.on_extended_trend`)."""
+        return self._equal_n(told)[0]
+
+    def _equal_n(self, told: Sequence[PairPoint]) -> tuple[list[PairPoint], SizeTrend]:
+        """:meth:`merged`'s points and the extended trend they are corrected along."""
         points = pair_points.merge_points(self.grid.points, told)
         extensions = pair_points.extension_budgets(told)
         return pair_points.on_extended_trend(
@@ -349,14 +353,8 @@ class PairRefiner:
         so no ask reads the journal."""
         if self._noise_cache is not None:
             return self._noise_cache
-        told = trial_points(self.study)
-        points = pair_points.mark_unstable(self.merged(told))
-        trend = pair_points.extended_trend(
-            self.grid.trend,
-            pair_points.merge_points(self.grid.points, told),
-            self._shallow_log_n,
-            pair_points.extension_budgets(told),
-        )
+        merged, trend = self._equal_n(trial_points(self.study))
+        points = pair_points.mark_unstable(merged)
         measured = None
         if points:
             noise = crossing.pair_noise(

@@ -203,7 +203,10 @@ def test_an_extension_point_extends_the_trend_a_point_beyond_the_grid_sizes_is_m
     extended = pair_points.extended_trend(trend, [extension, near], lambda b: shallow_x[b])
     assert list(extended.x) == [15.2, 16.5, 17.2]  # the extension's size, not the bisect's
     before = abs(np.mean(near.deltas))  # true Δ is 0
-    after_point = pair_points.on_extended_trend([extension, near], trend, lambda b: shallow_x[b])[1]
+    shallow = shallow_x.__getitem__
+    corrected, along = pair_points.on_extended_trend([extension, near], trend, shallow)
+    assert list(along.x) == list(extended.x)
+    after_point = corrected[1]
     after = abs(np.mean(after_point.deltas))
     assert after < 0.5 * before
     # the correction's error is carried: three sizes show the loss curve's bend
@@ -241,6 +244,6 @@ def test_retrending_a_point_twice_changes_nothing_and_no_extension_keeps_the_poi
     # (the records' integer sizes put ln N within 1e-7 of the float one)
     assert back.deltas == pytest.approx(point.deltas, abs=1e-7)
     assert back.extra_sd == pytest.approx(point.extra_sd, abs=1e-7)
-    assert pair_points.on_extended_trend([point], trend, lambda b: 15.95) == [point]
+    assert pair_points.on_extended_trend([point], trend, lambda b: 15.95) == ([point], trend)
     loaded = pair_points.PairPoint.from_dict(once.to_dict())
     assert loaded == once

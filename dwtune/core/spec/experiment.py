@@ -135,7 +135,7 @@ class ExperimentSpec:
 
     def grid(self) -> list[GridCell]:
         """The cells the grid stage trains: every depth at every budget (``refine.design:
-        grid``), or each refine pair's two depths at its :meth:`pair_budgets` (``law``)."""
+        grid``), or each refine pair's depths at their :meth:`depth_budgets` (``law``)."""
         if self.refine.design != Design.LAW:
             return [self.cell(d, n) for d in sorted(self.space.depths) for n in self.space.budgets]
         depths = sorted({d for pair in self.refine.pairs for d in pair})
@@ -175,8 +175,11 @@ class ExperimentSpec:
         """The reference law's N* of a refine pair (its deeper depth), within space.budgets."""
         from dwtune.core.projection import reference, transition_size
 
-        low, high = min(self.space.budgets), max(self.space.budgets)
-        return min(max(transition_size(reference(self.fit.reference), pair[1]), low), high)
+        return self._within_budgets(transition_size(reference(self.fit.reference), pair[1]))
+
+    def _within_budgets(self, size: float) -> float:
+        """``size`` clamped to space.budgets' range (what the law design may reach)."""
+        return min(max(size, min(self.space.budgets)), max(self.space.budgets))
 
     def pair_budgets(self, pair: tuple[int, int]) -> tuple[float, ...]:
         """Where a refine pair's first points lie: every ``space.budgets`` (grid design), or
@@ -187,9 +190,8 @@ class ExperimentSpec:
         from dwtune.core.design import law_sizes
         from dwtune.core.projection import reference
 
-        low, high = min(self.space.budgets), max(self.space.budgets)
         sizes = law_sizes(reference(self.fit.reference), pair[1], self.refine.reach)
-        return tuple(min(max(size, low), high) for size in sizes)
+        return tuple(self._within_budgets(size) for size in sizes)
 
     def to_dict(self) -> dict[str, object]:
         """Plain, YAML-safe resolved spec (every default filled in)."""
