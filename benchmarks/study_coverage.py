@@ -157,7 +157,7 @@ def pair_lines(results: Sequence[dict]) -> list[str]:
     labels = list(dict.fromkeys(p["pair"] for p in rows))
     lines = [
         f"{'pair':<7}{'bracketed':>10}{'mean ln(N*/true)':>22}{'rms z':>7}{'68%':>7}{'95%':>7}"
-        f"{'median σ':>10}"
+        f"{'median σ':>10}{'median |err|':>14}"
     ]
     for label in [*labels, "all"]:
         mine = [p for p in rows if label in ("all", p["pair"])]
@@ -172,7 +172,7 @@ def pair_lines(results: Sequence[dict]) -> list[str]:
             f"{label:<7}{len(ok):>5}/{len(mine):<4}{err.mean():>+12.4f} ± {mc:.4f}"
             f"{math.sqrt(np.mean(z**2)):>7.2f}{np.mean([p['in68'] for p in ok]):>7.1%}"
             f"{np.mean([p['in95'] for p in ok]):>7.1%}"
-            f"{np.median([p['sigma'] for p in ok]):>10.4f}"
+            f"{np.median([p['sigma'] for p in ok]):>10.4f}{np.median(np.abs(err)):>14.4f}"
         )
     return lines
 

@@ -11,14 +11,17 @@ from dwtune.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER = ROOT / "search_spaces" / "paper.yaml"
+# paper.yaml's dense grid: every depth at every one of its 16 budgets 2e6..1e10 (as shipped it
+# uses the law design, whose first cells lie near each pair's N*)
+PAPER_GRID = (str(PAPER), "refine.design=grid")
 
 
 def test_plan_json_lists_every_cell_with_its_budget_error(capsys):
-    assert main(["plan", str(PAPER), "--json"]) == 3  # no corpus here: run would refuse
+    assert main(["plan", *PAPER_GRID, "--json"]) == 3  # no corpus here: run would refuse
     plan = json.loads(capsys.readouterr().out)
     cells = plan["cells"]
     assert {c["depth"] for c in cells} == {6, 12, 18, 24, 30, 36, 48}
-    assert len(cells) == 7 * 16  # paper.yaml: 16 budgets 2e6..1e10
+    assert len(cells) == 7 * 16
     for cell in cells:
         assert cell["width"] % cell["heads"] == 0
         assert cell["head_dim"] * cell["heads"] == cell["width"]
@@ -128,10 +131,10 @@ def test_plan_json_and_table_show_the_workers_of_each_cell(capsys):
 
 
 def test_paper_scale_shards_only_the_cells_one_gpu_cannot_hold(capsys):
-    """paper.yaml (resources.workers_per_trial 8) on 80 GB GPUs: one GPU where it holds a
-    trial (whole or in micro-batches); the rest over the fewest workers, each in
-    micro-batches; every cell fits."""
-    assert main(["plan", str(PAPER), "--device", "h100", "--json"]) == 3  # no corpus here
+    """paper.yaml's dense grid (resources.workers_per_trial 8) on 80 GB GPUs: one GPU where it
+    holds a trial (whole or in micro-batches); the rest over the fewest workers, each in
+    micro-batches; every cell fits (the law design reaches these sizes where it widens)."""
+    assert main(["plan", *PAPER_GRID, "--device", "h100", "--json"]) == 3  # no corpus here
     plan = json.loads(capsys.readouterr().out)
     assert [r["reason"] for r in plan["refusals"]] == ["corpus_missing"]
     cells = {(c["depth"], c["budget"]): c for c in plan["cells"]}

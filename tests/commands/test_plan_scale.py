@@ -94,14 +94,17 @@ def web_corpus(tmp_path: Path, gigabytes: float) -> str:
 @pytest.mark.slow  # --cost simulates the paper's refine stage
 def test_paper_plan_fits_every_cell_and_runs_with_its_corpus(tmp_path, monkeypatch, capsys):
     """`dwtune plan search_spaces/paper.yaml --cost --device h100 --gpus 64`: exit 0 with a
-    corpus in place (every cell fits, sharded ones included), exit 3 without it."""
+    corpus in place (every cell fits; the dense grid's sharded ones too), exit 3 without it."""
     monkeypatch.setattr(planning, "BENCH_RESULTS", tmp_path / "no_bench.jsonl")
     argv = ["plan", str(PAPER), "--cost", "--device", "h100", "--gpus", "64"]
     corpus = f"data.corpus={web_corpus(tmp_path, 60)}"  # 1.96e10 tokens; 4 epochs need 1.64e10
     assert main([*argv, corpus]) == 0
     out = capsys.readouterr().out
     assert "DOES NOT FIT" not in out and "`dwtune run` would refuse" not in out
-    assert "  112 of 112 cells fit their 72.0 GiB share" in out
+    assert "  25 of 25 cells fit their 72.0 GiB share" in out  # the law design's first cells
+    assert main([*argv, corpus, "refine.design=grid"]) == 0  # every budget up to 1e10
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT" not in out and "  112 of 112 cells fit their 72.0 GiB share" in out
     sharded = next(line for line in out.splitlines() if "cells shard each trial" in line)
     assert int(sharded.split()[0]) > 0
     assert "wall hours: a sharded trial holds its workers' GPUs (up to " in out
@@ -122,7 +125,9 @@ def test_paper_plan_costs_the_study_without_its_corpus(tmp_path, monkeypatch, ca
     assert "x MFU 30% (ASSUMED" in out and "on 64 GPU(s)" in out
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
     grid, refine, total = rows["grid"], rows["refine"], rows["total"]
-    assert int(grid[1]) == 7 * 16 * 3 and int(refine[1]) > 0
+    # the law design's first cells: each pair's two depths at two sizes, the shallowest depth
+    # at its pair's N* too, 3 seeds each
+    assert int(grid[1]) == (6 * 2 * 2 + 1) * 3 and int(refine[1]) > 0
     hours = [float(r[3].replace(",", "")) for r in (grid, refine, total)]
     assert abs(hours[0] + hours[1] - hours[2]) <= 0.11
     wall = [float(r[4].replace(",", "")) for r in (grid, refine)]
@@ -132,6 +137,7 @@ def test_paper_plan_costs_the_study_without_its_corpus(tmp_path, monkeypatch, ca
     assert int(floor[1]) == 36 and float(floor[2]) == pytest.approx(9.09e21, rel=0.01)
     eta = float(rows["η"][8].rstrip("%;")) / 100
     assert eta == pytest.approx(float(floor[2]) / float(total[2]), rel=0.03)
+    assert eta >= 0.15  # issue 25: the dense grid spent 37 times the floor (η 2.7%)
 
 
 def test_budgets_short_of_a_transition_warn_per_pair(tmp_path, capsys):
@@ -160,6 +166,7 @@ def test_packing_counts_trials_per_gpu_and_refuses_one_too_big(tmp_path, capsys)
         data={"corpus": "shakespeare"},
         train={"steps": 10},
         resources={"gpu": 0.5, "gpu_memory_gb": 80, "workers_per_trial": 1},
+        refine={"design": "grid"},  # the dense grid's 1e10 cells: more than one whole GPU
     )
     assert main(["run", big, "--storage", str(tmp_path / "exp")]) == 2
     err = capsys.readouterr().err.strip()
@@ -216,11 +223,12 @@ def test_the_cost_text_prints_the_floor_per_pair_and_eta(write_spec, simulated_r
 
 
 def test_micro_batches_fit_every_paper_cell_whose_weights_fit_one_gpu(capsys):
-    """paper.yaml on one 80 GB GPU a trial: the whole batch of 512 fits only the small cells;
-    the rest run as micro-batches (checkpointed where no micro-batch fits without it), and
-    only cells whose weights and AdamW state alone exceed a GPU are left, named, for sharded
-    trials."""
+    """paper.yaml's dense grid on one 80 GB GPU a trial: the whole batch of 512 fits only the
+    small cells; the rest run as micro-batches (checkpointed where no micro-batch fits without
+    it), and only cells whose weights and AdamW state alone exceed a GPU are left, named, for
+    sharded trials."""
     argv = ["plan", str(PAPER), "--json", "--device", "h100", "resources.workers_per_trial=1"]
+    argv.append("refine.design=grid")  # every budget up to 1e10 (the law design: near N*)
     assert main(argv) == 3  # and no corpus here
     plan = json.loads(capsys.readouterr().out)
     cells, packing = plan["cells"], plan["packing"]
@@ -252,6 +260,7 @@ def test_a_study_that_fits_only_as_micro_batches_plans_with_exit_0(tmp_path, cap
         train={"steps": 10},
         space={"budgets": [2e6, 1e9, 3e9]},
         resources={"workers_per_trial": 1},
+        refine={"design": "grid"},  # every depth at each of these three budgets
     )
     assert main(["plan", spec, "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)

@@ -94,10 +94,10 @@ def test_design_settings_out_of_range_are_refused(changes, message):
 def test_the_law_design_grid_trains_each_pairs_two_depths_at_its_two_sizes():
     from dwtune.core.spec import load_spec
 
-    dense = load_spec("search_spaces/paper.yaml")
-    assert dense.refine.design == "grid"  # the default: every depth at every budget
+    spec = load_spec("search_spaces/paper.yaml")
+    assert spec.refine.design == "law"  # as shipped
+    dense = spec.with_overrides("refine.design=grid")  # every depth at every budget
     assert len(dense.grid()) == len(dense.space.depths) * len(dense.space.budgets)
-    spec = dense.with_overrides("refine.design=law")
     pairs = spec.refine.pairs
     cells = {(c.depth, round(c.budget)) for c in spec.grid()}
     wanted = {(d, round(n)) for pair in pairs for n in spec.pair_budgets(pair) for d in pair}

@@ -63,6 +63,21 @@ def test_the_fit_summary_counts_tail_shares_and_where_the_shipped_realisation_fa
     assert "optimal depth at 1e+12 holds the planted one: 100.0%" in lines[7]
 
 
+def test_the_pair_table_gives_each_pairs_coverage_and_median_absolute_error():
+    def pair(label, error, sigma, in95):
+        row = {"pair": label, "status": "bracketed", "error": error, "sigma": sigma}
+        return row | {"in68": in95, "in95": in95}
+
+    rows = [pair("6-12", 0.01, 0.01, True), pair("6-12", -0.03, 0.01, False)]
+    rows += [pair("12-18", 0.002, 0.004, True), {"pair": "12-18", "status": "censored"}]
+    lines = study_coverage.pair_lines([{"pairs": rows}])
+    assert lines[0].split()[-2:] == ["median", "|err|"]
+    first, second, every = (line.split() for line in lines[1:])
+    assert first[:2] == ["6-12", "2/2"] and first[-4:] == ["50.0%", "50.0%", "0.0100", "0.0200"]
+    assert second[:2] == ["12-18", "1/2"] and second[-1] == "0.0020"  # the censored one left out
+    assert every[:2] == ["all", "3/4"] and every[-1] == "0.0100"  # of 0.01, 0.03, 0.002
+
+
 def test_a_spec_that_trains_real_models_is_refused_in_one_line(capsys):
     with pytest.raises(SystemExit) as ended:
         study_coverage.main(["--spec", str(ROOT / "search_spaces" / "quickstart.yaml")])
