@@ -265,7 +265,8 @@ def next_step(
         """Close the bracketed pair, once the kink correction of its N* has its points (where
         the stage places new sizes at all: ``max_rounds: 0`` only verifies signs)."""
         if refine.max_rounds > 0:
-            support = support_probe([p.log_n for p in points if p.n], outcome, taken)
+            usable = [p.log_n for p in points if p.n]
+            support = support_probe(usable, outcome, taken, [p.log_n for p in points])
             if support is not None:
                 return Step(StepKind.SCAN, outcome, log_n=support, seeds=refine.seeds)
         return close(outcome, refine, reason)
@@ -332,14 +333,19 @@ SUPPORT_PLACES = (0.5, 0.75, 0.25)  # of the stick's reach beside a bracket end,
 
 
 def support_probe(
-    log_ns: Sequence[float], outcome: Outcome, taken: Callable[[float], bool] | None = None
+    log_ns: Sequence[float],
+    outcome: Outcome,
+    taken: Callable[[float], bool] | None = None,
+    tried: Sequence[float] = (),
 ) -> float | None:
     """A probe beside the bracket where fewer than ``crossing.STICK_MIN_SIDE`` points (the end
     included) lie within the kink-bias stick's reach on one side, else None. Without them the
     estimate of N* gets no kink correction (crossing module doc): on the asymmetric surface a
     design whose points lay close to N* left 22% of pairs so, their 95% interval holding the
     truth in 85% (benchmarks/coverage.py). One round of ``refine.seeds``, its sign provisional
-    as a scan probe's."""
+    as a scan probe's. ``tried``: sizes trained already whose points count for nothing here
+    (every seed failed); proposing one again would train the same nets again, for ever where
+    ``taken`` cannot tell (no width rounding)."""
     low, high = outcome.low, outcome.high
     reach = crossing.stick_reach(low, high)
     counts = crossing.stick_sides(np.asarray(log_ns, dtype=float), low, high)
@@ -348,7 +354,7 @@ def support_probe(
             continue
         for share in SUPPORT_PLACES:
             probe = end + side * share * reach
-            new = all(abs(probe - x) > 1e-9 for x in log_ns)
+            new = all(abs(probe - x) > 1e-9 for x in (*log_ns, *tried))
             if new and (taken is None or not taken(probe)):
                 return probe
     return None

@@ -96,6 +96,22 @@ def test_with_no_rounds_a_bracket_closes_on_its_own_points_without_support_probe
     assert closed.kind == "done" and closed.reason.startswith("max_rounds (0)")
 
 
+def test_a_support_probe_whose_seeds_all_failed_is_not_proposed_again():
+    # Its point has no Δ and counts for nothing beside the bracket, but the size was tried:
+    # proposing it again trained the same nets for ever where no width rounding tells sizes
+    # apart (benchmarks/coverage.py's divergences surface, refine.tolerance 0.2).
+    below, above = [point(14.68, 0.03), point(15, 0.02)], [point(15.1, -0.02), point(15.3, -0.03)]
+    points = [*below, *above]  # one point within the stick's reach (0.3) below the bracket
+    first = transitions.next_step(points, REFINE, rounds=REFINE.max_rounds)
+    assert first.kind == "scan" and first.log_n == pytest.approx(14.85)  # a support probe
+    failed = dataclasses.replace(
+        point(first.log_n, 0.0, decided=False), deltas=(), seeds=(), kind="scan"
+    )
+    tried = sorted([*points, failed], key=lambda p: p.log_n)
+    again = transitions.next_step(tried, REFINE, rounds=REFINE.max_rounds)
+    assert again.kind == "done" or again.log_n != pytest.approx(first.log_n)
+
+
 def test_points_within_noise_split_the_bracket_then_stop_it():
     ends = [point(15, 0.02), point(17, -0.02)]
     one = [*ends, point(16.5, 0.0001, decided=False, n=4, kind="bisect")]
