@@ -741,9 +741,8 @@ def estimate_crossing(
     star = float(np.clip(found[0] - bias, *_chord_gap(x, means, window)))
     # The kink correction is a model's guess (a smooth bend can pass the stick's test for a
     # kink), so the intervals hold the chord's replicates with and without it (module doc).
-    levels = [2.5, 16.0, 84.0, 97.5]
-    corrected = np.percentile(replicates - (found[0] - star), levels)
-    plain = np.percentile(replicates, levels)
+    plain = np.percentile(replicates, [2.5, 16.0, 84.0, 97.5])
+    corrected = plain - (found[0] - star)  # the replicates shifted by the bias taken off
     q = np.concatenate([np.minimum(corrected, plain)[:2], np.maximum(corrected, plain)[2:]])
     stick = broken_stick_band(x, means, se, window, PROFILE_Q95)
     low95, high95 = min(q[0], stick[0]), max(q[3], stick[1])
