@@ -85,24 +85,34 @@ reach across them. The coverage of these intervals with the spec's noise guess r
 on every surface is measured by ``benchmarks/coverage.py`` (its table is quoted in
 benchmarks/README.md).
 
-Reported N*: the crossing of the best broken stick through zero (legs of any of
-``STICK_POWERS``) fitted to the per-point medians within ``PROFILE_REACH`` e-folds of the
-bracket (never further: the stick is a local shape), strictly inside the bracket and kept within
-the 95% interval, where ``ESTIMATE_MIN_POINTS`` points lie there and ``STICK_MIN_SIDE`` on each
-side; else the chord's. The intervals stay the chord's (their coverage is what
-``benchmarks/coverage.py`` measured; the 68% interval is widened to hold the reported N* where
-it lies outside). Why: the chord uses two points, the stick every point near N*. With the refine
-stage's points its median |ln N* error| was lower on every simulated surface at every
-noise/prior ratio (``coverage.py --pairs 100``, grid design: default 0.0041-0.0042 against
-0.0050-0.0054, flat 0.029-0.030 against 0.049-0.051, asymmetric 0.0087 against 0.0121-0.0123),
-most of all where Δ is flat at N* (every point there within noise, the chord between two of them
-near arbitrary). On evenly spaced tables (40 per row, 3 seeds) it helps only where points are
-dense: tanh 0.15 e-folds apart 0.0046 against the chord's 0.0063, tanh³ 0.2 apart 0.024 against
-0.054; 0.3 apart 0.0077 against 0.0071; 0.6 apart the chord is reported (a stick over the
-bracket's width reached out to where tanh saturates: 0.0134 against 0.0084). σ(ln N*) (below)
-still measures the chord: it overstates the stick's error (``benchmarks/study_coverage.py
---studies 50``: rms z 0.84 with the grid design, 0.71 with the law design), so the law fit's
-intervals err wide.
+Reported N*: the crossing of a straight line through zero fitted (weights 1/se²) to the points
+within ``PROFILE_REACH`` e-folds of the bracket (never further: the line is a local shape),
+strictly inside the bracket and kept within the 95% interval; the crossing of the best broken
+stick through zero (legs of any of ``STICK_POWERS``) instead where two straight legs fit those
+points better than one line by ``LINE_UNLESS_KINK`` of χ² (a kink beyond doubt); the chord's
+where fewer than ``ESTIMATE_MIN_POINTS`` points lie there or fewer than ``STICK_MIN_SIDE`` on a
+side. Each point's value there is its mean Δ with every seed first clipped to the point's median
+± ``CLIP_SD`` noise sds (:func:`clipped_means`: a spiked seed moves it that far at most). The
+intervals stay the chord's (their coverage is what ``benchmarks/coverage.py`` measured; the 68%
+interval is widened to hold the reported N* where it lies outside). Why a line: the chord uses
+two points, the line every point near N*; and where Δ bends alike on both sides of N* (tanh,
+tanh³) a stick's second slope and its choice of power are variance, not shape. Why the test is
+on straight legs: a flat crossing (Δ ∝ tanh³) bends both legs alike, a curved stick fits it
+far better than a line, yet the line's crossing errs less there. With the refine stage's points
+(``coverage.py --pairs 100``, every surface and noise/prior ratio) the median |ln N* error| fell
+against the stick on per-point medians on 31 of 36 grid-design rows and 38 of 40 law-design
+rows: grid default 0.0030-0.0031 against 0.0041-0.0042, flat 0.020-0.022 against 0.029-0.030,
+outliers 0.0029-0.0032 against 0.0051-0.0053; it rose on asymmetric (0.0088-0.0098 against
+0.0087; law design 0.0103 and 0.0111 against 0.0100 and 0.0102 at ratios 1 and 5: a real kink
+not beyond doubt in some pairs, so the line's crossing is taken past it) and depth_noise at ratio
+0.5 (0.0346 against 0.0333). Per-point medians instead of clipped means (the line always): outliers
+0.0035 against 0.0030, divergences 0.0049 against 0.0043 (grid, ratio 1). On evenly spaced
+tables (40 a row, 3 seeds, tests/core/test_crossing.py's generators) the line errs less than the
+stick and the chord wherever five points fall within reach: Δ ∝ tanh 0.15 e-folds apart 0.0202
+against the stick's 0.0293 (per-point medians) and the chord's 0.0312, 0.3 apart 0.0309 against
+0.0573 and 0.0483; Δ ∝ tanh³ 0.2 apart 0.0105 against 0.0241 and 0.0507; 0.6 apart the chord is
+reported (0.0572). σ(ln N*) (below) still measures the chord: it overstates the reported
+estimate's error, so the law fit's intervals err wide.
 
 ``σ(ln N*)`` (what the law fit weighs a pair by) is the larger of half the 68% interval's width
 and the 95% interval's reach over Z95, where the reach is the mean of its half-width and of the
@@ -173,7 +183,9 @@ STICK_MIN_POINTS = 4  # points the kink-bias stick needs: 3 parameters and one �
 KINK_EVIDENT = 3.84
 # ... and the reported N*'s stick: with one χ² dof it all but interpolates four points (evenly
 # spaced tables 0.3 e-folds apart: median error 0.0101 against the chord's 0.0071; with five,
-# 0.0077)
+# 0.0077). The line alone from four points was tried: where no stick can test for a kink the
+# line's crossing is taken past it (coverage.py, paper.yaml's stops, asymmetric: 0.0151 against
+# 0.0118 e-folds with five; default 0.0041 against 0.0048)
 ESTIMATE_MIN_POINTS = 5
 # ... and on each side of the bracket: with one point on a side any crossing fits that side
 # exactly, so the other side's extrapolation alone places it (a saturating Δ puts it at the
@@ -191,6 +203,10 @@ PROFILE_Q95 = 2.71
 # with lines alone, 96.0% with (1, 2, 3); default, asymmetric, outliers unchanged (96.0, 94.5,
 # 96.5%): where Δ is a line near N* a curved leg fits no better, so it moves nothing.
 STICK_POWERS = (1.0, 2.0, 3.0)
+# The reported N* is a straight line's crossing unless two slopes fit its points better than
+# one by this much χ² (χ²₁'s 99.9% point): a kink beyond doubt (module doc, Reported N*)
+LINE_UNLESS_KINK = 10.83
+CLIP_SD = 2.0  # noise sds from a point's median beyond which a seed's Δ is clipped (N* only)
 Z95 = 1.959964  # normal 97.5% quantile: a 95% interval's half-width in σ
 
 
@@ -598,16 +614,34 @@ def _stick_world(
 def stick_zero(
     x: np.ndarray, values: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]
 ) -> float:
-    """The crossing of the best broken stick through zero of any of STICK_POWERS fitted to
-    ``values`` within PROFILE_REACH e-folds of the bracket (module doc, Reported N*); NaN where
-    fewer than ESTIMATE_MIN_POINTS lie there, or fewer than STICK_MIN_SIDE on a side."""
+    """The reported N* from ``values`` within PROFILE_REACH e-folds of the bracket (module doc,
+    Reported N*): the crossing of the best straight line through zero, or of the best broken
+    stick of any of STICK_POWERS where two straight legs fit better by LINE_UNLESS_KINK; NaN
+    where fewer than ESTIMATE_MIN_POINTS lie there, or fewer than STICK_MIN_SIDE on a side."""
     near, grid = _stick_support(x, values, window, PROFILE_REACH)
     sides = stick_sides(x[near], x[window[0]], x[window[1]], PROFILE_REACH)
     if near.sum() < ESTIMATE_MIN_POINTS or min(sides) < STICK_MIN_SIDE:
         return math.nan
     inner = grid[1:-1]  # the bracket's ends have decided signs: N* lies strictly between them
-    chi2 = _stick_chi2(x[near], values[near], se[near] ** -2.0, inner, STICK_POWERS)
+    xs, ys, w = x[near], values[near], se[near] ** -2.0
+    line = _line_chi2(xs, ys, w, inner)
+    if line.min() - _stick_chi2(xs, ys, w, inner).min() < LINE_UNLESS_KINK:
+        return float(inner[np.argmin(line)])
+    chi2 = _stick_chi2(xs, ys, w, inner, STICK_POWERS)
     return float(inner[np.argmin(chi2)])
+
+
+def clipped_means(points: Sequence[DeltaPoint], means: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """Mean Δ of each point whose seeds all finished, every seed first clipped to the point's
+    median ± ``CLIP_SD`` of its noise sd ``sd`` (a spiked seed moves it by that at most); its
+    mean otherwise (a failure's Δ is already the worst finite one)."""
+    values = np.array(means, dtype=float)
+    for i, point in enumerate(points):
+        deltas = np.asarray(point.deltas, dtype=float)
+        if deltas.size and np.isfinite(deltas).all():
+            centre, spread = float(np.median(deltas)), CLIP_SD * float(sd[i])
+            values[i] = float(np.clip(deltas, centre - spread, centre + spread).mean())
+    return values
 
 
 def robust_means(points: Sequence[DeltaPoint], means: np.ndarray) -> np.ndarray:
@@ -748,7 +782,7 @@ def estimate_crossing(
     low95, high95 = min(q[0], stick[0]), max(q[3], stick[1])
     # The reported N*: the crossing of the best broken stick through the points beside the
     # bracket (module doc, Reported N*); the chord, kink-corrected, where they do not fix one.
-    zero = stick_zero(x, robust, se, window)
+    zero = stick_zero(x, clipped_means(points, means, noise.sd), se, window)
     if not math.isnan(zero):
         star = float(np.clip(zero, low95, high95))
     low68, high68 = min(q[1], star), max(q[2], star)
