@@ -192,7 +192,12 @@ def test_simulated_yaml_recovers_every_planted_transition_within_its_uncertainty
     # sd off): see benchmarks/coverage.py for the measured coverage.
     missed = []
     for t in transitions:
-        assert t.simulated and t.n_star_low < t.n_star_low_68 < t.n_star_high_68 < t.n_star_high
+        # nested; the 68% interval reaches a 95% end only where the reported N* (kept within
+        # the 95% interval) sits on it (pair 12-18 here: the line's crossing lay 0.0006
+        # e-folds past the chord's upper end, nearer the planted N*)
+        assert t.simulated and t.n_star_low <= t.n_star_low_68 < t.n_star_high_68 <= t.n_star_high
+        assert t.n_star_low < t.n_star_low_68 or t.n_star == t.n_star_low
+        assert t.n_star_high_68 < t.n_star_high or t.n_star == t.n_star_high
         planted = planted_transition(spec.simulated, t.depth_deep)
         if not t.n_star_low <= planted <= t.n_star_high:
             missed.append(t.pair)
