@@ -611,7 +611,7 @@ def _stick_world(
     return zero, centre
 
 
-def stick_zero(
+def local_zero(
     x: np.ndarray, values: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]
 ) -> float:
     """The reported N* from ``values`` within PROFILE_REACH e-folds of the bracket (module doc,
@@ -780,9 +780,10 @@ def estimate_crossing(
     q = np.concatenate([np.minimum(corrected, plain)[:2], np.maximum(corrected, plain)[2:]])
     stick = broken_stick_band(x, means, se, window, PROFILE_Q95)
     low95, high95 = min(q[0], stick[0]), max(q[3], stick[1])
-    # The reported N*: the crossing of the best broken stick through the points beside the
-    # bracket (module doc, Reported N*); the chord, kink-corrected, where they do not fix one.
-    zero = stick_zero(x, clipped_means(points, means, noise.sd), se, window)
+    # The reported N*: the crossing of the best line through the points beside the bracket,
+    # the broken stick's where they are kinked beyond doubt (module doc, Reported N*); the
+    # chord, kink-corrected, where they do not fix one.
+    zero = local_zero(x, clipped_means(points, means, noise.sd), se, window)
     if not math.isnan(zero):
         star = float(np.clip(zero, low95, high95))
     low68, high68 = min(q[1], star), max(q[2], star)

@@ -165,9 +165,9 @@ NOISE_STEEPENED = (
 
 
 def _chord_only(monkeypatch):
-    """The estimate as it was before the stick's crossing was reported: the kink-corrected
-    chord (stick_zero finds nothing, as where too few points lie beside the bracket)."""
-    monkeypatch.setattr(crossing, "stick_zero", lambda *args: math.nan)
+    """The estimate as it was before a local fit's crossing was reported: the kink-corrected
+    chord (local_zero finds nothing, as where too few points lie beside the bracket)."""
+    monkeypatch.setattr(crossing, "local_zero", lambda *args: math.nan)
 
 
 def test_sigma_is_never_below_what_the_pairs_own_95_interval_implies(monkeypatch):
@@ -176,10 +176,10 @@ def test_sigma_is_never_below_what_the_pairs_own_95_interval_implies(monkeypatch
     # every point near the bracket); the fit weighs the pair by σ, so σ must not claim more.
     points = [DeltaPoint(math.exp(x), deltas) for x, deltas in NOISE_STEEPENED]
     planted = 17.4513
-    stick = estimate_crossing(points, prior=NoisePrior(0.002), seed=0)
+    local = estimate_crossing(points, prior=NoisePrior(0.002), seed=0)
     _chord_only(monkeypatch)
     chord = estimate_crossing(points, prior=NoisePrior(0.002), seed=0)
-    for estimate in (stick, chord):
+    for estimate in (local, chord):
         assert estimate.status == vocabulary.TransitionStatus.BRACKETED
         half95 = 0.5 * math.log(estimate.n_star_high / estimate.n_star_low) / crossing.Z95
         assert estimate.sigma_ln >= half95 * (1 - 1e-9)
@@ -187,8 +187,8 @@ def test_sigma_is_never_below_what_the_pairs_own_95_interval_implies(monkeypatch
     assert half68 < 0.75 * half95  # the case this guards: the bootstrap alone is too narrow
     error = math.log(chord.n_star) - planted
     assert abs(error) / chord.sigma_ln < abs(error) / half68  # σ moved toward the truth
-    # the stick, fitted to every point beside the bracket, is less misled by the one point
-    assert abs(math.log(stick.n_star) - planted) < 0.6 * abs(error)
+    # the reported line, fitted to every point beside the bracket, is less misled by that point
+    assert abs(math.log(local.n_star) - planted) < 0.6 * abs(error)
 
 
 def test_the_chords_bias_at_a_kink_is_removed_from_n_star():
@@ -393,7 +393,7 @@ def test_a_spiked_seed_moves_the_reported_points_value_by_its_clip_at_most():
 def test_on_sparse_points_the_reported_n_star_is_the_chords(monkeypatch):
     # 0.6 e-folds apart, at most two points lie within PROFILE_REACH of the bracket: a stick
     # through them would reach out to where tanh saturates (evenly spaced tables: median error
-    # 0.0134 against the chord's 0.0084), so the chord is reported
+    # 0.0134 against the chord's 0.0084, before the line), so the chord is reported
     rng = np.random.default_rng(2)
     tables = [tanh_points(rng, offset=rng.uniform(-0.3, 0.3)) for _ in range(5)]
     reported = [estimate_crossing(points, n_boot=200, seed=0).n_star for points in tables]
