@@ -535,6 +535,17 @@ def _line_chi2(x: np.ndarray, m: np.ndarray, w: np.ndarray, zeros: np.ndarray) -
     return chi2
 
 
+def _kink_gain(
+    x: np.ndarray, m: np.ndarray, w: np.ndarray, zeros: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """How much χ² two straight legs through zero (:func:`_stick_chi2`, power 1) gain over one
+    straight line (:func:`_line_chi2`), each at its best of ``zeros``: the evidence of a kink
+    both the kink correction (KINK_EVIDENT) and the reported N* (LINE_UNLESS_KINK) test; and
+    the line's χ² at each of ``zeros``."""
+    line = _line_chi2(x, m, w, zeros)
+    return float(line.min() - _stick_chi2(x, m, w, zeros).min()), line
+
+
 def stick_reach(low: float, high: float) -> float:
     """How far beside the bracket ``[low, high]`` (ln N) the kink-bias stick takes its points:
     PROFILE_REACH e-folds, or the bracket's width if wider."""
@@ -600,7 +611,7 @@ def _stick_world(
         return math.nan, np.asarray(values, dtype=float)
     w = se[near] ** -2.0
     tested = (values if means is None else means)[near]
-    gain = _line_chi2(x[near], tested, w, grid).min() - _stick_chi2(x[near], tested, w, grid).min()
+    gain, _ = _kink_gain(x[near], tested, w, grid)
     if not gain >= KINK_EVIDENT:
         return math.nan, np.asarray(values, dtype=float)  # no kink beyond noise: no bias
     zero = float(grid[np.argmin(_stick_chi2(x[near], values[near], w, grid))])
@@ -624,8 +635,8 @@ def local_zero(
         return math.nan
     inner = grid[1:-1]  # the bracket's ends have decided signs: N* lies strictly between them
     xs, ys, w = x[near], values[near], se[near] ** -2.0
-    line = _line_chi2(xs, ys, w, inner)
-    if line.min() - _stick_chi2(xs, ys, w, inner).min() < LINE_UNLESS_KINK:
+    gain, line = _kink_gain(xs, ys, w, inner)
+    if gain < LINE_UNLESS_KINK:
         return float(inner[np.argmin(line)])
     chi2 = _stick_chi2(xs, ys, w, inner, STICK_POWERS)
     return float(inner[np.argmin(chi2)])
