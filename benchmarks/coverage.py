@@ -70,8 +70,9 @@ REFINE = RefineConfig(pairs=(PAIR,), tolerance=0.05, seeds=1, max_seeds=4, max_r
 # refine.design: law (--design law): each pair's first points at its law guess e^(±reach), the
 # guess off the planted N* by a normal error of --guess-sd e-folds (drawn from its own stream,
 # so the planted N* and the seeds are those of the grid design); cuts placed by information;
-# the same stops as the grid design (tolerance, max_rounds, the noise floor)
-LAW_REFINE = dataclasses.replace(REFINE, design="law", reach=0.5)
+# its own stops, the spec's defaults (reach 0.35, a bracket within 10%, 3 seeds a size) but 5
+# rounds: docs/method.md, "The law design's stops"
+LAW_REFINE = RefineConfig(pairs=(PAIR,), design="law", seeds=1, max_rounds=5, alpha=0.05)
 SPAN = (math.log(BUDGETS[0]), math.log(BUDGETS[-1]))  # where extensions stop
 LR = 1e-3  # the shared learning rate of the lr_mistuned surface
 SURFACES = {
@@ -316,7 +317,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if guess is not None:
         print(
             f"law design: first points at the guess e^(±{LAW_REFINE.reach}), guess off by "
-            f"N(0, {guess}²) e-folds"
+            f"N(0, {guess}²) e-folds; its stops: tolerance {LAW_REFINE.tolerance}, "
+            f"{LAW_REFINE.max_seeds} seeds a size (α-spending over as many looks), "
+            f"{LAW_REFINE.max_rounds} rounds"
         )
     tasks = [(name, r, args.pairs, args.seed, guess) for name in args.surfaces for r in args.ratios]
     print(HEADER)

@@ -29,8 +29,9 @@ pair reported ``non_monotone`` (a probe that looks negative is decisive, hence v
 seeds before it counts); then the bracket is bisected in ``ln N`` (``bisect`` steps) until
 ``N_high / N_low − 1 ≤ refine.tolerance``, or ``refine.max_rounds`` rounds, or the second point
 within noise inside the bracket. Before the pair closes, the estimate's kink correction gets
-its points (:func:`support_probe`: two within the broken stick's reach beside each bracket end,
-a probe where one lacks; none with ``max_rounds: 0``, which places no new size), and each
+its points and so does the reported N* (:func:`support_probe`: two within the broken stick's
+reach and two within ``crossing.PROFILE_REACH`` beside each bracket end, five within the latter
+in all, a probe where one lacks; none with ``max_rounds: 0``, which places no new size), and each
 decisive point is *re-verified*:
 tested again with twice its seeds (at most ``max_seeds``); should its sign not hold, the bracket
 moves and bisection resumes.
@@ -310,8 +311,24 @@ def extension_proposal(
     the grid design, without a span, or where the points reach the span's end."""
     if refine.design != Design.LAW or span is None:
         return None
-    direction = censored_direction(outcome)
+    direction = censored_direction(outcome) or undecided_lean(points, outcome)
     return design.extension([p.log_n for p in points], direction, refine.reach, span)
+
+
+def undecided_lean(points: Sequence[PairPoint], outcome: Outcome) -> int:
+    """Where a pair none of whose points has a decided sign goes looking (the law design): its
+    first sizes lay so near N* that Δ is within noise at both, so the design widens towards the
+    side its mean Δ leans to (+1: positive, N* above), then brackets as a censored pair would;
+    0 where some sign is decided (censored or non_monotone: not undecided) or no Δ was measured."""
+    if outcome.status != vocabulary.TransitionStatus.UNDECIDED:
+        return 0
+    if any(p.decision.decided for p in points):
+        return 0
+    means = [(p.decision.mean, p.n) for p in points if p.n and math.isfinite(p.decision.mean)]
+    if not means:
+        return 0
+    lean = sum(mean * n for mean, n in means)
+    return 1 if lean >= 0 else -1
 
 
 def cut_proposal(outcome: Outcome, refine: RefineConfig, within_noise: Sequence[float]) -> float:
@@ -329,7 +346,7 @@ def cut_proposal(outcome: Outcome, refine: RefineConfig, within_noise: Sequence[
     return design.interpolated_cut(outcome.low, outcome.high, low_end.mean, high_end.mean, se)
 
 
-SUPPORT_PLACES = (0.5, 0.75, 0.25)  # of the stick's reach beside a bracket end, tried in turn
+SUPPORT_PLACES = (0.5, 0.75, 0.25)  # of a reach beside a bracket end, tried in turn
 
 
 def support_probe(
@@ -338,26 +355,49 @@ def support_probe(
     taken: Callable[[float], bool] | None = None,
     tried: Sequence[float] = (),
 ) -> float | None:
-    """A probe beside the bracket where fewer than ``crossing.STICK_MIN_SIDE`` points (the end
-    included) lie within the kink-bias stick's reach on one side, else None. Without them the
-    estimate of N* gets no kink correction (crossing module doc): on the asymmetric surface a
-    design whose points lay close to N* left 22% of pairs so, their 95% interval holding the
-    truth in 85% (benchmarks/coverage.py). One round of ``refine.seeds``, its sign provisional
-    as a scan probe's. ``tried``: sizes trained already whose points count for nothing here
-    (every seed failed); proposing one again would train the same nets again, for ever where
-    ``taken`` cannot tell (no width rounding)."""
+    """A probe beside the bracket where the estimate of N* lacks its points, else None: first
+    the kink correction's (``crossing.STICK_MIN_SIDE`` on each side, the end included, within
+    the broken stick's reach), then the reported N*'s (as many on each side within
+    ``crossing.PROFILE_REACH``, ``crossing.ESTIMATE_MIN_POINTS`` within it in all; the probe
+    goes to the side with fewer). Without the first, the asymmetric surface's 95% interval held
+    the truth in 85% of the pairs that lacked them (benchmarks/coverage.py); without the
+    second, a bracket the noise floor left wide reports the chord, which erred about 1.5 times
+    the line's there. One round of ``refine.seeds``, its sign provisional as a scan probe's.
+    ``tried``: sizes trained already whose points count for nothing here (every seed failed);
+    proposing one again would train the same nets again, for ever where ``taken`` cannot tell
+    (no width rounding)."""
     low, high = outcome.low, outcome.high
-    reach = crossing.stick_reach(low, high)
-    counts = crossing.stick_sides(np.asarray(log_ns, dtype=float), low, high)
-    for end, side, count in zip((low, high), (-1.0, 1.0), counts, strict=True):
-        if count >= crossing.STICK_MIN_SIDE:
-            continue
-        for share in SUPPORT_PLACES:
-            probe = end + side * share * reach
-            new = all(abs(probe - x) > 1e-9 for x in (*log_ns, *tried))
-            if new and (taken is None or not taken(probe)):
-                return probe
+    x = np.asarray(log_ns, dtype=float)
+    for reach in (crossing.stick_reach(low, high), crossing.PROFILE_REACH):
+        for end, side in lacking_sides(x, low, high, reach):
+            for share in SUPPORT_PLACES:
+                probe = end + side * share * reach
+                new = all(abs(probe - other) > 1e-9 for other in (*log_ns, *tried))
+                if new and (taken is None or not taken(probe)):
+                    return probe
     return None
+
+
+def lacking_sides(
+    x: np.ndarray, low: float, high: float, reach: float
+) -> list[tuple[float, float]]:
+    """(bracket end, direction) of each side where fewer than ``crossing.STICK_MIN_SIDE`` of
+    the sizes ``x`` lie within ``reach``; where both have them but fewer than
+    ``crossing.ESTIMATE_MIN_POINTS`` lie within ``reach`` of the bracket in all (only the
+    reported N*'s reach asks), the side with fewer."""
+    below, above = crossing.stick_sides(x, low, high, reach)
+    ends = ((low, -1.0), (high, 1.0))
+    short = [
+        end
+        for end, count in zip(ends, (below, above), strict=True)
+        if count < crossing.STICK_MIN_SIDE
+    ]
+    if short or reach != crossing.PROFILE_REACH:
+        return short
+    near = int(((x >= low - reach) & (x <= high + reach)).sum())
+    if near >= crossing.ESTIMATE_MIN_POINTS:
+        return []
+    return [ends[0] if below <= above else ends[1]]
 
 
 def scan_proposal(

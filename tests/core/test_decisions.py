@@ -15,14 +15,16 @@ REFINE = dataclasses.replace(SCANNING, scan_spacing=0)  # these tests are about 
 
 
 def test_the_ends_of_a_closing_bracket_are_re_verified_with_twice_their_seeds():
-    low, high = point(14.8, 0.03), point(15.2, -0.03)  # support beside each end: it may close
+    # support beside each end, five points within 0.3 e-folds: it may close
+    low, high = point(14.8, 0.03), point(15.2, -0.03)
     narrow = [low, point(15, 0.02, verified=False), point(15.04, -0.02, verified=False), high]
+    narrow.append(point(15.3, -0.04))
     step = transitions.next_step(narrow, REFINE, rounds=3)
     assert (step.kind, step.reason, step.point.log_n, step.seeds) == ("verify", "re-verify", 15, 2)
-    both = [low, point(15, 0.02), point(15.04, -0.02, verified=False), high]
+    both = [low, point(15, 0.02), point(15.04, -0.02, verified=False), high, narrow[-1]]
     assert transitions.next_step(both, REFINE, rounds=3).point.log_n == 15.04
     done = transitions.next_step(
-        [low, point(15, 0.02), point(15.04, -0.02), high], REFINE, rounds=3
+        [low, point(15, 0.02), point(15.04, -0.02), high, narrow[-1]], REFINE, rounds=3
     )
     assert (done.kind, done.reason) == ("done", "tolerance reached")
     full = [
@@ -30,6 +32,7 @@ def test_the_ends_of_a_closing_bracket_are_re_verified_with_twice_their_seeds():
         point(15, 0.02, n=4, verified=False),
         point(15.04, -0.02, n=4, verified=False),
         high,
+        narrow[-1],
     ]
     assert transitions.next_step(full, REFINE, rounds=3).kind == "done"  # max_seeds already
 

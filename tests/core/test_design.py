@@ -68,6 +68,27 @@ def test_the_law_design_extends_a_censored_pair_and_the_grid_design_closes_it():
     assert (at_edge.kind, at_edge.reason) == ("done", "censored_high")
 
 
+def test_the_law_design_widens_a_pair_whose_first_points_are_all_within_noise():
+    # Both first sizes so near N* that Δ stays within noise at max_seeds: the grid design closes
+    # the pair undecided; the law design widens towards the side the mean Δ leans to, by the
+    # span its points cover (at least 2·reach), and brackets from there as a censored pair.
+    def near(log_n: float, mean: float):
+        return point(log_n, mean, decided=False, n=LAW.max_seeds)
+
+    leans_up = [near(16, 0.0004), near(17, -0.0001)]  # mean Δ positive: N* above
+    closed = transitions.next_step(leans_up, REFINE, rounds=0, span=SPAN)
+    assert (closed.kind, closed.reason) == ("done", "undecided")
+    step = transitions.next_step(leans_up, LAW, rounds=0, span=SPAN)
+    assert (step.kind, step.log_n) == ("extend", pytest.approx(18.0))
+    leans_down = [near(16, 0.0001), near(16.2, -0.0004)]
+    step = transitions.next_step(leans_down, LAW, rounds=0, span=SPAN)
+    assert (step.kind, step.log_n) == ("extend", pytest.approx(15.0))  # 2·reach below
+    # the widened point decided negative: N* lies below it, among or under the first points
+    widened = [*leans_up, point(18, -0.02, n=2)]
+    step = transitions.next_step(widened, LAW, rounds=0, span=SPAN)
+    assert (step.kind, step.log_n) == ("extend", pytest.approx(16.0 - 2.0))
+
+
 def test_the_law_design_cuts_beside_the_root_where_the_grid_design_bisects():
     ends = [point(15, 0.03), point(17, -0.01)]
     grid = transitions.next_step(ends, REFINE, rounds=0)
@@ -122,8 +143,9 @@ def test_the_law_design_without_pairs_is_refused_with_its_fix():
 
 def test_a_bracket_closes_only_once_the_kink_correction_has_points_on_both_sides():
     """The estimate's kink-bias stick needs STICK_MIN_SIDE points (the end included) within
-    its reach beside each bracket end: a support probe goes where they lack, then the pair
-    closes (grid and law design alike)."""
+    its reach beside each bracket end, and the reported N*'s line ESTIMATE_MIN_POINTS within
+    PROFILE_REACH: a support probe goes where they lack, then the pair closes (grid and law
+    design alike)."""
     refine = dataclasses.replace(REFINE, scan_spacing=0)  # no scan: the support alone
     reach = crossing.PROFILE_REACH  # the bracket is narrower than the stick's reach
     ends = [point(15.0, 0.004, n=4), point(15.04, -0.004, n=4)]
@@ -134,5 +156,10 @@ def test_a_bracket_closes_only_once_the_kink_correction_has_points_on_both_sides
     step = transitions.next_step([far[0], below, *ends, far[1]], refine, rounds=0)
     assert step.kind == "scan" and step.log_n == pytest.approx(15.04 + 0.5 * reach)
     above = point(step.log_n, -0.01)
+    # two a side, but four within 0.3 e-folds: the reported N*'s line wants a fifth (the
+    # side with fewer, a tie here: below, 0.5 of the reach taken, so 0.75)
     step = transitions.next_step([far[0], below, *ends, above, far[1]], refine, rounds=0)
+    assert step.kind == "scan" and step.log_n == pytest.approx(15.0 - 0.75 * reach)
+    fifth = point(step.log_n, 0.012)
+    step = transitions.next_step([far[0], fifth, below, *ends, above, far[1]], refine, rounds=0)
     assert (step.kind, step.reason) == ("done", "tolerance reached")

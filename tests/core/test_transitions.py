@@ -75,11 +75,13 @@ def test_bisection_proposes_the_midpoint_in_log_n_until_tolerance_or_rounds():
     step = transitions.next_step(points, REFINE, rounds=0)
     assert (step.kind, step.log_n) == ("bisect", 16)
     # a bracket closes once its kink correction has points beside each end (support probes)
-    supported = [point(14.7, 0.03), *points, point(17.3, -0.03)]  # gaps the scan leaves
+    # (and the reported N*'s line five points within 0.3 e-folds, two a side)
+    supported = [point(14.7, 0.03), point(14.85, 0.025), *points, point(17.3, -0.03)]
     assert transitions.next_step(supported, REFINE, rounds=REFINE.max_rounds).reason.startswith(
         "max_rounds"
     )
     narrow = [point(14.8, 0.03), point(15, 0.02), point(15.04, -0.02), point(15.2, -0.03)]
+    narrow.append(point(15.3, -0.035))  # the reported N*'s fifth point within 0.3 e-folds
     # e^0.04 - 1 = 4.1% <= 5%
     assert transitions.next_step(narrow, REFINE, rounds=0).reason == "tolerance reached"
 
@@ -110,6 +112,24 @@ def test_a_support_probe_whose_seeds_all_failed_is_not_proposed_again():
     tried = sorted([*points, failed], key=lambda p: p.log_n)
     again = transitions.next_step(tried, REFINE, rounds=REFINE.max_rounds)
     assert again.kind == "done" or again.log_n != pytest.approx(first.log_n)
+
+
+def test_a_bracket_closes_only_once_the_reported_line_has_five_points_two_a_side():
+    # The kink correction's stick is content (two a side within 0.3 e-folds of a 0.1-wide
+    # bracket), but the line of the reported N* wants five points within 0.3: with four the
+    # pair would report the chord, so the side with fewer (here a tie: below) gets a probe.
+    four = [point(14.8, 0.03), point(15, 0.02), point(15.1, -0.02), point(15.3, -0.03)]
+    step = transitions.next_step(four, REFINE, rounds=REFINE.max_rounds)
+    assert step.kind == "scan" and step.log_n == pytest.approx(15 - 0.5 * crossing.PROFILE_REACH)
+    five = sorted([*four, point(step.log_n, 0.025)], key=lambda p: p.log_n)
+    assert transitions.next_step(five, REFINE, rounds=REFINE.max_rounds).kind == "done"
+    # a wide bracket's stick takes points a bracket's width away; the line takes them within
+    # 0.3 only, so one side gets a probe 0.15 beside its end although the stick has its two
+    # (gaps within refine.scan_spacing, 0.35, so no scan probe comes first)
+    wide = [point(14.66, 0.03), point(15, 0.02), point(16, -0.02), point(16.3, -0.03)]
+    wide += [point(15.33, 0.0001, decided=False, n=4), point(15.66, -0.0001, decided=False, n=4)]
+    step = transitions.next_step(sorted(wide, key=lambda p: p.log_n), REFINE, rounds=1)
+    assert step.kind == "scan" and step.log_n == pytest.approx(15 - 0.15)
 
 
 def test_points_within_noise_split_the_bracket_then_stop_it():

@@ -368,9 +368,10 @@ class RefineConfig:
     length_check: tuple[float, ...] = ()
     # Where each pair's first points lie (core/design.py): "grid" trains every depth at every
     # space.budgets; "law" trains each pair's two depths at N*·e^(±reach) of fit.reference's
-    # law (e-folds of N), widening beyond a censored edge inside space.budgets' range.
+    # law (e-folds of N), widening beyond a censored edge (or, where no sign is decided, towards
+    # the side the mean Δ leans to) inside space.budgets' range.
     design: str = Design.GRID.value
-    reach: float = 0.5
+    reach: float = 0.35
     # Early decisions (dwtune.core.early_decision): stop a point's trainings once their partial
     # curves settle the end Δ's sign at refine.alpha, no earlier than early_min_fraction of the
     # steps; the point's sign is then the early rule's. Needs evals along the run (eval_every).
