@@ -361,11 +361,11 @@ def support_probe(
     ``crossing.PROFILE_REACH``, ``crossing.ESTIMATE_MIN_POINTS`` within it in all; the probe
     goes to the side with fewer). Without the first, the asymmetric surface's 95% interval held
     the truth in 85% of the pairs that lacked them (benchmarks/coverage.py); without the
-    second, a bracket the noise floor left wide reports the chord, which erred about 1.5 times
-    the line's there. One round of ``refine.seeds``, its sign provisional as a scan probe's.
-    ``tried``: sizes trained already whose points count for nothing here (every seed failed);
-    proposing one again would train the same nets again, for ever where ``taken`` cannot tell
-    (no width rounding)."""
+    second, a bracket the noise floor left wide reports the chord, which erred 1.3
+    (depth_noise) to 2.4 (flat) times the line's there. One round of ``refine.seeds``, its sign
+    provisional as a scan probe's. ``tried``: sizes trained already whose points count for
+    nothing here (every seed failed); proposing one again would train the same nets again, for
+    ever where ``taken`` cannot tell (no width rounding)."""
     low, high = outcome.low, outcome.high
     x = np.asarray(log_ns, dtype=float)
     for reach in (crossing.stick_reach(low, high), crossing.PROFILE_REACH):
