@@ -564,6 +564,13 @@ def stick_sides(
     return int(below.sum()), int(above.sum())
 
 
+def within_reach(x: np.ndarray, low: float, high: float, reach: float) -> np.ndarray:
+    """Which of the sizes ``x`` (ln N) lie in the bracket ``[low, high]`` or within ``reach``
+    e-folds beside it: the points a stick or the reported N*'s line may use."""
+    mask: np.ndarray = (x >= low - reach) & (x <= high + reach)
+    return mask
+
+
 def _stick_support(
     x: np.ndarray,
     values: np.ndarray,
@@ -574,7 +581,7 @@ def _stick_support(
     :func:`stick_reach` where None) and the candidate crossings across the bracket."""
     low, high = x[window[0]], x[window[1]]
     reach = stick_reach(low, high) if reach is None else reach
-    near = (x >= low - reach) & (x <= high + reach) & np.isfinite(values)
+    near = within_reach(x, low, high, reach) & np.isfinite(values)
     return near, np.linspace(low, high, PROFILE_GRID)
 
 

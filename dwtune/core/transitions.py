@@ -368,8 +368,12 @@ def support_probe(
     ever where ``taken`` cannot tell (no width rounding)."""
     low, high = outcome.low, outcome.high
     x = np.asarray(log_ns, dtype=float)
-    for reach in (crossing.stick_reach(low, high), crossing.PROFILE_REACH):
-        for end, side in lacking_sides(x, low, high, reach):
+    needs = (
+        (crossing.stick_reach(low, high), 0),  # the kink correction's stick
+        (crossing.PROFILE_REACH, crossing.ESTIMATE_MIN_POINTS),  # the reported N*'s line
+    )
+    for reach, min_points in needs:
+        for end, side in lacking_sides(x, low, high, reach, min_points):
             for share in SUPPORT_PLACES:
                 probe = end + side * share * reach
                 new = all(abs(probe - other) > 1e-9 for other in (*log_ns, *tried))
@@ -379,12 +383,11 @@ def support_probe(
 
 
 def lacking_sides(
-    x: np.ndarray, low: float, high: float, reach: float
+    x: np.ndarray, low: float, high: float, reach: float, min_points: int
 ) -> list[tuple[float, float]]:
     """(bracket end, direction) of each side where fewer than ``crossing.STICK_MIN_SIDE`` of
-    the sizes ``x`` lie within ``reach``; where both have them but fewer than
-    ``crossing.ESTIMATE_MIN_POINTS`` lie within ``reach`` of the bracket in all (only the
-    reported N*'s reach asks), the side with fewer."""
+    the sizes ``x`` lie within ``reach``; where both have them but fewer than ``min_points``
+    lie within ``reach`` of the bracket in all, the side with fewer."""
     below, above = crossing.stick_sides(x, low, high, reach)
     ends = ((low, -1.0), (high, 1.0))
     short = [
@@ -392,11 +395,8 @@ def lacking_sides(
         for end, count in zip(ends, (below, above), strict=True)
         if count < crossing.STICK_MIN_SIDE
     ]
-    if short or reach != crossing.PROFILE_REACH:
+    if short or crossing.within_reach(x, low, high, reach).sum() >= min_points:
         return short
-    near = int(((x >= low - reach) & (x <= high + reach)).sum())
-    if near >= crossing.ESTIMATE_MIN_POINTS:
-        return []
     return [ends[0] if below <= above else ends[1]]
 
 
