@@ -26,9 +26,16 @@ the estimate's own σ(ln N*) was tried and dropped: stopping when a noisy σ fir
 picks the realisations whose interval is too narrow (95% coverage fell to 85-90% on two
 surfaces of ``benchmarks/coverage.py``).
 
-Every choice here depends on the pair's own points alone (and the fixed reference law), so a
-pair's decisions never depend on when other pairs finish, and a resumed study proposes the same
-sizes again.
+Every choice here depends on the pair's own points alone (and the law that placed its first
+sizes), so a pair's decisions never depend on when other pairs finish, and a resumed study
+proposes the same sizes again.
+
+Waves (``refine.waves``): the pairs, ranked by depth, refine in runs one after another. The
+first run's sizes come from ``fit.reference``; each later run's from the law fitted on every
+pair of the runs before it (:func:`dwtune.core.fit.censored.running_law`, the fit stage's
+interval-censored likelihood, censored pairs included), so a reference that is off costs its
+extensions in the first run only. The fit is on finished pairs alone, so a resumed study fits
+the same law again; the price is time: a run waits for the slowest pair of the one before it.
 """
 
 from __future__ import annotations

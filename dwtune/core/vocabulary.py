@@ -140,6 +140,10 @@ SIMULATED_TITLE = SIMULATED_LABEL + " DATA  ·  {}"  # a figure's title, formatt
 SIMULATED_COLUMN = "simulated"
 
 
+# Bracketed transitions the law ln dx* = a + b·L is fitted on, at least: its two parameters and
+# one more, so that its scatter has a degree of freedom (the fit, the report, refine.waves).
+FIT_MIN_PAIRS = 3
+
 # The level of every interval dwtune reports (fit, projection, bootstrap, report, analyze) unless
 # a command's --level asks for another.
 LEVEL = 0.95

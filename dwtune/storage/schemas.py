@@ -73,8 +73,8 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
     TRIALS_FILE: {
         "trial_id": "content identity of the training: a hash of shape, training config, data, "
         "seed and trainer (16 hex digits); its record is the JSON file of that name under trials/",
-        "stage": "the stage that first asked for the training: grid, refine, lr_search or "
-        "length_check",
+        "stage": "the stage that first asked for the training: grid (a pair's first points, "
+        "a later refine.waves wave's too), refine, lr_search or length_check",
         "depth": "number of transformer layers L",
         "width": "model width dx (embedding dimension)",
         "heads": "attention heads per layer",

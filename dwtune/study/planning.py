@@ -94,7 +94,7 @@ def plan_rows(spec: ExperimentSpec, device: str | None = None) -> list[dict]:
     """Every cell's row: ``workers``, the processes (GPUs) one of its trials spans, and the
     micro-batches each runs its rows of the batch in (:func:`cell_split`)."""
     gpu_bytes = gpu_memory_bytes(spec, device)
-    return [cell_row(cell, cell_split(spec, cell, gpu_bytes)) for cell in spec.grid()]
+    return [cell_row(cell, cell_split(spec, cell, gpu_bytes)) for cell in spec.first_cells()]
 
 
 # --------------------------------------------------------------------------- corpus
@@ -177,7 +177,7 @@ def _name(cell: GridCell) -> str:
 
 
 def _largest(spec: ExperimentSpec, gpu_bytes: int | None) -> tuple[GridCell, int, str]:
-    widest = max(spec.grid(), key=lambda c: cell_memory(spec, c, gpu_bytes))
+    widest = max(spec.first_cells(), key=lambda c: cell_memory(spec, c, gpu_bytes))
     workers = sharding.trial_workers(spec, widest.shape, gpu_bytes)
     what = _name(widest)
     if workers > 1:
@@ -191,7 +191,7 @@ def memory_problem(spec: ExperimentSpec, device: str | None = None) -> str | Non
     gpu_bytes = gpu_memory_bytes(spec, device)
     if trial_share_bytes(spec, device) is None or gpu_bytes is None:
         return None
-    splits = [(cell, cell_split(spec, cell, gpu_bytes)) for cell in spec.grid()]
+    splits = [(cell, cell_split(spec, cell, gpu_bytes)) for cell in spec.first_cells()]
     failed = [(cell, split) for cell, split in splits if not split.fits]
     if not failed:
         return None
@@ -221,7 +221,7 @@ def packing_info(spec: ExperimentSpec, device: str | None) -> dict | None:
     share_bytes = trial_share_bytes(spec, device)
     if share_bytes is None or gpu_bytes is None:
         return None
-    cells = spec.grid()
+    cells = spec.first_cells()
     fits = [memory.trials_per_gpu(cell_memory(spec, c, gpu_bytes), gpu_bytes) for c in cells]
     share = round(1 / spec.resources.gpu) if spec.resources.gpu < 1 else 1
     widest, need, _ = _largest(spec, gpu_bytes)
@@ -438,9 +438,11 @@ def cost_info(
         "mfu_source": mfu_note,
         "gpus": gpus,
         # GPUs the widest trial holds at once (its workers); wall hours schedule it on them
-        "trial_gpus_max": max(cell_split(spec, c, gpu_bytes).workers for c in spec.grid()),
+        "trial_gpus_max": max(cell_split(spec, c, gpu_bytes).workers for c in spec.first_cells()),
         "stages": [dataclasses.asdict(s) for s in stages],
         "total": dataclasses.asdict(total),
+        # refine.waves: each wave's pairs; the grid stage trains the first wave's first points
+        "waves": [[f"{a}-{b}" for a, b in wave] for wave in spec.refine_waves()],
         "floor": floor_info(spec, peak, used, total, estimate.transitions),
     }
 
@@ -538,7 +540,20 @@ def cost_lines(info: dict | None) -> list[str]:
             f"{s['stage']:<8} {s['trainings']:>9,} {s['flops']:>10.3g} {s['gpu_hours']:>11,.1f} "
             f"{s['wall_hours']:>11,.1f}{note}"
         )
-    return lines + _span_lines(info) + floor_lines(info.get("floor"))
+    return lines + _span_lines(info) + _wave_lines(info) + floor_lines(info.get("floor"))
+
+
+def _wave_lines(info: dict) -> list[str]:
+    """Under the cost table, where refine.waves puts the later waves' first points."""
+    waves = info.get("waves") or []
+    if len(waves) <= 1:
+        return []
+    later = "; ".join(", ".join(wave) for wave in waves[1:])
+    return [
+        f"  refine.waves {len(waves)}: the grid stage trains pairs {', '.join(waves[0])}; "
+        f"the first points of {later} are refine trainings, placed by the law fitted on the "
+        "waves before (on the twin, where the planted law is the reference, at its sizes)"
+    ]
 
 
 def _span_lines(info: dict) -> list[str]:

@@ -33,20 +33,24 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Iterator, Mapping, Sequence
 
 import optuna
+import pandas as pd
 from optuna.trial import TrialState
 
 from dwtune.core import crossing, early_decision, pair_points, transitions, vocabulary
 from dwtune.core.budget import GridCell
 from dwtune.core.fit.bootstrap import PairPoints
+from dwtune.core.fit.censored import RUNNING_FIT, TransitionObservation, running_law
 from dwtune.core.noise import Noise
 from dwtune.core.pair_points import PairGrid, PairPoint, SizeTrend
+from dwtune.core.projection import DepthWidthLaw, reference
 from dwtune.core.records import TrialRecord, TrialRequest, grid_requests, make_request
 from dwtune.core.spec import ExperimentSpec, RefineConfig
 from dwtune.core.transitions import Step, Transition
 from dwtune.core.vocabulary import (
+    Design,
     SizeConvention,
     Stage,
     StepKind,
@@ -54,8 +58,10 @@ from dwtune.core.vocabulary import (
     TransitionStatus,
 )
 from dwtune.outputs import tensorboard
+from dwtune.storage import fit_points
 from dwtune.storage.experiment import ExperimentWriter
 from dwtune.storage.store import ExperimentStore
+from dwtune.storage.tables import transition_rows
 from dwtune.study.background import Background
 from dwtune.study.feed import RequestFeed
 from dwtune.study.journal import (
@@ -633,28 +639,42 @@ HINTS = {
 # --------------------------------------------------------------------------- the stage
 
 
-def grid_pairs(spec: ExperimentSpec, records: Sequence[TrialRecord]) -> list[PairGrid]:
-    """Every configured pair's grid points; InputError for a depth the grid never finished."""
+def grid_pairs(
+    spec: ExperimentSpec,
+    records: Sequence[TrialRecord],
+    pairs: Sequence[tuple[int, int]] | None = None,
+    law: DepthWidthLaw | None = None,
+    earlier: Mapping[int, Collection[float]] | None = None,
+) -> list[PairGrid]:
+    """The first points of a wave's ``pairs`` (default: the first wave's, placed by
+    fit.reference; ``earlier``: each depth's first sizes in the waves before); InputError for a
+    depth the grid never finished."""
     seeds, convention = spec.space.seeds, spec.model.size_convention
+    pairs = spec.refine_waves()[0] if pairs is None else pairs
+    earlier = earlier or {}
     # a search trial trains the cell's shape at reduced fidelity: never a grid point
     records = [r for r in records if r.stage != Stage.LR_SEARCH]
     grids = []
-    for pair in spec.refine.pairs:
-        budgets = spec.pair_budgets(tuple(pair))  # the pair's first points (refine.design)
-        trend_budgets = spec.shallow_budgets(tuple(pair))  # its shallower net's size trend
-        grid = pair_points.grid_pair(
-            records, tuple(pair), budgets, seeds, convention, trend_budgets
-        )
+    for pair in pairs:
+        pair = (int(pair[0]), int(pair[1]))
+        budgets = spec.pair_budgets(pair, law)  # the pair's first points (refine.design)
+        # its shallower net's size trend
+        trend_budgets = spec.shallow_budgets(pair, law, earlier.get(pair[0], ()))
+        grid = pair_points.grid_pair(records, pair, budgets, seeds, convention, trend_budgets)
         decided = transitions.decide_points(grid.points, spec.refine)
         grids.append(dataclasses.replace(grid, points=tuple(decided)))
     return grids
 
 
 class RefineStage:
-    """The refine stage of one experiment; building it checks every pair before any training.
+    """The refine stage of one experiment; building it checks every pair of the first wave
+    before any training.
 
     Bad input (a pair whose depth the grid never finished, a corrupt journal) is an InputError
-    here, before Ray starts or anything is trained.
+    here, before Ray starts or anything is trained. With ``refine.waves`` above 1 (law
+    design) the later waves' pairs are opened once the waves before them are done: their
+    first points are trained then, at the sizes of the law fitted on the pairs refined so
+    far (:func:`dwtune.core.fit.censored.running_law`).
     """
 
     def __init__(
@@ -666,47 +686,94 @@ class RefineStage:
     ):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.spec, self.store = spec, store
-        say = _say(progress)
-        grids = grid_pairs(spec, store.records())
-        self.refiners = [PairRefiner(spec, store, grid, say) for grid in grids]
-        watch = getattr(progress, "pair", None)
-        for refiner in self.refiners:
-            refiner.rate_for = rate_for
-            refiner.watch = watch
+        self.say = _say(progress)
+        self.watch = getattr(progress, "pair", None)
+        self.rate_for = rate_for
+        self.waves = spec.refine_waves()
+        self.laws: list[DepthWidthLaw] = []  # the law that placed each opened wave's sizes
+        self.refiners: list[PairRefiner] = []  # the opened waves' pairs, in refine.pairs order
+        self._sizes: dict[int, set[float]] = {}  # each depth's first sizes in the opened waves
+        self._background: Background | None = None
+        self._open(self.waves[0], reference(spec.fit.reference))
 
     def set_rate_for(self, rate_for: RateFor | None) -> None:
         """Searched rates for the refine trainings (``dwtune refine`` finds them after the
         stage is built)."""
+        self.rate_for = rate_for
         for refiner in self.refiners:
             refiner.rate_for = rate_for
+
+    def _open(self, wave: Sequence[tuple[int, int]], law: DepthWidthLaw) -> list[PairRefiner]:
+        """The refiners of a wave whose first points are recorded."""
+        grids = grid_pairs(self.spec, self.store.records(), wave, law, self._sizes)
+        refiners = [PairRefiner(self.spec, self.store, grid, self.say) for grid in grids]
+        for refiner in refiners:
+            refiner.rate_for, refiner.watch = self.rate_for, self.watch
+            refiner.background = self._background
+        if self.spec.refine.design == Design.LAW:
+            for depth in {d for pair in wave for d in pair}:
+                earlier = self._sizes.get(depth, set())
+                sizes = self.spec.depth_budgets(depth, wave, law, earlier)
+                self._sizes[depth] = earlier | set(sizes)
+        order = [tuple(pair) for pair in self.spec.refine.pairs]
+        self.refiners = sorted([*self.refiners, *refiners], key=lambda r: order.index(r.pair))
+        self.laws.append(law)
+        return refiners
+
+    def _next_wave(self, index: int, done: Sequence[Transition], run_trials: RunTrials):
+        """Wave ``index`` (1 or more) opened: its first points trained at the sizes of the law
+        fitted on ``done``, the transitions of the waves before it."""
+        wave = self.waves[index]
+        law = running_law(observations(done), reference(self.spec.fit.reference))
+        cells = self.spec.wave_cells(wave, law, self._sizes)
+        requests = self._first_requests(cells)
+        self.say(
+            f"[refine] wave {index + 1} of {len(self.waves)}: pairs "
+            f"{', '.join(f'{a}-{b}' for a, b in wave)} from {describe_law(law)}; "
+            f"{len(requests)} first training(s)"
+        )
+        run_trials(requests)
+        return self._open(wave, law)
+
+    def _first_requests(self, cells: Sequence[GridCell]) -> list[TrialRequest]:
+        """A wave's first points: every cell at each of space.seeds (grid trainings)."""
+        requests: dict[str, TrialRequest] = {}
+        for cell in cells:
+            lr, source = self.rate_for(cell) if self.rate_for else (None, vocabulary.LR_SOURCE_SPEC)
+            for seed in self.spec.space.seeds:
+                request = make_request(self.spec, cell, seed, Stage.GRID, lr=lr, lr_source=source)
+                requests.setdefault(request.trial_id, request)
+        return list(requests.values())
+
+    def _waves(
+        self, run_trials: RunTrials, done: Mapping[tuple[int, int], Transition]
+    ) -> Iterator[list[PairRefiner]]:
+        """Each wave's refiners in turn; a later one is opened once the caller has put the
+        transitions of the ones before in ``done``."""
+        yield [r for r in self.refiners if r.pair in self.waves[0]]
+        for index in range(1, len(self.waves)):
+            yield self._next_wave(index, list(done.values()), run_trials)
 
     def run(self, run_trials: RunTrials) -> list[Transition]:
         """Refine every pair (or resume) in rounds, write transitions.parquet, return its rows.
 
-        Each call of ``run_trials`` holds the next batch of every pair still refining, so
-        trainings of different pairs run in parallel, but every pair waits for the slowest
-        pair of the round. :meth:`run_feed` lets each pair go on as soon as its own points
-        are in; both take the same decisions (a pair sees only its own records).
+        Each call of ``run_trials`` holds the next batch of every pair of the wave still
+        refining, so trainings of different pairs run in parallel, but every pair waits for
+        the slowest pair of the round. :meth:`run_feed` lets each pair go on as soon as its
+        own points are in; both take the same decisions (a pair sees only its own records).
         """
-        waiting: dict[int, tuple[Rounds, list[TrialRequest]]] = {}
-        done: dict[int, Transition] = {}
+        done: dict[tuple[int, int], Transition] = {}
         with self._background_writes():
-            for index, refiner in enumerate(self.refiners):
-                _advance(index, refiner.rounds(), None, waiting, done)
-            while waiting:
-                batches = list(waiting.items())
-                records = run_trials([r for _, (_, requests) in batches for r in requests])
-                waiting.clear()
-                for index, (rounds, requests) in batches:
-                    mine, records = records[: len(requests)], records[len(requests) :]
-                    _advance(index, rounds, mine, waiting, done)
-        return self._write([done[index] for index in range(len(self.refiners))])
+            for refiners in self._waves(run_trials, done):
+                done.update(_in_rounds(refiners, run_trials))
+        return self._write([done[r.pair] for r in self.refiners])
 
     @contextlib.contextmanager
     def _background_writes(self) -> Iterator[None]:
         """The pairs publish their provisional N* on one background thread while they refine
         (:meth:`PairRefiner._publish`); every write is done (a failed one raised) on leaving."""
         background = Background("dwtune-pairs")
+        self._background = background
         for refiner in self.refiners:
             refiner.background = background
         try:
@@ -718,15 +785,18 @@ class RefineStage:
         else:
             background.close()
         finally:
+            self._background = None
             for refiner in self.refiners:
                 refiner.background = None
 
-    def feed(self) -> RequestFeed:
-        """Every pair's rounds as one :class:`~dwtune.study.feed.RequestFeed`; with
-        refine.early_stop its ``early_context`` tells a stopping scheduler each point's noise."""
-        feed = RequestFeed([refiner.rounds() for refiner in self.refiners])
+    def feed(self, refiners: Sequence[PairRefiner] | None = None) -> RequestFeed:
+        """The rounds of ``refiners`` (default: every opened pair) as one
+        :class:`~dwtune.study.feed.RequestFeed`; with refine.early_stop its ``early_context``
+        tells a stopping scheduler each point's noise."""
+        refiners = self.refiners if refiners is None else refiners
+        feed = RequestFeed([refiner.rounds() for refiner in refiners])
         if self.spec.refine.early_stop:
-            by_label = {refiner.grid.label: refiner for refiner in self.refiners}
+            by_label = {refiner.grid.label: refiner for refiner in refiners}
 
             def early_context(request: TrialRequest) -> early_decision.PointNoise:
                 return by_label[request.pair].early_context(request)
@@ -734,21 +804,32 @@ class RefineStage:
             feed.early_context = early_context
         return feed
 
-    def run_feed(self, run_feed: Callable[[RequestFeed], None]) -> list[Transition]:
-        """Refine every pair (or resume) with the pairs advancing independently:
+    def run_feed(
+        self, run_feed: Callable[[RequestFeed], None], run_trials: RunTrials | None = None
+    ) -> list[Transition]:
+        """Refine every pair (or resume) with the pairs of a wave advancing independently:
         ``run_feed(feed)`` trains the feed's requests until every pair is done (a runner's
-        ``run_feed``); then transitions.parquet is written and its rows returned."""
+        ``run_feed``), ``run_trials`` a later wave's first points; then transitions.parquet
+        is written and its rows returned."""
+        if run_trials is None and len(self.waves) > 1:
+            raise ValueError("refine.waves > 1: run_feed needs run_trials for the later waves")
+        done: dict[tuple[int, int], Transition] = {}
         with self._background_writes():
-            feed = self.feed()
-            run_feed(feed)
-        if not feed.done:
-            raise RuntimeError("the runner returned before every pair was refined")
-        return self._write(feed.results_in_order())
+            for refiners in self._waves(run_trials, done):  # type: ignore[arg-type]
+                feed = self.feed(refiners)
+                run_feed(feed)
+                if not feed.done:
+                    raise RuntimeError("the runner returned before every pair was refined")
+                results = feed.results_in_order()
+                done.update({r.pair: t for r, t in zip(refiners, results, strict=True)})
+        return self._write([done[r.pair] for r in self.refiners])
 
     def run_on(self, runner) -> list[Transition]:
         """:meth:`run_feed` on a runner that has ``run_feed``, else :meth:`run` in rounds."""
         run_feed = getattr(runner, "run_feed", None)
-        return self.run_feed(run_feed) if run_feed is not None else self.run(runner.run)
+        if run_feed is not None:
+            return self.run_feed(run_feed, getattr(runner, "run", None))
+        return self.run(runner.run)
 
     def _write(self, transitions: list[Transition]) -> list[Transition]:
         writer = ExperimentWriter(self.store, self.spec.to_dict())
@@ -756,6 +837,40 @@ class RefineStage:
         pairs = [r.pair_points() for r in self.refiners]
         writer.pair_deltas(pairs, self.spec.trainer == Trainer.SIMULATED)
         return transitions
+
+
+def observations(done: Sequence[Transition]) -> list[TransitionObservation]:
+    """Transitions as the fit reads them from transitions.parquet (the fit stage's rows)."""
+    frame = pd.DataFrame(transition_rows(done))
+    return [fit_points.observation(row, f"pair {row['pair']}") for _, row in frame.iterrows()]
+
+
+def describe_law(law: DepthWidthLaw) -> str:
+    """How a wave's law is named on the console: the running fit and its pairs, or the
+    reference the wave fell back to."""
+    line = f"(ln dx* = {law.a:.3f} + {law.b:.4f}·L)"
+    if law.name == RUNNING_FIT:
+        return f"the law fitted on {law.source} {line}"
+    return f"fit.reference {law.name} {line}: the pairs done give no law with a rising slope"
+
+
+def _in_rounds(
+    refiners: Sequence[PairRefiner], run_trials: RunTrials
+) -> dict[tuple[int, int], Transition]:
+    """Every pair of ``refiners`` refined in rounds: each call of ``run_trials`` holds the
+    next batch of every pair still refining."""
+    waiting: dict[int, tuple[Rounds, list[TrialRequest]]] = {}
+    done: dict[int, Transition] = {}
+    for index, refiner in enumerate(refiners):
+        _advance(index, refiner.rounds(), None, waiting, done)
+    while waiting:
+        batches = list(waiting.items())
+        records = run_trials([r for _, (_, requests) in batches for r in requests])
+        waiting.clear()
+        for index, (rounds, requests) in batches:
+            mine, records = records[: len(requests)], records[len(requests) :]
+            _advance(index, rounds, mine, waiting, done)
+    return {refiner.pair: done[index] for index, refiner in enumerate(refiners)}
 
 
 def _advance(index: int, rounds: Rounds, records, waiting: dict, done: dict) -> None:

@@ -125,9 +125,11 @@ def test_paper_plan_costs_the_study_without_its_corpus(tmp_path, monkeypatch, ca
     assert "x MFU 30% (ASSUMED" in out and "on 64 GPU(s)" in out
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
     grid, refine, total = rows["grid"], rows["refine"], rows["total"]
-    # the law design's first cells: each pair's two depths at two sizes, the shallowest depth
-    # at its pair's N* too, 3 seeds each
-    assert int(grid[1]) == (6 * 2 * 2 + 1) * 3 and int(refine[1]) > 0
+    # the law design's first cells in the grid stage: the first wave's three pairs' two depths
+    # at two sizes, the shallowest depth at its pair's N* too, 3 seeds each; the second
+    # wave's first points are refine trainings, placed by the fit on the first wave
+    assert int(grid[1]) == (3 * 2 * 2 + 1) * 3 and int(refine[1]) > 0
+    assert "refine.waves 2: the grid stage trains pairs 6-12, 12-18, 18-24;" in out
     hours = [float(r[3].replace(",", "")) for r in (grid, refine, total)]
     assert abs(hours[0] + hours[1] - hours[2]) <= 0.11
     wall = [float(r[4].replace(",", "")) for r in (grid, refine)]

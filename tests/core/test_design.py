@@ -7,6 +7,7 @@ import pytest
 
 from dwtune.core import crossing, design, transitions
 from dwtune.core.errors import InputError
+from dwtune.core.fit.censored import running_law
 from dwtune.core.projection import reference, transition_size
 from dwtune.core.spec import RefineConfig
 from tests.helpers.refine_points import REFINE, point
@@ -115,8 +116,9 @@ def test_design_settings_out_of_range_are_refused(changes, message):
 def test_the_law_design_grid_trains_each_pairs_two_depths_at_its_two_sizes():
     from dwtune.core.spec import load_spec
 
-    spec = load_spec("search_spaces/paper.yaml")
-    assert spec.refine.design == "law"  # as shipped
+    shipped = load_spec("search_spaces/paper.yaml")
+    assert shipped.refine.design == "law"  # as shipped
+    spec = shipped.with_overrides("refine.waves=1")  # every pair in the grid stage
     dense = spec.with_overrides("refine.design=grid")  # every depth at every budget
     assert len(dense.grid()) == len(dense.space.depths) * len(dense.space.budgets)
     pairs = spec.refine.pairs
@@ -132,6 +134,75 @@ def test_the_law_design_grid_trains_each_pairs_two_depths_at_its_two_sizes():
     middle = pairs[1][0]  # shallower in one pair, deeper in another: four sizes already
     assert len(spec.depth_budgets(middle)) == 4
     assert dense.depth_budgets(middle) == tuple(sorted(dense.space.budgets))
+
+
+def test_waves_rank_the_pairs_by_depth_and_the_grid_trains_the_first_wave_alone():
+    from dwtune.core.spec import load_spec
+
+    spec = load_spec(
+        "search_spaces/simulated.yaml",
+        [
+            "refine.design=law",
+            "refine.waves=2",
+            "refine.pairs=[[24, 30], [6, 12], [30, 36], [12, 18], [18, 24]]",
+        ],
+    )
+    first, second = spec.refine_waves()
+    assert first == ((6, 12), (12, 18), (18, 24))  # the shallower three, the larger run
+    assert second == ((24, 30), (30, 36))  # in refine.pairs' order
+    assert {c.depth for c in spec.grid()} == {6, 12, 18, 24}
+    assert spec.grid() == spec.wave_cells(first)
+    # a later wave's cells at another law's sizes; a depth the earlier waves gave two sizes
+    # needs no third (its pair's law N*) for its size trend
+    law = dataclasses.replace(reference("levine2020"), b=0.07)
+    cells = spec.wave_cells(second, law, {24: {1.0, 2.0}})
+    assert {(c.depth, c.budget) for c in cells} == {
+        (d, n) for pair in second for d in pair for n in spec.pair_budgets(pair, law)
+    }
+    alone = spec.wave_cells(second, law)  # depth 24 trained nowhere before: its N* too
+    assert len(alone) == len(cells) + 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["refine.waves=2"], r"refine\.waves: got 2 with refine\.design 'grid'.*design: law"),
+        (["refine.design=law", "refine.waves=7"], r"refine\.waves: got 7 for 6 refine pair"),
+        (["refine.design=law", "refine.waves=0"], r"refine\.waves"),
+    ],
+)
+def test_waves_a_spec_cannot_run_are_refused_with_their_fix(overrides, message):
+    from dwtune.core.spec import load_spec
+
+    with pytest.raises(InputError, match=message):
+        load_spec("search_spaces/simulated.yaml", overrides)
+
+
+def _observation(depth_shallow: int, depth_deep: int, law, sigma: float = 0.01):
+    from dwtune.core.fit.censored import TransitionObservation
+
+    log_n = math.log(transition_size(law, depth_deep))
+    return TransitionObservation(
+        f"pair {depth_shallow}-{depth_deep}", depth_shallow, depth_deep, "bracketed", log_n, sigma
+    )
+
+
+def test_the_running_law_is_the_fit_on_the_pairs_refined_so_far():
+    planted = dataclasses.replace(reference("levine2020"), b=0.07)
+    pairs = [(6, 12), (12, 18), (18, 24)]
+    law = running_law([_observation(*p, planted) for p in pairs], reference("levine2020"))
+    assert (law.a, law.b) == pytest.approx((planted.a, planted.b), rel=1e-6)
+    assert law.name == "running fit" and "pair 12-18" in law.source
+    assert transition_size(law, 48) == pytest.approx(transition_size(planted, 48), rel=1e-5)
+
+
+def test_the_running_law_falls_back_where_the_pairs_determine_no_rising_law():
+    fallback = reference("levine2020")
+    planted = dataclasses.replace(fallback, b=0.07)
+    assert running_law([_observation(6, 12, planted)], fallback) is fallback
+    falling = dataclasses.replace(fallback, b=-0.05)
+    pairs = [_observation(6, 12, falling), _observation(12, 18, falling)]
+    assert running_law(pairs, fallback) is fallback
 
 
 def test_the_law_design_without_pairs_is_refused_with_its_fix():

@@ -12,11 +12,14 @@ import pytest
 
 from dwtune.backends.simulated_surface import planted_transition
 from dwtune.core import pair_points
+from dwtune.core.fit.censored import running_law
 from dwtune.core.projection import reference, transition_size
+from dwtune.core.records import grid_requests
 from dwtune.core.spec import load_spec
 from dwtune.core.vocabulary import StepKind, TransitionStatus
 from dwtune.storage.store import ExperimentStore
-from dwtune.study.refine import RefineStage, refine_in_process
+from dwtune.study.refine import RefineStage, observations, refine_in_process
+from dwtune.study.runners.local import LocalRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 SIMULATED = ROOT / "search_spaces" / "simulated.yaml"
@@ -97,3 +100,56 @@ def test_every_pair_is_bracketed_with_the_planted_slope_on_or_30_percent_off(tmp
     spec, _, transitions, runner = _run(tmp_path, overrides)
     _assert_bracketed_near_the_planted(spec, transitions)
     assert len(transitions) == 6 and runner.trained > 0
+
+
+def test_a_later_wave_starts_at_the_law_fitted_on_the_wave_before(tmp_path):
+    # b 30% low: the reference misplaces the deeper pairs' N* by 1.0-1.2 e-folds, beyond the
+    # reach; the second wave's pairs start at the fit on the first wave's three pairs instead
+    pairs = "refine.pairs=[[6,12],[12,18],[18,24],[24,30],[30,36]]"
+    overrides = (f"simulated.b={B * 0.7}", pairs, "refine.waves=2")
+    spec, store, transitions, runner = _run(tmp_path, overrides)
+    _assert_bracketed_near_the_planted(spec, transitions)
+    assert [t.pair for t in transitions] == ["6-12", "12-18", "18-24", "24-30", "30-36"]
+    first, second = spec.refine_waves()
+    assert len(first) == 3
+    law = running_law(observations(transitions[:3]), reference(spec.fit.reference))
+    assert law.name == "running fit" and law.b < 0.8 * B  # the first wave found b low
+    grid = [r for r in store.records() if r.stage == "grid"]
+    planted = _planted(spec)
+    for pair in second:
+        # its first points lie at the running law's two sizes, within reach of the planted N*
+        for depth in pair:
+            trained = {round(r.budget) for r in grid if r.depth == depth}
+            assert {round(n) for n in spec.pair_budgets(pair, law)} <= trained
+        label = f"{pair[0]}-{pair[1]}"
+        assert abs(math.log(spec.law_centre(pair, law) / planted[label])) < spec.refine.reach
+        assert abs(math.log(spec.law_centre(pair) / planted[label])) > 2 * spec.refine.reach
+        extended = [r for r in store.records() if r.pair == label and r.point_kind == "extend"]
+        assert not extended
+    # a rerun fits the same law from the same records: it trains nothing, decides the same
+    again, rerun = refine_in_process(spec, ExperimentStore.for_spec(tmp_path, spec))
+    assert rerun.trained == 0 and runner.trained > 0
+    assert [t.n_star for t in again] == [t.n_star for t in transitions]
+
+
+def test_waves_decide_the_same_with_pairs_advancing_independently(tmp_path):
+    # run_on a runner with run_feed: each wave's pairs advance on their own and a later
+    # wave's first points go through run; the decisions are those of the stage in rounds
+    overrides = (
+        f"simulated.b={B * 0.7}",
+        "refine.pairs=[[6,12],[12,18],[18,24],[24,30],[30,36]]",
+        "refine.waves=2",
+    )
+    spec, _, in_rounds, _ = _run(tmp_path / "rounds", overrides)
+    store = ExperimentStore.for_spec(tmp_path / "feed", spec)
+    store.initialise(spec)
+    runner = LocalRunner(spec, store)
+    runner.run(grid_requests(spec))
+    stage = RefineStage(spec, store)
+    assert [r.pair for r in stage.refiners] == [(6, 12), (12, 18), (18, 24)]  # the first wave
+    fed = stage.run_on(runner)
+    assert [r.pair for r in stage.refiners] == [(6, 12), (12, 18), (18, 24), (24, 30), (30, 36)]
+    assert len(stage.laws) == 2 and stage.laws[1].name == "running fit"
+    assert [(t.pair, t.n_star, t.trials) for t in fed] == [
+        (t.pair, t.n_star, t.trials) for t in in_rounds
+    ]

@@ -44,6 +44,7 @@ from scipy import optimize, special
 from dwtune.core import vocabulary
 from dwtune.core.errors import InputError
 from dwtune.core.fit.wls import MIN_POINTS, CensoredPair, FitResult
+from dwtune.core.projection import DepthWidthLaw
 
 BRACKETED = vocabulary.TransitionStatus.BRACKETED
 CENSORED_LOW = vocabulary.TransitionStatus.CENSORED_LOW
@@ -333,3 +334,22 @@ def fit_law(
         censored_fitted=tuple(lab for lab, e in zip(data.labels, est, strict=True) if not e),
         excluded=tuple((by_label[lab].label, why) for lab, why in data.excluded),
     )
+
+
+RUNNING_FIT = "running fit"  # the name of running_law's law (a later wave's first sizes)
+
+
+def running_law(
+    observations: Sequence[TransitionObservation], fallback: DepthWidthLaw
+) -> DepthWidthLaw:
+    """The law fitted on the pairs refined so far (``ln dx* = a + b·L``, the fit stage's
+    likelihood), or ``fallback`` where they give none with a positive slope (fewer than
+    ``FIT_MIN_PAIRS`` bracketed, say): a later wave's first sizes are placed by it."""
+    try:
+        fit = fit_law(observations)
+    except InputError:
+        return fallback
+    if not (math.isfinite(fit.a) and math.isfinite(fit.b) and fit.b > 0):
+        return fallback
+    labels = ", ".join(o.label for o in observations if o.fitted)
+    return DepthWidthLaw.from_fit(fit, name=RUNNING_FIT, source=labels)

@@ -52,10 +52,9 @@ from scipy import stats
 
 from dwtune.core.errors import InputError
 from dwtune.core.intervals import interval_quantile, line_with_se
-from dwtune.core.vocabulary import CENSORED_STATUSES, LEVEL, TransitionStatus
+from dwtune.core.vocabulary import CENSORED_STATUSES, FIT_MIN_PAIRS, LEVEL, TransitionStatus
 
-# The fit has two parameters; at least one more point is needed to test it (dof >= 1).
-MIN_POINTS = 3
+MIN_POINTS = FIT_MIN_PAIRS  # two parameters and a point more to test them (dof >= 1)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from dwtune.core.spec.sections import (
     TrainConfig,
 )
 from dwtune.core.units import parse_size
-from dwtune.core.vocabulary import Design, Trainer
+from dwtune.core.vocabulary import FIT_MIN_PAIRS, Design, Trainer
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -333,6 +333,25 @@ def _sections(raw: dict[object, object], errors: ErrorCollector) -> dict[str, An
     return sections
 
 
+def _check_waves(spec: ExperimentSpec) -> None:
+    """refine.waves: a law design's, with a first wave the law can be fitted on."""
+    waves, pairs = spec.refine.waves, len(spec.refine.pairs)
+    if waves == 1:
+        return
+    if spec.refine.design != Design.LAW:
+        raise InputError(
+            f"refine.waves: got {waves} with refine.design 'grid'; waves place each pair's "
+            f"first sizes by a law: set refine.design: law, or refine.waves: 1"
+        )
+    most = max(1, (pairs - 1) // (FIT_MIN_PAIRS - 1)) if pairs >= FIT_MIN_PAIRS else 1
+    if waves > most:
+        raise InputError(
+            f"refine.waves: got {waves} for {pairs} refine pair(s); the first wave must hold "
+            f"{FIT_MIN_PAIRS} pairs, the fewest a law is fitted on: expected refine.waves: "
+            f"{most} or fewer"
+        )
+
+
 def _cross_check(spec: ExperimentSpec) -> ExperimentSpec:
     """Checks that involve more than one section."""
     for pair in spec.refine.pairs:
@@ -347,6 +366,7 @@ def _cross_check(spec: ExperimentSpec) -> ExperimentSpec:
             "refine.design: got 'law' without refine.pairs; list the depth pairs whose N* the "
             "law places, or use design: grid"
         )
+    _check_waves(spec)
     _check_distinct_pairs(spec)
     _check_length_factors(spec)
     _check_sharding(spec)

@@ -372,6 +372,10 @@ class RefineConfig:
     # the side the mean Δ leans to) inside space.budgets' range.
     design: str = Design.GRID.value
     reach: float = 0.35
+    # Law design only: the pairs, ranked by depth, refine in this many waves one after another.
+    # The first wave's sizes come from fit.reference; each later wave's from the law fitted on
+    # the pairs of the waves before it (core/design.py: running_law). 1: every pair at once.
+    waves: int = 1
     # Early decisions (dwtune.core.early_decision): stop a point's trainings once their partial
     # curves settle the end Δ's sign at refine.alpha, no earlier than early_min_fraction of the
     # steps; the point's sign is then the early rule's. Needs evals along the run (eval_every).
@@ -382,6 +386,7 @@ class RefineConfig:
         one_of("refine.design", self.design, tuple(d.value for d in Design))
         positive("refine.reach", self.reach)
         at_most("refine.reach", self.reach, limits.MAX_SCAN_REACH)
+        at_least("refine.waves", self.waves, 1)
         positive("refine.tolerance", self.tolerance)
         if not 0 < self.early_min_fraction < 1:
             raise InputError(
