@@ -154,12 +154,16 @@ class ExperimentSpec:
     def refine_waves(self) -> tuple[tuple[tuple[int, int], ...], ...]:
         """refine.pairs in refine.waves runs that refine one after another: ranked by their
         deeper (then shallower) depth and cut into runs of near-equal size, the first runs
-        the larger; each run lists its pairs in refine.pairs' order. One wave: every pair."""
+        the larger; each run lists its pairs in refine.pairs' order. One wave (and the grid
+        design's, whose first points are every budget anyway): every pair."""
         pairs = [tuple(pair) for pair in self.refine.pairs]
+        if self.refine.design != Design.LAW:
+            return (tuple(pairs),)
         ranked = sorted(pairs, key=lambda pair: (pair[1], pair[0]))
-        size, extra = divmod(len(ranked), self.refine.waves)
+        count = self.refine.waves
+        size, extra = divmod(len(ranked), count)
         waves, start = [], 0
-        for index in range(self.refine.waves):
+        for index in range(count):
             stop = start + size + (1 if index < extra else 0)
             members = set(ranked[start:stop])
             waves.append(tuple(pair for pair in pairs if pair in members))

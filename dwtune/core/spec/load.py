@@ -334,15 +334,11 @@ def _sections(raw: dict[object, object], errors: ErrorCollector) -> dict[str, An
 
 
 def _check_waves(spec: ExperimentSpec) -> None:
-    """refine.waves: a law design's, with a first wave the law can be fitted on."""
+    """refine.waves (law design; the grid design ignores it): a first wave the law can be
+    fitted on."""
     waves, pairs = spec.refine.waves, len(spec.refine.pairs)
-    if waves == 1:
+    if waves == 1 or spec.refine.design != Design.LAW:
         return
-    if spec.refine.design != Design.LAW:
-        raise InputError(
-            f"refine.waves: got {waves} with refine.design 'grid'; waves place each pair's "
-            f"first sizes by a law: set refine.design: law, or refine.waves: 1"
-        )
     most = max(1, (pairs - 1) // (FIT_MIN_PAIRS - 1)) if pairs >= FIT_MIN_PAIRS else 1
     if waves > most:
         raise InputError(

@@ -372,9 +372,10 @@ class RefineConfig:
     # the side the mean Δ leans to) inside space.budgets' range.
     design: str = Design.GRID.value
     reach: float = 0.35
-    # Law design only: the pairs, ranked by depth, refine in this many waves one after another.
-    # The first wave's sizes come from fit.reference; each later wave's from the law fitted on
-    # the pairs of the waves before it (core/design.py: running_law). 1: every pair at once.
+    # Law design only (the grid design ignores it): the pairs, ranked by depth, refine in this
+    # many waves one after another. The first wave's sizes come from fit.reference; each later
+    # wave's from the law fitted on the waves before it (core/fit/censored.py: running_law),
+    # so the first must hold 3 pairs. 1: every pair at once.
     waves: int = 1
     # Early decisions (dwtune.core.early_decision): stop a point's trainings once their partial
     # curves settle the end Δ's sign at refine.alpha, no earlier than early_min_fraction of the
