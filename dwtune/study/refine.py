@@ -720,9 +720,13 @@ class RefineStage:
         self.laws.append(law)
         return refiners
 
-    def _next_wave(self, index: int, done: Sequence[Transition], run_trials: RunTrials):
+    def _next_wave(
+        self, index: int, done: Sequence[Transition], run_trials: RunTrials | None
+    ) -> list[PairRefiner]:
         """Wave ``index`` (1 or more) opened: its first points trained at the sizes of the law
         fitted on ``done``, the transitions of the waves before it."""
+        if run_trials is None:
+            raise ValueError("refine.waves > 1: the later waves' first points need run_trials")
         wave = self.waves[index]
         law = running_law(observations(done), reference(self.spec.fit.reference))
         cells = self.spec.wave_cells(wave, law, self._sizes)
@@ -746,7 +750,7 @@ class RefineStage:
         return list(requests.values())
 
     def _waves(
-        self, run_trials: RunTrials, done: Mapping[tuple[int, int], Transition]
+        self, run_trials: RunTrials | None, done: Mapping[tuple[int, int], Transition]
     ) -> Iterator[list[PairRefiner]]:
         """Each wave's refiners in turn; a later one is opened once the caller has put the
         transitions of the ones before in ``done``."""
@@ -811,11 +815,9 @@ class RefineStage:
         ``run_feed(feed)`` trains the feed's requests until every pair is done (a runner's
         ``run_feed``), ``run_trials`` a later wave's first points; then transitions.parquet
         is written and its rows returned."""
-        if run_trials is None and len(self.waves) > 1:
-            raise ValueError("refine.waves > 1: run_feed needs run_trials for the later waves")
         done: dict[tuple[int, int], Transition] = {}
         with self._background_writes():
-            for refiners in self._waves(run_trials, done):  # type: ignore[arg-type]
+            for refiners in self._waves(run_trials, done):
                 feed = self.feed(refiners)
                 run_feed(feed)
                 if not feed.done:

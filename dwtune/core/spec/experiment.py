@@ -201,11 +201,10 @@ class ExperimentSpec:
         a pair and would have fewer than three sizes with the ``earlier`` waves' (a study's
         shallowest depth), that pair's law N* too. Why: Δ is moved to equal N along the
         shallower depth's size trend, and two sizes show no bend: on paper.yaml's simulated
-        twin with b 30% below
-        the reference, pair 6-12's N* lay near its lower law size, where the secant's slope is
-        3-4% off, and its 95% intervals held N* in 81% of 100 studies; with the third size
-        88%, and 92% once the chord's kink correction waited for a kink beyond noise
-        (``benchmarks/study_coverage.py``; :mod:`dwtune.core.crossing`)."""
+        twin with b 30% below the reference, pair 6-12's N* lay near its lower law size, where
+        the secant's slope is 3-4% off, and its 95% intervals held N* in 81% of 100 studies;
+        with the third size 88%, and 92% once the chord's kink correction waited for a kink
+        beyond noise (``benchmarks/study_coverage.py``; :mod:`dwtune.core.crossing`)."""
         if self.refine.design != Design.LAW:
             return tuple(sorted(self.space.budgets))
         wave = self.refine_waves()[0] if pairs is None else tuple(pairs)
