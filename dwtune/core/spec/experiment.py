@@ -156,13 +156,14 @@ class ExperimentSpec:
         deeper (then shallower) depth and cut into runs of near-equal size, the first runs
         the larger; each run lists its pairs in refine.pairs' order. One wave (and the grid
         design's, whose first points are every budget anyway): every pair."""
-        pairs = [tuple(pair) for pair in self.refine.pairs]
+        pairs = [(int(shallow), int(deep)) for shallow, deep in self.refine.pairs]
         if self.refine.design != Design.LAW:
             return (tuple(pairs),)
         ranked = sorted(pairs, key=lambda pair: (pair[1], pair[0]))
         count = self.refine.waves
         size, extra = divmod(len(ranked), count)
-        waves, start = [], 0
+        waves: list[tuple[tuple[int, int], ...]] = []
+        start = 0
         for index in range(count):
             stop = start + size + (1 if index < extra else 0)
             members = set(ranked[start:stop])
