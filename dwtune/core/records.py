@@ -13,7 +13,7 @@ import dataclasses
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -204,9 +204,23 @@ def grid_requests(
 ) -> list[TrialRequest]:
     """Every (depth, budget, seed) of the spec's space, deduplicated by identity. ``rates``
     maps a cell's (depth, width) to its (learning rate, source) when the rate is searched."""
+    default = (None, vocabulary.LR_SOURCE_SPEC)
+    return first_point_requests(
+        spec, spec.grid(), lambda cell: (rates or {}).get((cell.depth, cell.shape.width), default)
+    )
+
+
+def first_point_requests(
+    spec: ExperimentSpec,
+    cells: Iterable[GridCell],
+    rate_of: Callable[[GridCell], tuple[float | None, str]],
+) -> list[TrialRequest]:
+    """Grid trainings of ``cells`` (the grid stage's, or a later refine.waves wave's first
+    points) at each of space.seeds, deduplicated by identity; ``rate_of`` gives a cell's
+    (learning rate, source)."""
     requests: dict[str, TrialRequest] = {}
-    for cell in spec.grid():
-        lr, source = (rates or {}).get((cell.depth, cell.shape.width), (None, "spec"))
+    for cell in cells:
+        lr, source = rate_of(cell)
         for seed in spec.space.seeds:
             request = make_request(spec, cell, seed, Stage.GRID, lr=lr, lr_source=source)
             requests.setdefault(request.trial_id, request)

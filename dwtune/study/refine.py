@@ -46,7 +46,13 @@ from dwtune.core.fit.censored import RUNNING_FIT, TransitionObservation, running
 from dwtune.core.noise import Noise
 from dwtune.core.pair_points import PairGrid, PairPoint, SizeTrend
 from dwtune.core.projection import DepthWidthLaw, reference
-from dwtune.core.records import TrialRecord, TrialRequest, grid_requests, make_request
+from dwtune.core.records import (
+    TrialRecord,
+    TrialRequest,
+    first_point_requests,
+    grid_requests,
+    make_request,
+)
 from dwtune.core.spec import ExperimentSpec, RefineConfig
 from dwtune.core.transitions import Step, Transition
 from dwtune.core.vocabulary import (
@@ -656,7 +662,6 @@ def grid_pairs(
     records = [r for r in records if r.stage != Stage.LR_SEARCH]
     grids = []
     for pair in pairs:
-        pair = (int(pair[0]), int(pair[1]))
         budgets = spec.pair_budgets(pair, law)  # the pair's first points (refine.design)
         # its shallower net's size trend
         trend_budgets = spec.shallow_budgets(pair, law, earlier.get(pair[0], ()))
@@ -694,7 +699,9 @@ class RefineStage:
         self.refiners: list[PairRefiner] = []  # the opened waves' pairs, in refine.pairs order
         self._sizes: dict[int, set[float]] = {}  # each depth's first sizes in the opened waves
         self._background: Background | None = None
-        self._open(self.waves[0], reference(spec.fit.reference))
+        # the first wave's cells count for the later waves' sizes (the law design's alone)
+        first = spec.grid() if spec.refine.design == Design.LAW else []
+        self._open(self.waves[0], reference(spec.fit.reference), first)
 
     def set_rate_for(self, rate_for: RateFor | None) -> None:
         """Searched rates for the refine trainings (``dwtune refine`` finds them after the
@@ -703,18 +710,18 @@ class RefineStage:
         for refiner in self.refiners:
             refiner.rate_for = rate_for
 
-    def _open(self, wave: Sequence[tuple[int, int]], law: DepthWidthLaw) -> list[PairRefiner]:
-        """The refiners of a wave whose first points are recorded."""
+    def _open(
+        self, wave: Sequence[tuple[int, int]], law: DepthWidthLaw, cells: Sequence[GridCell]
+    ) -> list[PairRefiner]:
+        """The refiners of a wave whose first points (``cells``, placed by ``law``) are
+        recorded."""
         grids = grid_pairs(self.spec, self.store.records(), wave, law, self._sizes)
         refiners = [PairRefiner(self.spec, self.store, grid, self.say) for grid in grids]
         for refiner in refiners:
             refiner.rate_for, refiner.watch = self.rate_for, self.watch
             refiner.background = self._background
-        if self.spec.refine.design == Design.LAW:
-            for depth in {d for pair in wave for d in pair}:
-                earlier = self._sizes.get(depth, set())
-                sizes = self.spec.depth_budgets(depth, wave, law, earlier)
-                self._sizes[depth] = earlier | set(sizes)
+        for cell in cells:  # the next wave's sizes count these (ExperimentSpec.depth_budgets)
+            self._sizes.setdefault(cell.depth, set()).add(cell.budget)
         order = [tuple(pair) for pair in self.spec.refine.pairs]
         self.refiners = sorted([*self.refiners, *refiners], key=lambda r: order.index(r.pair))
         self.laws.append(law)
@@ -730,24 +737,15 @@ class RefineStage:
         wave = self.waves[index]
         law = running_law(observations(done), reference(self.spec.fit.reference))
         cells = self.spec.wave_cells(wave, law, self._sizes)
-        requests = self._first_requests(cells)
+        default = (None, vocabulary.LR_SOURCE_SPEC)
+        requests = first_point_requests(self.spec, cells, self.rate_for or (lambda _cell: default))
         self.say(
             f"[refine] wave {index + 1} of {len(self.waves)}: pairs "
             f"{', '.join(f'{a}-{b}' for a, b in wave)} from {describe_law(law)}; "
             f"{len(requests)} first training(s)"
         )
         run_trials(requests)
-        return self._open(wave, law)
-
-    def _first_requests(self, cells: Sequence[GridCell]) -> list[TrialRequest]:
-        """A wave's first points: every cell at each of space.seeds (grid trainings)."""
-        requests: dict[str, TrialRequest] = {}
-        for cell in cells:
-            lr, source = self.rate_for(cell) if self.rate_for else (None, vocabulary.LR_SOURCE_SPEC)
-            for seed in self.spec.space.seeds:
-                request = make_request(self.spec, cell, seed, Stage.GRID, lr=lr, lr_source=source)
-                requests.setdefault(request.trial_id, request)
-        return list(requests.values())
+        return self._open(wave, law, cells)
 
     def _waves(
         self, run_trials: RunTrials | None, done: Mapping[tuple[int, int], Transition]

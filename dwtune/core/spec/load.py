@@ -339,7 +339,7 @@ def _check_waves(spec: ExperimentSpec) -> None:
     waves, pairs = spec.refine.waves, len(spec.refine.pairs)
     if waves == 1 or spec.refine.design != Design.LAW:
         return
-    most = max(1, (pairs - 1) // (FIT_MIN_PAIRS - 1)) if pairs >= FIT_MIN_PAIRS else 1
+    most = max(1, (pairs - 1) // (FIT_MIN_PAIRS - 1))  # ceil(pairs / waves) >= FIT_MIN_PAIRS
     if waves > most:
         raise InputError(
             f"refine.waves: got {waves} for {pairs} refine pair(s); the first wave must hold "
