@@ -11,6 +11,7 @@ import argparse
 import json
 
 from dwtune.commands import argtypes
+from dwtune.core.intervals import SCALE_PRIOR_DOF
 from dwtune.core.vocabulary import LEVEL, SIMULATED_LAW_BANNER
 
 LEVEL_HELP = f"confidence level of the printed intervals (default {LEVEL})"
@@ -50,7 +51,8 @@ def format_fit(fit, level: float, simulated: bool, source: str) -> str:
         f"  cov(a, b) = {fit.cov[0][1]:.3g}   (correlation {corr:+.3f})",
         f"  R² = {fit.r2:.4f}   χ²_red = {fit.chi2_red:.3f} with {fit.dof} dof"
         "   (± errors from the given uncertainties, not scaled by χ²_red; intervals"
-        f" ± {fit.quantile(level):.2f} errors = max(z, t_{fit.dof}·√χ²_red))",
+        f" ± {fit.quantile(level):.2f} errors: t scaled by the scatter, σ a prior worth "
+        f"{SCALE_PRIOR_DOF:g} pseudo-observations)",
     ]
     in_fit = {label.removeprefix("pair ") for label in fit.censored_fitted}
     for c in fit.censored:

@@ -8,9 +8,9 @@ The width there is ``exp(a + b·L)``, equivalently ``sqrt(N / (12·L))``.
 
 Intervals (at ``level``, default 95%) come from the fit's covariance of (a, b), without Monte
 Carlo and without linearising the projection. Their half-width is ``q·se`` with the fit's own
-quantile ``q = max(z, t_dof·sqrt(χ²_red))`` (:func:`dwtune.core.intervals.interval_quantile`: the
-normal quantile where the transitions scatter as their σ say, a scatter-scaled t where they
-scatter more); below, ``z`` stands for that ``q``.
+quantile ``q`` (:func:`dwtune.core.intervals.interval_quantile`: Student's t scaled by the
+transitions' scatter about the law, their stated σ a prior worth half a pseudo-observation);
+below, ``z`` stands for that ``q``.
 
 - depth -> transition size: ``ln N*(L) = ln(12L) + 2(a + bL)`` is linear in (a, b), so its
   standard error is exactly ``2·sqrt([1, L] cov [1, L]ᵀ)`` and the interval is exact for Gaussian

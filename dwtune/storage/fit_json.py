@@ -15,6 +15,7 @@ from pathlib import Path
 
 from dwtune.core.errors import InputError
 from dwtune.core.fit import CensoredPair, FitResult
+from dwtune.core.intervals import SCALE_PRIOR_DOF
 from dwtune.core.projection import DepthWidthLaw
 from dwtune.core.vocabulary import SIMULATED_COLUMN, FitStatus
 from dwtune.storage import loaders
@@ -173,7 +174,9 @@ def fit_to_dict(
             "errors_scaled_by_chi2_red": False,
             # ci_a, ci_b and the projections' intervals: estimate ± interval_quantile·se.
             "interval_quantile": fit.quantile(level),
-            "interval_rule": "max(z, t_dof * sqrt(chi2_red))",
+            "interval_rule": "t(n) * sqrt((scale_prior_dof + dof * chi2_red) / n), "
+            "n = scale_prior_dof + dof",
+            "scale_prior_dof": SCALE_PRIOR_DOF,
             "points": points_dicts(fit.depths, fit.widths, fit.width_errs, fit.labels, seeds),
             "censored": [asdict(c) for c in fit.censored],
             # Since the interval-censored fit: how it was fitted and what it left out.

@@ -16,6 +16,7 @@ from scipy import stats
 
 from dwtune.cli import main
 from dwtune.core.fit import fit_transitions
+from dwtune.core.intervals import SCALE_PRIOR_DOF, z_value
 
 DEPTHS = [12, 18, 24, 30, 36]
 A, B = 5.039, 0.0555
@@ -130,15 +131,17 @@ def test_project_from_fit_json_and_csv_agree(capsys, tmp_path):
 
 def test_projections_from_fit_json_widen_with_the_fits_scatter(capsys, tmp_path):
     # Transitions scattered 3σ about the law: χ²_red far above 1, so the fit's intervals (and
-    # every projection read back from fit.json) are t₃·√χ²_red wide, not normal.
+    # every projection read back from fit.json) are t_n·s wide (intervals.interval_quantile:
+    # n = ν₀ + dof, s² = (ν₀ + dof·χ²_red) / n), not normal.
     rows = [(d, w * math.exp(0.09 * (-1) ** i), e) for i, (d, w, e) in enumerate(paper_rows())]
     csv = write_csv(tmp_path / "scattered.csv", rows)
     _, out, _ = run_cli(capsys, "fit", str(csv), "--json")
     record = json.loads(out)
     assert record["chi2_red"] > 5
-    assert record["interval_quantile"] == pytest.approx(
-        stats.t.ppf(0.975, record["dof"]) * math.sqrt(record["chi2_red"]), rel=1e-9
-    )
+    n = SCALE_PRIOR_DOF + record["dof"]
+    scale = math.sqrt((SCALE_PRIOR_DOF + record["dof"] * record["chi2_red"]) / n)
+    assert record["interval_quantile"] == pytest.approx(stats.t.ppf(0.975, n) * scale, rel=1e-9)
+    assert record["interval_quantile"] > 2 * z_value(0.95)
     (tmp_path / "fit.json").write_text(out)
     _, widened, _ = run_cli(
         capsys, "project", "--fit", str(tmp_path / "fit.json"), "--budget", "1T", "--json"

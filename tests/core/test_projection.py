@@ -152,7 +152,7 @@ def _noisy_law(rng: np.random.Generator) -> DepthWidthLaw:
 
 def test_projection_intervals_cover_the_truth_at_the_fits_rate():
     # Far extrapolation (depths 12-36 fitted, 175B projected): the band inversion keeps the
-    # fit's own coverage (its rule max(z, t₃·√χ²_red) holds 98.3% at 95% with exact σ:
+    # fit's own coverage (its rule, t scaled by the scatter, holds 96.9% at 95% with exact σ:
     # fit_sim.rule_coverage) where a delta method would not. 2000 draws; 4 binomial sd.
     rng = np.random.default_rng(2006)
     true_depth = optimal_depth(LEVINE2020, 1.75e11)

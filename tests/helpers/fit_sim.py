@@ -40,20 +40,20 @@ def simulate_study(
 
 
 def rule_coverage(level: float, dof: int, understated: float = 1.0) -> float:
-    """Exact coverage of ``estimate ± max(z, t_dof·sqrt(χ²_red))·se`` for a linear fit with
-    Gaussian errors whose true sd is ``understated`` times the stated one.
+    """Exact coverage of ``estimate ± interval_quantile(level, χ²_red, dof)·se`` for a linear
+    fit with Gaussian errors whose true sd is ``understated`` times the stated one.
 
     Why exact: the error in stated se is ``understated·Z`` and ``χ²_red = understated²·C`` with
     ``C ~ χ²_dof/dof`` independent of Z, so the interval holds the truth with probability
-    ``E_C[2Φ(max(z/understated, t·sqrt(C))) − 1]``, integrated here over C's density."""
+    ``E_C[2Φ(q(understated²·C) / understated) − 1]``, integrated here over C's density."""
     from scipy import integrate, stats
 
-    z = stats.norm.ppf(0.5 + level / 2.0)
-    t = stats.t.ppf(0.5 + level / 2.0, dof)
+    from dwtune.core.intervals import interval_quantile
+
     density = stats.chi2(dof, scale=1.0 / dof).pdf
 
     def held(c: float) -> float:
-        return (2.0 * stats.norm.cdf(max(z / understated, t * math.sqrt(c))) - 1.0) * density(c)
+        q = interval_quantile(level, understated**2 * c, dof)
+        return (2.0 * stats.norm.cdf(q / understated) - 1.0) * density(c)
 
-    knee = (z / understated / t) ** 2  # where the t term takes over
-    return float(integrate.quad(held, 0.0, knee)[0] + integrate.quad(held, knee, math.inf)[0])
+    return float(integrate.quad(held, 0.0, math.inf)[0])

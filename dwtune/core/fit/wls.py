@@ -11,34 +11,24 @@ point is weighted by ``1 / sigma²``.
 
 Standard errors and intervals. The covariance is ``(Xᵀ W X)⁻¹`` with the uncertainties taken
 as absolute (``absolute_sigma=True`` in scipy's words): ``se_a``, ``se_b`` and ``cov`` are
-never rescaled, because each σ(ln N*) is measured (seed noise and bracket of its own pair). The
-intervals are not built from them alone. A ``level`` interval is ``estimate ± q·se`` with
+never rescaled. The intervals are not built from them alone: a ``level`` interval is
+``estimate ± q·se`` with
 
-    q = max(z_level, t_level,dof · sqrt(χ²_red))
+    q = t_level,n · s,   n = ν₀ + dof,   s² = (ν₀ + dof·χ²_red) / n
 
-(:func:`interval_quantile`): the normal interval where the transitions scatter about the law
-as their σ say, and Student's t interval scaled by the scatter where they scatter more. Why:
-each pair's estimate carries an error its own σ cannot see. Its refine loop placed its points
-by their signs, so the chord between the two points around the sign change is biased by where
-N* happens to sit between them (a layout bias: mean z from −0.18 to +0.19 by pair on the simulated
-study). Across a study's pairs that bias varies like extra scatter, and χ²_red measures it;
-with the 3-7 pairs a study has, the scale is itself uncertain, hence t on ``dof`` degrees of
-freedom. Measured (``python benchmarks/study_coverage.py --studies 300 --jobs 2``: 300 noise
-realisations of ``search_spaces/simulated.yaml``, whose per-pair z = error/σ(ln N*) has rms
-1.00), the 95% intervals hold the planted value in
-
-    ========================  =======  =======  ============  ========  ========
-    rule                       a        b       L* at 175B    at 1T     at 10T
-    ========================  =======  =======  ============  ========  ========
-    normal (z only, before)    92.3%    93.0%    90.3%         91.7%     92.0%
-    t_dof·sqrt(χ²_red) only    94.0%    92.3%    90.3%         90.3%     90.0%
-    max of the two (used)      96.3%    96.7%    94.7%         96.3%     95.7%
-    ========================  =======  =======  ============  ========  ========
-
-(± 1.0-1.7 points of Monte Carlo error each). The price: where every σ is right the rule
-over-covers, 97.9% at 95% on 4 dof (75.2% at 68%), since it never goes below the normal
-interval; its median width there is 1.30 times the normal one. ``chi2_red`` is reported beside
-the errors as the check: near 1 (the paper's 0.854) means the transitions scatter as their σ say.
+(:func:`interval_quantile`, ν₀ = ``SCALE_PRIOR_DOF`` = 0.5). The stated σ(ln N*) are a prior
+on the scale of the transitions' errors, worth ν₀ pseudo-observations, never taken as known:
+the scatter about the law (χ²_red on ``dof``) updates it, and t on ``n`` degrees of freedom
+carries how uncertain the learned scale still is with the 3-7 pairs a study has. Why learned:
+each pair's σ(ln N*) is conservative by construction (its interval holds the chord's
+replicates with and without the kink correction and the broken stick's profile band), so the
+pairs scatter less than their σ say (rms z 0.4-0.6 on the simulated studies; χ²_red mean
+0.25-0.36), and a rule that never went below the normal interval held the planted law in 100%
+of studies at 95%. Why not ν₀ = 0 (Student's t alone): the pairs' σ overstate their errors
+unevenly (rms z 0.40-0.62 by pair on search_spaces/simulated.yaml's grid design), and t alone
+held 88-89% there. Measured in docs/method.md ("The fit's interval rule"). ``chi2_red`` is
+reported beside the errors as the check: near 1 (the paper's 0.854) means the transitions
+scatter as their σ say.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import math
 import pandas as pd
 
 from dwtune.core.fit import MIN_POINTS
+from dwtune.core.intervals import SCALE_PRIOR_DOF
 from dwtune.core.spec import DataConfig
 from dwtune.core.vocabulary import (
     LR_SOURCE_INTERPOLATED,
@@ -175,6 +176,13 @@ def _transitions(experiment: Experiment, spec: dict | None) -> list[str]:
         lines.append(
             f"A law or a projection from this study alone: {bracketed} pair(s) bracketed a "
             f"transition, and a fit of ln dx* = a + b·L needs at least {MIN_POINTS}."
+        )
+    else:
+        lines.append(
+            f"The law's intervals with {bracketed} bracketed pairs: they take the pairs' "
+            f"σ(ln N*) as a prior worth {SCALE_PRIOR_DOF:g} pseudo-observations and learn "
+            "their scale from how the pairs scatter about the law, an estimate as noisy as "
+            "the pairs are few; a law that bends beyond the measured depths is not in them."
         )
     if bracketed:
         lines.append(

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from dwtune.core.fit import CensoredPair, chi2_tail, residual_z
+from dwtune.core.intervals import SCALE_PRIOR_DOF
 from dwtune.core.projection import LEVINE2020
 from dwtune.core.units import format_size
 from dwtune.core.vocabulary import (
@@ -270,7 +271,7 @@ def _fit_lines(record: dict) -> list[str]:
         f"cov(a, b) = {record['cov'][0][1]:.3g}; R² = {record['r2']:.4f}; "
         f"χ²_red = {record['chi2_red']:.3f} with {record['dof']} degrees of freedom "
         "(near 1: the uncertainties describe the scatter; well above 1: they understate it, "
-        "and the intervals widen with √χ²_red)"
+        "and the intervals widen; well below 1: they overstate it, and the intervals narrow)"
         f"{_goodness_note(record)}.",
     ]
 
@@ -280,9 +281,11 @@ def _quantile_note(record: dict) -> str:
     q = record.get("interval_quantile")
     if q is None:
         return " normal"
+    prior = record.get("scale_prior_dof", SCALE_PRIOR_DOF)
     return (
-        f" ± {q:.2f} std. errors: the larger of the normal quantile and t_{record['dof']}·"
-        "√χ²_red, so a scatter beyond the transitions' σ widens them"
+        f" ± {q:.2f} std. errors: Student's t scaled by the transitions' scatter about the law, "
+        f"their σ a prior worth {prior:g} pseudo-observations, so they widen where the "
+        "transitions scatter more than their σ say and narrow where less"
     )
 
 
