@@ -97,6 +97,13 @@ def test_the_scan_switched_off_is_said_and_the_simulated_trainer_is_named():
     assert not any("second sign change" in line or "planted" in line for line in real)
 
 
+def test_the_law_design_says_it_cannot_see_a_dip_away_from_each_n_star():
+    law = limits_lines(study(spec={"refine": {"design": "law"}}))
+    assert "bracketed, not non_monotone" in one(law, "second sign change away from each N*")
+    grid = limits_lines(study(spec={"refine": {"design": "grid"}}))
+    assert not any("away from each N*" in line for line in grid)
+
+
 def test_the_largest_size_trained_bounds_the_extrapolation_and_the_section_has_a_heading():
     section = limits_section(study())
     assert section[0] == "## What these results cannot show"
