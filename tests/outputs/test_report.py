@@ -19,6 +19,7 @@ from dwtune.core.errors import InputError
 from dwtune.core.fit import chi2_tail, residual_z
 from dwtune.core.projection import LEVINE2020, project_budget
 from dwtune.outputs.report import ReportFiles, write_report
+from dwtune.outputs.report.markdown import _quantile_note
 from dwtune.storage.fit_json import law_from_json
 from dwtune.storage.schemas import PROJECTION_SCHEMA
 from dwtune.study.fit_stage import write_fit
@@ -538,3 +539,11 @@ def test_the_report_without_token_counts_says_the_floor_was_not_computed(reporte
     exp, _ = reported  # its trials carry no tokens column
     text = (exp / "report.md").read_text()
     assert "## Cost against the oracle floor\n\nNot computed:" in text
+
+
+def test_a_fit_json_from_an_earlier_interval_rule_is_described_by_its_own_rule():
+    earlier = {"interval_quantile": 2.31, "interval_rule": "max(z, t_dof * sqrt(chi2_red))"}
+    assert _quantile_note(earlier) == " ± 2.31 std. errors (max(z, t_dof * sqrt(chi2_red)))"
+    current = {**earlier, "scale_prior_dof": 0.5}
+    assert "a prior worth 0.5 pseudo-observations" in _quantile_note(current)
+    assert _quantile_note({}) == " normal"

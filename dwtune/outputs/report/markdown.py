@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 
 from dwtune.core.fit import CensoredPair, chi2_tail, residual_z
-from dwtune.core.intervals import SCALE_PRIOR_DOF
 from dwtune.core.projection import LEVINE2020
 from dwtune.core.units import format_size
 from dwtune.core.vocabulary import (
@@ -281,7 +280,9 @@ def _quantile_note(record: dict) -> str:
     q = record.get("interval_quantile")
     if q is None:
         return " normal"
-    prior = record.get("scale_prior_dof", SCALE_PRIOR_DOF)
+    if "scale_prior_dof" not in record:  # a fit.json written under an earlier rule
+        return f" ± {q:.2f} std. errors ({record.get('interval_rule', 'rule not recorded')})"
+    prior = record["scale_prior_dof"]
     return (
         f" ± {q:.2f} std. errors: Student's t scaled by the transitions' scatter about the law, "
         f"their σ a prior worth {prior:g} pseudo-observations, so they widen where the "
