@@ -9,7 +9,7 @@ The width there is ``exp(a + b·L)``, equivalently ``sqrt(N / (12·L))``.
 Intervals (at ``level``, default 95%) come from the fit's covariance of (a, b), without Monte
 Carlo and without linearising the projection. Their half-width is ``q·se`` with the fit's own
 quantile ``q`` (:func:`dwtune.core.intervals.interval_quantile`: Student's t scaled by the
-transitions' scatter about the law, their stated σ a prior worth half a pseudo-observation);
+transitions' scatter about the law, their stated σ a prior worth a quarter of a pseudo-observation);
 below, ``z`` stands for that ``q``.
 
 - depth -> transition size: ``ln N*(L) = ln(12L) + 2(a + bL)`` is linear in (a, b), so its

@@ -544,6 +544,6 @@ def test_the_report_without_token_counts_says_the_floor_was_not_computed(reporte
 def test_a_fit_json_from_an_earlier_interval_rule_is_described_by_its_own_rule():
     earlier = {"interval_quantile": 2.31, "interval_rule": "max(z, t_dof * sqrt(chi2_red))"}
     assert _quantile_note(earlier) == " ± 2.31 std. errors (max(z, t_dof * sqrt(chi2_red)))"
-    current = {**earlier, "scale_prior_dof": 0.5}
-    assert "a prior worth 0.5 pseudo-observations" in _quantile_note(current)
+    current = {**earlier, "scale_prior_dof": 0.25}
+    assert "a prior worth 0.25 pseudo-observations" in _quantile_note(current)
     assert _quantile_note({}) == " normal"

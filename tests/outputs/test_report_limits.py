@@ -82,7 +82,7 @@ def test_too_few_bracketed_pairs_say_no_law_and_enough_say_nothing():
     enough = limits_lines(study(statuses=("bracketed",) * 3))
     assert not any("needs at least" in line for line in enough)
     # with a law, how its intervals learn the pairs' scale, and what they leave out
-    assert "prior worth 0.5 pseudo-observations" in one(enough, "law's intervals with 3")
+    assert "prior worth 0.25 pseudo-observations" in one(enough, "law's intervals with 3")
     assert not any("law's intervals" in line for line in few)
 
 

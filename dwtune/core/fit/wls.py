@@ -16,7 +16,7 @@ never rescaled. The intervals are not built from them alone: a ``level`` interva
 
     q = t_level,n · s,   n = ν₀ + dof,   s² = (ν₀ + dof·χ²_red) / n
 
-(:func:`interval_quantile`, ν₀ = ``SCALE_PRIOR_DOF`` = 0.5). The stated σ(ln N*) are a prior
+(:func:`interval_quantile`, ν₀ = ``SCALE_PRIOR_DOF`` = 0.25). The stated σ(ln N*) are a prior
 on the scale of the transitions' errors, worth ν₀ pseudo-observations, never taken as known:
 the scatter about the law (χ²_red on ``dof``) updates it, and t on ``n`` degrees of freedom
 carries how uncertain the learned scale still is with the 3-7 pairs a study has. Why learned:
