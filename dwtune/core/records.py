@@ -22,6 +22,7 @@ from dwtune.core.budget import GridCell, ModelShape
 from dwtune.core.spec import DataConfig, ExperimentSpec, TrainConfig
 from dwtune.core.vocabulary import Parametrization, PointKind, Stage, Trainer
 
+SPEC_RATE: tuple[float | None, str] = (None, vocabulary.LR_SOURCE_SPEC)  # train.lr, unsearched
 IDENTITY_VERSION = 1  # bump when the trainer changes what a given identity produces
 # Layout of a trial record's JSON (trials/<id>.json): bump when a field changes meaning or is
 # removed, and teach storage.loaders.migrate_record to read the older version.
@@ -204,9 +205,8 @@ def grid_requests(
 ) -> list[TrialRequest]:
     """Every (depth, budget, seed) of the spec's space, deduplicated by identity. ``rates``
     maps a cell's (depth, width) to its (learning rate, source) when the rate is searched."""
-    default = (None, vocabulary.LR_SOURCE_SPEC)
     return first_point_requests(
-        spec, spec.grid(), lambda cell: (rates or {}).get((cell.depth, cell.shape.width), default)
+        spec, spec.grid(), lambda cell: (rates or {}).get((cell.depth, cell.shape.width), SPEC_RATE)
     )
 
 

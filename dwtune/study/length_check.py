@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from dwtune.core import crossing, pair_points
 from dwtune.core.length_check import LengthShift, check_points, describe, length_shift
 from dwtune.core.pair_points import PairPoint
-from dwtune.core.records import TrialRecord, TrialRequest, make_request
+from dwtune.core.records import SPEC_RATE, TrialRecord, TrialRequest, make_request
 from dwtune.core.spec import ExperimentSpec
 from dwtune.core.transitions import Transition, noise_prior, sign_rule
-from dwtune.core.vocabulary import LR_SOURCE_SPEC, Stage, TransitionStatus
+from dwtune.core.vocabulary import Stage, TransitionStatus
 from dwtune.storage.experiment import ExperimentWriter
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.refine import PairRefiner, RefineStage, decided_points
@@ -48,7 +48,7 @@ def _request(spec: ExperimentSpec, refiner: PairRefiner, cell, seed: int, factor
     """A length-check training: the refine stage's rate for the cell, the length scaled; it
     carries the pair and the kind of the point it retrains."""
     rate_for = refiner.rate_for
-    lr, source = rate_for(cell) if rate_for else (None, LR_SOURCE_SPEC)
+    lr, source = rate_for(cell) if rate_for else SPEC_RATE
     return make_request(
         spec,
         cell,

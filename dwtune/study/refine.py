@@ -47,6 +47,7 @@ from dwtune.core.noise import Noise
 from dwtune.core.pair_points import PairGrid, PairPoint, SizeTrend
 from dwtune.core.projection import DepthWidthLaw, reference
 from dwtune.core.records import (
+    SPEC_RATE,
     TrialRecord,
     TrialRequest,
     first_point_requests,
@@ -305,7 +306,7 @@ class PairRefiner:
         """A refine training; its rate from ``rate_for`` when the spec searches rates; it
         carries the pair, the round and the point kind that ask for it (``asking``, else this
         round's)."""
-        lr, source = self.rate_for(cell) if self.rate_for else (None, vocabulary.LR_SOURCE_SPEC)
+        lr, source = self.rate_for(cell) if self.rate_for else SPEC_RATE
         round_, kind = asking or self._asking
         return make_request(
             self.spec,
@@ -737,8 +738,8 @@ class RefineStage:
         wave = self.waves[index]
         law = running_law(observations(done), reference(self.spec.fit.reference))
         cells = self.spec.wave_cells(wave, law, self._sizes)
-        default = (None, vocabulary.LR_SOURCE_SPEC)
-        requests = first_point_requests(self.spec, cells, self.rate_for or (lambda _cell: default))
+        rate_of = self.rate_for or (lambda _cell: SPEC_RATE)
+        requests = first_point_requests(self.spec, cells, rate_of)
         self.say(
             f"[refine] wave {index + 1} of {len(self.waves)}: pairs "
             f"{', '.join(f'{a}-{b}' for a, b in wave)} from {describe_law(law)}; "
