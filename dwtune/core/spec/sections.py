@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 
 from dwtune.core.budget import SIZE_CONVENTIONS
@@ -445,6 +446,9 @@ class ResourcesConfig:
     # fewest workers that hold it, each in the fewest micro-batches; on CPU, or with the GPU
     # memory unknown, every cell uses all of them.
     workers_per_trial: int = 1
+    # Node-local scratch for a trial's checkpoint staging (a node's NVMe, e.g. /local_nvme);
+    # None: the system's temporary folder. Never shared storage: nodes write it concurrently.
+    scratch_dir: str | None = None
 
     def __post_init__(self) -> None:
         positive("resources.cpu", self.cpu)
@@ -472,6 +476,12 @@ class ResourcesConfig:
         at_most("resources.gpu", self.gpu, limits.MAX_CONCURRENT)
         if self.gpu_memory_gb is not None:
             positive("resources.gpu_memory_gb", self.gpu_memory_gb)
+        if self.scratch_dir is not None and not os.path.isabs(os.path.expanduser(self.scratch_dir)):
+            # every node resolves it for itself: a relative path would follow Tune's trial cwd
+            raise InputError(
+                f"resources.scratch_dir: got {self.scratch_dir!r}; use an absolute path on "
+                f"each node's local disk (e.g. /local_nvme/dwtune) or leave it out"
+            )
 
 
 @dataclass(frozen=True)
