@@ -5,6 +5,11 @@
 #   docker build -t ghcr.io/dwtune/dwtune:0.1.0-cu130 .
 #   docker push ghcr.io/dwtune/dwtune:0.1.0-cu130
 #
+# Then make the package public (GitHub: the package's Package settings, Change visibility,
+# Public): the cluster's hosts and Kubernetes nodes pull it with no credentials, and it holds
+# only open-source code. A private registry instead: cluster.yaml's initialization_commands log
+# in before the launcher pulls (see there), deploy/rayjob.yaml's pods need imagePullSecrets.
+#
 # Publishing under another name: change the tag here (the label below), in cluster.yaml
 # (docker.image) and in deploy/rayjob.yaml (every image:); tests/study/test_cluster.py checks
 # that the three agree. docs/gpu_cluster.md walks the whole first study.
@@ -37,18 +42,31 @@ FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="dwtune" \
       org.opencontainers.image.description="Depth x width Transformer studies on Ray (torch 2.13.0, CUDA 13.0)" \
       org.opencontainers.image.ref.name="ghcr.io/dwtune/dwtune:0.1.0-cu130"
-# rsync: the cluster launcher copies files into the container with it; wget: KubeRay's probes.
+# What Ray's cluster launcher runs inside the container (ray 2.60, autoscaler/_private/
+# command_runner.py): rsync copies files in (DockerCommandRunner.run_rsync_up); openssh-client
+# gives the head's autoscaler, which runs in this container, the `ssh` and `rsync --rsh ssh` it
+# reaches every worker host with (SSHCommandRunner.run, run_rsync_up): without it no worker
+# ever joins. wget: KubeRay's probes.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends rsync wget ca-certificates \
+    && apt-get install -y --no-install-recommends rsync openssh-client wget ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 # A non-root user with uid 1000: the ubuntu user of the cluster's hosts, so files the launcher
-# syncs from the host and files on the shared EFS root (chowned to 1000) are its own.
+# syncs from the host (the auth token) and files on the shared EFS root (chowned to 1000) are
+# its own. ~/.ray exists and is the user's, so the token's bind mount does not make docker
+# create it as root.
 RUN useradd --uid 1000 --create-home --shell /bin/bash ray \
-    && mkdir -p /mnt/dwtune && chown ray:ray /mnt/dwtune
+    && mkdir -p /home/ray/.ray /mnt/dwtune \
+    && chmod 700 /home/ray/.ray \
+    && chown ray:ray /home/ray/.ray /mnt/dwtune
 COPY --from=build /opt/venv /opt/venv
 COPY --chown=ray:ray search_spaces /opt/dwtune/search_spaces
+# HOME: Ray's launcher reads the container's home from the image's environment (`docker
+# inspect` .Config.Env, DockerCommandRunner.run_init), else takes /root, and bind-mounts
+# cluster.yaml's file_mounts there: `~/.ray/auth_token` must land in the home of the user Ray
+# runs as (Ray reads Path.home()/.ray/auth_token), not in /root, which that user cannot read.
 # NVIDIA_*: the container runtime exposes the GPUs and the driver's compute libraries.
-ENV PATH=/opt/venv/bin:$PATH \
+ENV HOME=/home/ray \
+    PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
