@@ -153,8 +153,8 @@ def test_bench_vs_reference_runs_both_on_cpu():
     assert len(result["round_ratios"]) == 2
 
 
-def test_gpu_check_script_parses():
-    assert run_script(["bash", "-n", "benchmarks/gpu_check.sh"]).returncode == 0
+def test_gpu_sweep_script_parses():
+    assert run_script(["bash", "-n", "benchmarks/gpu_sweep.sh"]).returncode == 0
 
 
 def read_lines(path) -> list[dict]:
@@ -162,10 +162,10 @@ def read_lines(path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_gpu_check_script_runs_on_cpu_with_a_tiny_shape(tmp_path):
+def test_gpu_sweep_script_runs_on_cpu_with_a_tiny_shape(tmp_path):
     results = tmp_path / "results.jsonl"
     done = run_script(
-        ["bash", "benchmarks/gpu_check.sh", str(results)],
+        ["bash", "benchmarks/gpu_sweep.sh", str(results)],
         DEVICE="cpu",
         DEPTHS="1 2",
         WIDTHS="16",
@@ -194,12 +194,12 @@ def test_gpu_check_script_runs_on_cpu_with_a_tiny_shape(tmp_path):
 
 
 @pytest.mark.slow
-def test_gpu_check_twins_and_pilot_cells_run_on_cpu(tmp_path):
+def test_gpu_sweep_twins_and_pilot_cells_run_on_cpu(tmp_path):
     """The sharded (2 processes) and micro-batched trials against their plain twin, and
     gpu_pilot.yaml's cells with the least and most planned memory, timed."""
     results = tmp_path / "results.jsonl"
     done = run_script(
-        ["bash", "benchmarks/gpu_check.sh", str(results)],
+        ["bash", "benchmarks/gpu_sweep.sh", str(results)],
         DEVICE="cpu",
         COMPILES="",  # the shapes and packing parts: the test above
         PACK_WIDTHS="",
