@@ -17,12 +17,20 @@ from dataclasses import dataclass
 from dwtune.core.budget import ModelShape, flops_per_token
 from dwtune.core.errors import InputError
 
-# Dense bf16 peak FLOP/s (no sparsity) and memory per GPU, from the vendors' data sheets.
+# Dense bf16 peak FLOP/s (no sparsity), from the vendors' data sheets, and the memory of one
+# GPU as the device reports it (torch.cuda.get_device_properties().total_memory, the figure
+# the trainer reads on that GPU), not the marketing size: the plan and the trainer then split
+# the same bytes (dwtune.core.memory.usable_gpu_bytes).
+MIB = 2**20
 DEVICES = {
-    "h100": (989e12, 80 * 2**30),  # H100 SXM
+    # H100 SXM 80GB HBM3: total_memory 81,559 MiB = 85,520,809,984 bytes (79.65 GiB), as
+    # nvidia-smi's "81559MiB" and torch's `_CudaDeviceProperties(..., total_memory=81559MB)`
+    "h100": (989e12, 81_559 * MIB),
     # H200 SXM: the H100 SXM's tensor cores (989 TFLOP/s dense bf16) with "141 GB" of HBM3e
-    # (NVIDIA H200 data sheet, 2024); nvidia-smi shows 143,771 MiB, i.e. 140 GiB
-    "h200": (989e12, 140 * 2**30),
+    # (NVIDIA H200 data sheet, 2024); torch reports `_CudaDeviceProperties(name='NVIDIA H200',
+    # ..., total_memory=143156MB)` (139.8 GiB; nvidia-smi shows 143,771 MiB)
+    "h200": (989e12, 143_156 * MIB),
+    # data-sheet sizes, not yet checked against a device's report
     "a100": (312e12, 80 * 2**30),  # A100 SXM 80 GB
     "l4": (121e12, 24 * 2**30),
 }
@@ -42,6 +50,7 @@ def device_peak(name: str) -> float:
 
 
 def device_memory(name: str) -> int:
+    """One GPU's memory (bytes) as that device reports it (see ``DEVICES``)."""
     return DEVICES[name.lower()][1]
 
 

@@ -7,20 +7,50 @@ Training memory of one trial, for the model of :mod:`dwtune.backends.pytorch.mod
 - activations saved for backward: ``ACTIVATION_WIDTHS`` d-wide tensors per token per layer
   (LayerNorm inputs/outputs, q/k/v, attention output and its reshaped copy, the MLP's 4d
   hidden before and after GELU: 18 d-wide tensors; the fused attention saves no T x T matrix),
-  at 4 bytes on CPU (fp32) and 2 under bf16 autocast, plus the embeddings' output;
+  at 4 bytes on CPU (fp32) and 2 under bf16 (autocast, or bf16 parameters), plus the
+  embeddings' output;
 - logits: ``LOGIT_COPIES`` fp32 (B·T, V) arrays (logits, log-softmax, two gradients) at full
   size, or for one chunk of ``logit_chunk_tokens`` rows when the cross-entropy is chunked;
-- with activation checkpointing per block, only each block's input (the fp32 residual stream,
-  one d-wide tensor per token and layer) is saved, and one block's activations are recomputed
-  at a time in the backward pass.
+- with activation checkpointing per block, only each block's input (the residual stream, one
+  d-wide tensor per token and layer, counted at fp32) is saved, and one block's activations
+  are recomputed at a time in the backward pass.
 
 Micro-batching (:func:`micro_batches`): a trial whose batch does not fit its memory runs as
 gradient accumulation over micro-batches of the batch (same optimiser step, same tokens, same
 loss up to float rounding). Activations and logits scale with the micro-batch; weights and
 optimiser state do not, so a shape whose weights alone exceed the memory fits at no
-micro-batch: it needs a trial that spans GPUs. A worker of such a trial (:func:`worker_memory`)
-holds its share of the weights and optimiser state and splits its rows of the batch into
-micro-batches by the same rule.
+micro-batch: it needs a trial that spans GPUs.
+
+A worker of a trial sharded over W workers (FSDP2, :func:`worker_memory`) holds:
+
+- its shard of the fp32 master state: weights, gradients and both AdamW moments of P/W
+  parameters (16·P/W bytes); nothing else of the whole model. On GPUs FSDP2 runs with a
+  mixed-precision policy (bf16 parameters, fp32 reduction) instead of autocast, so no bf16
+  copy of the whole model exists; on CPU it runs in fp32;
+- FSDP2's unsharded buffers (``gathered``): the parameters of the block that runs and of the
+  next one, prefetched (2 blocks at the compute dtype: bf16 on GPUs, fp32 on CPU), plus the
+  root's parameters (embeddings, final norm, head), which stay gathered through the step; in
+  backward the block's unsharded gradient (compute dtype) and the fp32 reduce-scatter inputs
+  of two blocks (one in flight while the next is issued);
+- the activations and logits of its micro-batch of its rows, by the rules above.
+
+Checkpoints add nothing on a device (``dwtune.backends.pytorch.sharded`` and ``train``):
+
+- a sharded trial saves with ``torch.distributed.checkpoint``: every rank writes its own
+  shards, each tensor shard copied straight from the device to host memory (staged in host
+  memory, never on the device; no rank gathers the full state), and loads by reading into
+  host memory and copying into the shards it already holds. Host memory staged per worker:
+  :func:`checkpoint_host_bytes` (two copies of its largest tensor shard plus the writer's
+  copy-ahead window);
+- a one-process trial saves with ``torch.save`` (each tensor copied to host memory as it is
+  written) and loads with ``map_location="cpu"``: the whole state (weights and both moments,
+  12·P bytes) is held in host memory, then copied into the tensors on the device.
+
+Device memory: a GPU's usable memory is what the device reports
+(``torch.cuda.get_device_properties().total_memory``), capped by the spec's
+``resources.gpu_memory_gb`` (:func:`usable_gpu_bytes`, the one rule of the trainer and the
+plan); ``GPU_RESERVE_FRACTION`` of it is left for the CUDA context, the allocator's
+fragmentation and compile workspaces.
 
 Calibration: tests/backends/test_memory.py checks the estimate against the peak resident memory
 the CPU trainer reaches (rise of the resident-set high-water mark, reset just before the model
@@ -42,6 +72,10 @@ LOGIT_COPIES = 4
 LOGITS_CHUNK_BYTES = 256 * 2**20
 GPU_RESERVE_FRACTION = 0.10  # CUDA context, allocator fragmentation, compile workspaces
 RESIDUAL_BYTES = 4  # the residual stream (a checkpointed block's input) stays fp32 under autocast
+# torch.distributed.checkpoint's FileSystemWriter copies tensors to host memory this many bytes
+# ahead of writing them (its per_thread_copy_ahead default)
+DCP_COPY_AHEAD_BYTES = 10_000_000
+FSDP_REDUCE_BYTES = 4  # FSDP2's reduce-scatter runs in fp32 (MixedPrecisionPolicy reduce_dtype)
 
 
 def logit_chunk_tokens(vocab_size: int, tokens: int) -> int | None:
@@ -53,13 +87,16 @@ def logit_chunk_tokens(vocab_size: int, tokens: int) -> int | None:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    weights_and_optimizer: int  # weights, gradients, AdamW moments (bytes)
+    """Peak device bytes of one process, by term (module doc)."""
+
+    weights_and_optimizer: int  # weights, gradients, AdamW moments (a worker: its shard)
     activations: int
     logits: int
+    gathered: int = 0  # FSDP2's unsharded parameters and gradient buffers (a sharded worker)
 
     @property
     def total(self) -> int:
-        return self.weights_and_optimizer + self.activations + self.logits
+        return self.weights_and_optimizer + self.activations + self.logits + self.gathered
 
 
 def trial_memory(
@@ -213,7 +250,7 @@ def packing_problem(
     )
     return (
         f"resources.gpu: got {gpu_fraction:g}; {what} needs about {estimate_bytes / 2**30:.1f} "
-        f"GiB but its share of a {gpu_memory_bytes / 2**30:.0f} GiB GPU is "
+        f"GiB but its share of a {gpu_memory_bytes / 2**30:.1f} GiB GPU is "
         f"{share / 2**30:.1f} GiB; use {fix}"
     )
 
@@ -228,21 +265,67 @@ def worker_memory(
     """Peak memory of one process of a trial spread over ``workers`` (FSDP2; 1: a plain
     trial, :func:`trial_memory`) that runs ``micro_batch`` sequences per pass (bytes).
 
-    Each worker keeps 1/workers of the weights, gradients and AdamW moments, plus one block's
-    weights and gradients unsharded while that block runs (two with the next one's prefetch:
-    4 full fp32 copies of a block), and the activations and logits of its micro-batch. Under
-    bf16 autocast every gathered block's weights are cast to bf16 and the casts are kept for
-    the backward pass (autocast caches them; the matmuls save them), so a worker holds the
-    bf16 copy of the whole model (2·P) at the end of its forward, as a one-process trial does.
+    A worker keeps 16·P/W bytes of fp32 master state, FSDP2's unsharded buffers
+    (:func:`fsdp_buffers`) and the activations and logits of its micro-batch; on GPUs
+    (``activation_bytes`` 2) its parameters are gathered in bf16 by FSDP2's mixed-precision
+    policy, so it holds no autocast copy of the whole model (module doc).
     """
     own = trial_memory(shape, micro_batch, activation_bytes, checkpointing)
     if workers == 1:
         return own
+    sharded_state = math.ceil(16 * count_params(shape).total / workers)
+    return dataclasses.replace(
+        own,
+        weights_and_optimizer=sharded_state,
+        gathered=fsdp_buffers(shape, activation_bytes),
+    )
+
+
+def fsdp_buffers(shape: ModelShape, compute_bytes: int) -> int:
+    """FSDP2's unsharded buffers at their peak (bytes): the running block's and the prefetched
+    next block's parameters and the root's (embeddings, final norm, head) at ``compute_bytes``
+    (2: bf16 parameters on GPUs; 4: fp32 on CPU), and in backward one block's unsharded
+    gradient (``compute_bytes``) with the fp32 reduce-scatter inputs of two blocks."""
     params = count_params(shape)
-    gathered = 4 * 4 * params.blocks // max(1, shape.depth)
-    bf16_weights = 2 * params.total if activation_bytes == 2 else 0
-    sharded_state = math.ceil(16 * params.total / workers)
-    return dataclasses.replace(own, weights_and_optimizer=sharded_state + gathered + bf16_weights)
+    block = params.blocks // max(1, shape.depth)
+    root = params.total - params.blocks
+    parameters = compute_bytes * (2 * block + root)
+    gradients = compute_bytes * block + 2 * FSDP_REDUCE_BYTES * block
+    return parameters + gradients
+
+
+def largest_tensor(shape: ModelShape) -> int:
+    """Elements of the model's largest parameter: an MLP matrix, the fused q/k/v matrix or
+    the (V, d) embedding / head."""
+    d = shape.width
+    return max(shape.mlp_hidden * d, 3 * d * d, shape.vocab_size * d, shape.seq_len * d)
+
+
+def checkpoint_host_bytes(shape: ModelShape, workers: int) -> int:
+    """Host memory one process stages for a checkpoint at most (bytes; device memory: none).
+
+    One process (``workers`` 1): its load holds the whole saved state in host memory (fp32
+    weights and both AdamW moments, 12·P bytes) before copying it into the device's tensors.
+    A sharded worker: torch.distributed.checkpoint copies its shards to host memory a window
+    (``DCP_COPY_AHEAD_BYTES``, at least one tensor shard) ahead of writing, and a load reads
+    one stored shard and its tensor at a time: two copies of its largest fp32 shard plus the
+    window.
+    """
+    if workers == 1:
+        return 12 * count_params(shape).total
+    shard = 4 * math.ceil(largest_tensor(shape) / workers)
+    return 2 * shard + DCP_COPY_AHEAD_BYTES
+
+
+def usable_gpu_bytes(reported: float | None, cap_gb: float | None) -> int | None:
+    """One GPU's memory (bytes) for the memory model: what the device reports
+    (``torch.cuda.get_device_properties().total_memory``, or the plan's table of reported
+    figures for ``--device``), capped by the spec's ``resources.gpu_memory_gb``; None when
+    neither is known. The trainer and the plan both use this rule."""
+    known = [float(reported)] if reported else []
+    if cap_gb:
+        known.append(cap_gb * 2**30)
+    return int(min(known)) if known else None
 
 
 def sharded_memory(

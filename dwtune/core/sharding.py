@@ -29,7 +29,8 @@ from dwtune.core.spec import ExperimentSpec
 
 
 def activation_bytes(spec: ExperimentSpec) -> int:
-    """2 under bf16 autocast on a GPU, 4 in fp32 on CPU."""
+    """2 on a GPU (bf16: autocast in one process, FSDP2's bf16 parameters in a sharded
+    worker), 4 in fp32 on CPU."""
     return 2 if spec.resources.gpu > 0 else 4
 
 

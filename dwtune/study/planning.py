@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dwtune.core import cost, memory, scale, sharding
-from dwtune.core.budget import BUDGET_TOLERANCE, GridCell, depth_threshold, flops_per_token
+from dwtune.core.budget import (
+    BUDGET_TOLERANCE,
+    GridCell,
+    ModelShape,
+    depth_threshold,
+    flops_per_token,
+)
 from dwtune.core.errors import InputError
 from dwtune.core.spec import BUILTIN_CORPORA, DataConfig, ExperimentSpec
 from dwtune.core.units import format_size
@@ -86,7 +92,7 @@ def cell_row(cell: GridCell, split: CellSplit | None = None) -> dict:
         "flops_per_token": flops_per_token(cell.shape),
         "depth_threshold": round(threshold, 2),
         "regime": "above L_th" if cell.depth > threshold else "below L_th",
-        **(split_fields(split) if split else {}),
+        **(split_fields(split, cell.shape) if split else {}),
     }
 
 
@@ -138,9 +144,11 @@ def cell_memory(spec: ExperimentSpec, cell: GridCell, gpu_bytes: int | None = No
 
 
 def gpu_memory_bytes(spec: ExperimentSpec, device: str | None) -> int | None:
-    if spec.resources.gpu_memory_gb:
-        return int(spec.resources.gpu_memory_gb * 2**30)
-    return cost.device_memory(device) if device else None
+    """One GPU's memory (bytes): ``device``'s reported figure (:data:`dwtune.core.cost.DEVICES`)
+    capped by resources.gpu_memory_gb, the rule the trainer applies to the device it runs on
+    (:func:`dwtune.core.memory.usable_gpu_bytes`); None when neither is known."""
+    reported = cost.device_memory(device) if device else None
+    return memory.usable_gpu_bytes(reported, spec.resources.gpu_memory_gb)
 
 
 def trial_share_bytes(spec: ExperimentSpec, device: str | None) -> float | None:
@@ -158,16 +166,27 @@ def cell_split(spec: ExperimentSpec, cell: GridCell, gpu_bytes: int | None = Non
     return sharding.trial_layout(spec, cell.shape, gpu_bytes)
 
 
-def split_fields(split: CellSplit) -> dict:
+def split_fields(split: CellSplit, shape: ModelShape) -> dict:
     """A cell's ``--json`` fields for its split (per worker when sharded); ``fits`` None: no
     GPU memory to fit."""
     micro = split.split
+    estimate = micro.estimate
     return {
         "workers": split.workers,
         "micro_batch": micro.micro_batch,
         "accumulation": micro.accumulation,
         "checkpointing": micro.checkpointing,
-        "memory_bytes": micro.estimate.total,
+        "memory_bytes": estimate.total,
+        # its terms (dwtune.core.memory): a sharded worker's fp32 master shard and FSDP2's
+        # gathered blocks and reduce-scatter buffers; checkpoints stage in host memory only
+        "memory_terms": {
+            "weights_and_optimizer": estimate.weights_and_optimizer,
+            "gathered": estimate.gathered,
+            "activations": estimate.activations,
+            "logits": estimate.logits,
+            "checkpoint_device": 0,
+            "checkpoint_host": memory.checkpoint_host_bytes(shape, split.workers),
+        },
         "fits": micro.fits if micro.memory_bytes is not None else None,
     }
 
@@ -260,7 +279,65 @@ def packing_info(spec: ExperimentSpec, device: str | None) -> dict | None:
             if s.workers == 1 and not sharding.worker_split(spec, c.shape, 1, whole_gpu).fits
         ],
         "problem": memory_problem(spec, device),
+        "sharded_largest": _largest_sharded(cells, splits),
+        "checkpoint_host_bytes": {
+            f"workers_{n}": max(
+                memory.checkpoint_host_bytes(c.shape, n)
+                for c, s in zip(cells, splits, strict=True)
+                if s.workers == n
+            )
+            for n in sorted({s.workers for s in splits})
+        },
     }
+
+
+def _largest_sharded(cells: list[GridCell], splits: list[CellSplit]) -> dict | None:
+    """The sharded cell whose worker needs the most memory, with its terms; None if none."""
+    sharded = [(c, s) for c, s in zip(cells, splits, strict=True) if s.workers > 1]
+    if not sharded:
+        return None
+    cell, split = max(sharded, key=lambda item: item[1].worker_bytes)
+    estimate = split.split.estimate
+    return {
+        "depth": cell.depth,
+        "width": cell.shape.width,
+        "workers": split.workers,
+        "bytes": estimate.total,
+        "weights_and_optimizer": estimate.weights_and_optimizer,
+        "gathered": estimate.gathered,
+        "activations_and_logits": estimate.activations + estimate.logits,
+    }
+
+
+def _sharded_lines(info: dict) -> list[str]:
+    """The largest sharded worker's terms, and where checkpoints stage (module memory doc)."""
+    lines = []
+    big = info.get("sharded_largest")
+    if big:
+        gib = 2**30
+        lines.append(
+            f"  sharded workers (FSDP2: bf16 parameters, fp32 reduction; no autocast copy): the "
+            f"largest, L{big['depth']} x w{big['width']} over {big['workers']}, needs "
+            f"{big['bytes'] / gib:.1f} GiB = {big['weights_and_optimizer'] / gib:.1f} fp32 "
+            f"master shard + {big['gathered'] / gib:.1f} gathered blocks and reduce-scatter "
+            f"buffers + {big['activations_and_logits'] / gib:.1f} activations and logits"
+        )
+    host = info.get("checkpoint_host_bytes") or {}
+    parts = []
+    if "workers_1" in host:
+        parts.append(
+            f"one-GPU trials load through host memory (up to {host['workers_1'] / 2**30:.1f} "
+            f"GiB of host RAM a trial)"
+        )
+    sharded = [v for k, v in host.items() if k != "workers_1"]
+    if sharded:
+        parts.append(
+            f"sharded trials save and load each worker's own shards (torch.distributed."
+            f"checkpoint; at most {max(sharded) / 2**20:.0f} MiB staged in host memory a worker)"
+        )
+    if parts:
+        lines.append("  checkpoints add no GPU memory: " + "; ".join(parts))
+    return lines
 
 
 def packing_lines(info: dict | None) -> list[str]:
@@ -272,7 +349,7 @@ def packing_lines(info: dict | None) -> list[str]:
         # do not fit this way run, in micro-batches or sharded
         f"memory (bf16 activations, AdamW): the largest trial L{largest['depth']} x "
         f"w{largest['width']} needs {largest['bytes'] / 2**30:.1f} GiB at its whole batch in "
-        f"one process; on a {info['gpu_memory_bytes'] / 2**30:.0f} GiB GPU between "
+        f"one process; on a {info['gpu_memory_bytes'] / 2**30:.1f} GiB GPU between "
         f"{info['trials_per_gpu_min']} and {info['trials_per_gpu_max']} whole-batch trials of "
         f"this grid fit per GPU; resources.gpu = {info['resources_gpu']:g} packs "
         f"{info['packed_per_gpu']} per GPU"
@@ -288,6 +365,7 @@ def packing_lines(info: dict | None) -> list[str]:
         f"GiB share: {info['cells_micro_batched']} as micro-batches with gradient accumulation "
         f"({info['cells_checkpointed']} with activation checkpointing; column mbatch)"
     )
+    lines += _sharded_lines(info)
     if info["cells_too_big"]:
         beyond = info["cells_beyond_one_gpu"]
         lines.append(

@@ -143,31 +143,42 @@ def test_a_micro_batch_above_the_batch_is_refused(cache_dir):
         make_spec(cache_dir, micro_batch_size=7)
 
 
+H100_REPORTED = 85_520_809_984  # total_memory of an H100 80GB HBM3: 81,559 MiB, 79.65 GiB
+
+
 def test_on_a_gpu_the_trainer_splits_as_the_plan_shows(cache_dir, monkeypatch):
-    """The trainer's split on a (pretend) 80 GB GPU shared by 2 trials is the plan's."""
+    """On an H100 (its reported memory, not 80 GiB) the trainer's split of a trial is the one
+    `dwtune plan --device h100` shows, also under paper.yaml's gpu_memory_gb: 80 (a cap above
+    what the device has); this cell splits differently at 80 GiB."""
     from types import SimpleNamespace
 
     import torch
 
     from dwtune.backends.pytorch.train import Runtime, choose_split
+    from dwtune.core.cost import device_memory
+    from dwtune.core.sharding import worker_split
     from dwtune.study.planning import cell_split, gpu_memory_bytes
 
     monkeypatch.setattr(
-        torch.cuda, "get_device_properties", lambda _d: SimpleNamespace(total_memory=80 * 2**30)
+        torch.cuda, "get_device_properties", lambda _d: SimpleNamespace(total_memory=H100_REPORTED)
     )
+    assert device_memory("h100") == H100_REPORTED
     raw = {
         "name": "gpu",
         "data": {"cache_dir": cache_dir, "tokenizer": "bpe", "vocab_size": 2000},
         "model": {"width_multiple": 16},
-        "space": {"depths": [48], "budgets": [1e9]},
+        "space": {"depths": [48], "budgets": [4e9]},
         "train": {"steps": 10, "batch_size": 512},
-        "resources": {"gpu": 0.5},
+        "resources": {"gpu": 1, "gpu_memory_gb": 80},
     }
     spec = spec_from_dict(raw)
     cell = spec.grid()[0]
     gpu = Runtime(torch.device("cuda"), compile=False, threads=1)
     trainer_split = choose_split(spec, cell.shape, gpu)
+    assert gpu_memory_bytes(spec, "h100") == H100_REPORTED
     assert trainer_split == cell_split(spec, cell, gpu_memory_bytes(spec, "h100")).split
     assert trainer_split.accumulation > 1 and trainer_split.fits
+    nominal = worker_split(spec, cell.shape, 1, 0.9 * 80 * 2**30)
+    assert nominal.micro_batch != trainer_split.micro_batch  # 80 GiB would plan another split
     cpu = Runtime(torch.device("cpu"), compile=False, threads=1)
     assert choose_split(spec, cell.shape, cpu).accumulation == 1  # CPU: no memory limit

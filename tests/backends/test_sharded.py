@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
+from pathlib import Path
 
 import pytest
+import torch
+from torch.distributed.checkpoint import FileSystemReader
 
+from dwtune.backends.pytorch.checkpoint import TRAINER_FILE
 from dwtune.backends.pytorch.perf import PEAK_ENV
-from dwtune.backends.pytorch.sharded import check_divides
-from dwtune.backends.pytorch.train import CHECKPOINT_FILE, train_model
+from dwtune.backends.pytorch.sharded import check_divides, mixed_precision
+from dwtune.backends.pytorch.train import train_model
 from dwtune.core import vocabulary
 from dwtune.core.budget import ModelShape
 from dwtune.core.errors import InputError
@@ -122,31 +127,84 @@ def test_two_sharded_workers_reach_the_plain_trials_loss_curve(spec, plain, tmp_
     assert reports[-1][vocabulary.VAL_LOSS] < reports[0][vocabulary.VAL_LOSS] - 0.1
 
 
+def merge(folders: list[Path], into: Path) -> Path:
+    """Every rank's files in one folder, as Ray Train merges what each worker reports; no
+    file name may come from two ranks."""
+    into.mkdir()
+    for folder in folders:
+        for path in folder.iterdir():
+            assert not (into / path.name).exists(), path.name
+            shutil.copy2(path, into / path.name)
+    return into
+
+
+def shard_files(folder: Path) -> dict[str, set[str]]:
+    """For each saved tensor (DCP's flattened name), the files holding its chunks."""
+    metadata = FileSystemReader(str(folder)).read_metadata()
+    files: dict[str, set[str]] = {}
+    for index, info in metadata.storage_data.items():
+        files.setdefault(index.fqn, set()).add(info.relative_path)
+    return files
+
+
 @pytest.mark.slow
-def test_a_sharded_trial_resumes_from_its_checkpoint_as_a_plain_trial_does(spec, plain, tmp_path):
+def test_each_rank_saves_its_own_shards_and_their_merge_resumes_the_trial(spec, plain, tmp_path):
+    """Two ranks save into their own directories (as on two nodes) while every gather of a
+    DTensor raises; the two directories copied into one folder resume the trial in a fresh
+    2-rank group to the uninterrupted run's losses, and in one plain process too."""
     reports, _ = plain
-    part = tmp_path / "ckpt"
-    common = {"spec": spec, "shape": SHAPE, "seed": 0}
-    first, resumed = run_sharded_jobs(
-        tmp_path,
+    common = {"spec": spec, "shape": SHAPE, "seed": 0, "no_gather": True}
+    nodes = [tmp_path / "node0", tmp_path / "node1"]
+    [first] = run_sharded_jobs(
+        tmp_path / "first",
+        2,
+        [{**common, "checkpoint_dir": str(tmp_path / "node{rank}"), "stop_at": 10}],
+    )
+    assert all(rank.get("interrupted") and rank["gathers"] == 0 for rank in first), first
+    # every rank reports its own directory at every evaluation
+    assert [rank["checkpoints"] for rank in first] == [[str(n)] * 2 for n in nodes]
+    assert sorted(p.name for p in nodes[0].iterdir()) == [
+        ".metadata",
+        "__0_0.distcp",
+        TRAINER_FILE,
+    ]
+    assert sorted(p.name for p in nodes[1].iterdir()) == ["__1_0.distcp"]
+    # each rank wrote its own half of every model and optimizer tensor: nothing was gathered
+    files = shard_files(nodes[0])
+    weights = [name for name in files if name.startswith("model.")]
+    moments = [name for name in files if name.endswith((".exp_avg", ".exp_avg_sq"))]
+    assert len(weights) == len(moments) / 2 > 0
+    assert all(files[n] == {"__0_0.distcp", "__1_0.distcp"} for n in weights + moments)
+
+    merged = merge(nodes, tmp_path / "merged")
+    incomplete = merge(nodes[:1], tmp_path / "incomplete")
+    missing, resumed = run_sharded_jobs(
+        tmp_path / "second",
         2,
         [
-            {**common, "checkpoint_dir": str(part), "stop_at": 10},
-            {**common, "resume_from": str(part)},
+            {**common, "resume_from": str(incomplete)},
+            {**common, "resume_from": str(merged), "checkpoint_dir": str(tmp_path / "n{rank}")},
         ],
     )
-    assert all(rank.get("interrupted") for rank in first)
-    # rank 0 writes the checkpoint and passes it on; rank 1 passes none
-    assert first[0]["checkpoints"] == [str(part), str(part)]
-    assert first[1]["checkpoints"] == [None, None]
-    assert (part / CHECKPOINT_FILE).is_file()
-    got = curve(first[0]["reports"] + resumed[0]["reports"])
+    for rank in missing:  # a rank's file is missing: one line that says so, on every rank
+        assert rank["error"].startswith(f"resume_from: {incomplete} is not a complete sharded")
+        assert "\n" not in rank["error"]
+    assert all(rank["gathers"] == 0 and "error" not in rank for rank in resumed), resumed
     assert [r[vocabulary.STEP] for r in resumed[0]["reports"]] == [15, 20]
-    assert_close(got, curve(reports))
-    # the checkpoint holds the full state in the plain format: a one-process trial resumes it
+    assert_close(curve(first[0]["reports"] + resumed[0]["reports"]), curve(reports))
+    assert curve(resumed[0]["reports"]) == curve(resumed[1]["reports"])
+    # the same folder resumes in one plain process: the shards load over any number of ranks
     tail: list[dict] = []
-    train_model(spec, SHAPE, 0, lambda m, _c: tail.append(m), resume_from=str(part))
+    train_model(spec, SHAPE, 0, lambda m, _c: tail.append(m), resume_from=str(merged))
     assert_close(curve(first[0]["reports"] + tail), curve(reports))
+
+
+def test_mixed_precision_only_on_gpus():
+    """FSDP2 on CUDA: bf16 parameters, fp32 reduction (and no autocast); on CPU: none."""
+    policy = mixed_precision(torch.device("cuda"))
+    assert policy is not None
+    assert (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, torch.float32)
+    assert mixed_precision(torch.device("cpu")) is None
 
 
 def test_a_batch_the_workers_cannot_split_evenly_is_refused():

@@ -158,6 +158,30 @@ def test_restored_run_ends_like_an_uninterrupted_one(cache_dir, tmp_path):
     assert final[vocabulary.STATUS] == vocabulary.STATUS_FINISHED
 
 
+def test_a_resume_reads_the_checkpoint_into_host_memory_first(cache_dir, tmp_path, monkeypatch):
+    """torch.load maps the whole checkpoint to the CPU; the model and optimizer then copy it
+    into their own tensors on the device (no second full state on a GPU)."""
+    spec = make_spec(cache_dir, steps=20)
+    whole, _ = run(spec)
+    part = tmp_path / "part"
+
+    def stop_at_10(_m: dict, _checkpoint: str | None) -> None:
+        raise Interrupted
+
+    with pytest.raises(Interrupted):  # at its first report, step 10
+        train_model(spec, SHAPE, 0, stop_at_10, checkpoint_dir=str(part))
+    load, seen = torch.load, []
+
+    def recording_load(*args, **kwargs):
+        seen.append(kwargs.get("map_location"))
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", recording_load)
+    resumed, _ = run(spec, resume_from=str(part))
+    assert seen == ["cpu"]
+    assert losses(resumed) == losses(whole)[1:]  # steps 20: the uninterrupted run's
+
+
 def test_resuming_a_finished_checkpoint_returns_its_result(cache_dir, tmp_path):
     spec = make_spec(cache_dir, steps=10)
     _, final = run(spec, checkpoint_dir=str(tmp_path))

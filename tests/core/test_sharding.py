@@ -65,9 +65,16 @@ def test_a_worker_holds_its_share_of_the_state_and_of_the_batch():
     assert memory.sharded_memory(shape, 16, 1) == whole
     quarter = memory.sharded_memory(shape, 16, 4)
     params = count_params(shape)
-    block = 4 * 4 * params.blocks // shape.depth  # one block gathered: weights and gradients
-    assert quarter.weights_and_optimizer == -(-16 * params.total // 4) + block
+    block, root = params.blocks // shape.depth, params.total - params.blocks
+    # its quarter of the fp32 weights, gradients and AdamW moments, nothing more of the model
+    assert quarter.weights_and_optimizer == -(-16 * params.total // 4)
+    # fp32 on CPU: two blocks' parameters (running, prefetched) and the root's, one block's
+    # gradient, two blocks' fp32 reduce-scatter inputs
+    assert quarter.gathered == 4 * (2 * block + root) + 4 * block + 2 * 4 * block
     assert quarter.activations == memory.trial_memory(shape, 4).activations
+    assert quarter.total == sum(
+        (quarter.weights_and_optimizer, quarter.gathered, quarter.activations, quarter.logits)
+    )
     assert quarter.total < whole.total / 2
 
 
@@ -145,14 +152,46 @@ def test_a_cell_beyond_one_gpu_spans_the_fewest_workers_each_in_micro_batches():
     assert need > share
 
 
-def test_a_worker_holds_the_bf16_casts_of_the_whole_model_under_autocast():
+def test_a_gpu_worker_gathers_bf16_blocks_and_keeps_no_copy_of_the_whole_model():
+    """FSDP2's mixed-precision policy on GPUs: bf16 gathered blocks and fp32 reduce-scatter
+    buffers; no bf16 autocast copy of the whole model (2·P), which a one-process trial under
+    autocast does hold."""
     _, shapes = paper_cells()
     shape = shapes[1e10]
     fp32 = memory.worker_memory(shape, 8, 4, activation_bytes=4)
     bf16 = memory.worker_memory(shape, 8, 4, activation_bytes=2)
-    params = count_params(shape).total
-    assert bf16.weights_and_optimizer - fp32.weights_and_optimizer == 2 * params
+    params = count_params(shape)
+    block, root = params.blocks // shape.depth, params.total - params.blocks
+    assert bf16.weights_and_optimizer == fp32.weights_and_optimizer == -(-16 * params.total // 4)
+    assert bf16.gathered == 2 * (2 * block + root) + 2 * block + 2 * 4 * block
+    assert fp32.gathered - bf16.gathered == 2 * (2 * block + root) + 2 * block
+    assert bf16.gathered < params.total  # a few blocks, not the model
     assert bf16.activations == memory.trial_memory(shape, 8, 2).activations
+    one = memory.trial_memory(shape, 8, 2)  # one process under autocast: the bf16 copy
+    assert one.weights_and_optimizer == 18 * params.total and one.gathered == 0
+
+
+def test_checkpoints_stage_in_host_memory_only():
+    """A sharded worker stages at most two of its largest shards plus DCP's copy-ahead window
+    (its share shrinks with the workers); a one-process trial's load holds the whole saved
+    state (fp32 weights, both moments) in host memory."""
+    _, shapes = paper_cells()
+    shape = shapes[1e10]
+    params = count_params(shape).total
+    assert memory.checkpoint_host_bytes(shape, 1) == 12 * params
+    largest = 4 * shape.mlp_hidden * shape.width
+    four = memory.checkpoint_host_bytes(shape, 4)
+    assert four == 2 * -(-largest // 4) + memory.DCP_COPY_AHEAD_BYTES
+    assert memory.checkpoint_host_bytes(shape, 8) < four < 12 * params / 100
+
+
+def test_the_usable_memory_is_the_reported_one_capped_by_the_spec():
+    reported = 85_520_809_984  # an H100 80GB HBM3's total_memory
+    assert memory.usable_gpu_bytes(reported, None) == reported
+    assert memory.usable_gpu_bytes(reported, 80) == reported  # 80 GiB: above what it has
+    assert memory.usable_gpu_bytes(reported, 40) == 40 * GiB
+    assert memory.usable_gpu_bytes(None, 80) == 80 * GiB
+    assert memory.usable_gpu_bytes(None, None) is None
 
 
 def test_the_specs_micro_batch_applies_to_each_workers_rows():

@@ -2,7 +2,9 @@
 
 :func:`run_sharded_jobs` spawns the ranks once; each trains the given jobs one after another
 with :func:`~dwtune.backends.pytorch.sharded.train_sharded` and writes what it reported (and
-any one-line error) to a JSON file; the parent reads them back.
+any one-line error) to a JSON file; the parent reads them back. A job's ``checkpoint_dir``
+may name ``{rank}`` (each rank's own directory, as on separate nodes); with ``no_gather``
+every full-tensor gather of a DTensor raises while a rank saves or restores a checkpoint.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ def _rank_main(rank: int, world: int, store: str, out: str, jobs: list[dict]) ->
     results = []
     try:
         for job in jobs:  # one after another in the same group, as separate jobs would run:
-            results.append(_train(job))
-            dist.barrier()  # rank 0's checkpoint is written before any rank resumes it
+            results.append(_train({**job, "rank": rank}))
+            dist.barrier()  # every rank's checkpoint is written before any rank resumes it
     finally:
         dist.destroy_process_group()
     Path(out, f"rank{rank}.json").write_text(json.dumps(results))
@@ -54,6 +56,40 @@ def _counted(result: dict) -> None:
     model.checkpoint = counting_checkpoint
 
 
+class Gathered(AssertionError):
+    """Raised where a checkpoint would gather a full tensor onto this rank's device."""
+
+
+def _forbid_gathers(result: dict) -> None:
+    """While a rank saves or restores: DTensor.full_tensor and redistribute raise (and are
+    counted in ``result["gathers"]``), so a checkpoint that gathers the model fails."""
+    from torch.distributed.tensor import DTensor
+
+    from dwtune.backends.pytorch import sharded
+
+    result["gathers"] = 0
+    save, restore = sharded.ShardedTrainer.save, sharded.ShardedTrainer.restore
+    full_tensor, redistribute = DTensor.full_tensor, DTensor.redistribute
+
+    def refuse(*_args, **_kwargs):
+        result["gathers"] += 1
+        raise Gathered("a checkpoint gathered a DTensor")
+
+    def guarded(method):
+        def call(self, *args, **kwargs):
+            DTensor.full_tensor, DTensor.redistribute = refuse, refuse
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                DTensor.full_tensor, DTensor.redistribute = full_tensor, redistribute
+
+        return call
+
+    sharded.ShardedTrainer.save = guarded(save)
+    sharded.ShardedTrainer.restore = guarded(restore)
+    result["_restore"] = (save, restore)
+
+
 def _train(job: dict) -> dict:
     from dwtune.backends.pytorch import model, sharded
     from dwtune.backends.pytorch.sharded import train_sharded
@@ -62,6 +98,9 @@ def _train(job: dict) -> dict:
     result: dict = {"reports": reports, "checkpoints": []}
     loss, checkpoint = sharded.ShardedStep._loss, model.checkpoint
     _counted(result)
+    if job.get("no_gather"):
+        _forbid_gathers(result)
+    directory = job.get("checkpoint_dir")
 
     def report(metrics: dict, checkpoint: str | None) -> None:
         reports.append(metrics)
@@ -75,15 +114,17 @@ def _train(job: dict) -> dict:
             job["shape"],
             job["seed"],
             report,
-            checkpoint_dir=job.get("checkpoint_dir"),
+            checkpoint_dir=directory.format(rank=job["rank"]) if directory else None,
             resume_from=job.get("resume_from"),
         )
     except Interrupted:
         result["interrupted"] = True
-    except InputError as exc:
+    except (InputError, Gathered) as exc:
         result["error"] = str(exc)
     finally:
         sharded.ShardedStep._loss, model.checkpoint = loss, checkpoint
+        if "_restore" in result:
+            sharded.ShardedTrainer.save, sharded.ShardedTrainer.restore = result.pop("_restore")
     return result
 
 

@@ -12,30 +12,44 @@ B/W rows, :func:`dwtune.core.memory.micro_batches`), accumulating into its shard
 before the one optimiser step. The global batch, the tokens and the optimiser step are the
 plain trial's; the losses agree with it up to float summation order.
 
+Precision: on CUDA, FSDP2 runs with a mixed-precision policy (bf16 parameters gathered for
+compute, gradients reduced in fp32 into the fp32 sharded master weights) instead of autocast,
+so no rank keeps a bf16 copy of the whole model; on CPU (gloo) everything stays fp32, as in
+the plain trainer.
+
 Every rank keeps the same progress (the reported train loss is averaged over ranks, the
 held-out window losses are gathered), so all ranks take the same branches and the collectives
-never wait on a rank that went elsewhere. Checkpoints hold the full, unsharded state in the
-plain trainer's format (:meth:`~dwtune.backends.pytorch.train.Trainer.save`): rank 0 writes it,
-every rank reads it, so a sharded trial resumes from it as a one-process trial does.
+never wait on a rank that went elsewhere.
+
+Checkpoints (:mod:`dwtune.backends.pytorch.checkpoint`): every rank saves the shards it holds
+with ``torch.distributed.checkpoint`` into its own ``checkpoint_dir`` (a node's local scratch),
+in files no other rank names (``__<rank>_0.distcp``; rank 0 adds DCP's ``.metadata`` and the
+small trainer file), and every rank reports its directory. Once those directories are copied
+into one folder (Ray Train's merge of a distributed checkpoint), the folder resumes the trial
+over any number of ranks, or in one process. Rule: no rank ever gathers the full model or
+optimizer state onto a device to save or load it; shards pass through host memory.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 
+from dwtune.backends.pytorch import checkpoint as sharded_checkpoint
 from dwtune.backends.pytorch.model import GPT, build_model, check_shape, compile_blocks
 from dwtune.backends.pytorch.perf import Peak
 from dwtune.backends.pytorch.train import (
     Report,
     Trainer,
     TrainStep,
+    atomic_torch_save,
     evaluate,
     lm_loss,
     make_optimizer,
@@ -62,16 +76,17 @@ def check_divides(batch_size: int, world: int) -> None:
 
 
 def _full(value: object) -> object:
-    """A DTensor's full tensor (a collective: every rank calls it), else the value."""
+    """A DTensor's full tensor (a collective: every rank calls it), else the value; for the
+    step's scalar gradient norm only, never for model or optimizer state."""
     return value.full_tensor() if isinstance(value, DTensor) else value
 
 
-def _shard_like(value: torch.Tensor, like: object) -> torch.Tensor:
-    """``value`` (a full tensor every rank holds) laid out as ``like`` (no communication)."""
-    if not isinstance(like, DTensor):
-        return value
-    full = value.to(device=like.device, dtype=like.dtype)
-    return distribute_tensor(full, like.device_mesh, like.placements, src_data_rank=None)
+def mixed_precision(device: torch.device) -> MixedPrecisionPolicy | None:
+    """FSDP2's policy on CUDA: bf16 parameters for compute, fp32 gradient reduction (the
+    master weights and optimizer state stay fp32 shards); None on CPU (fp32 throughout)."""
+    if device.type != "cuda":
+        return None
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 
 
 class Objective(nn.Module):
@@ -133,15 +148,19 @@ class ShardedTrainer(Trainer):
 
     def _build(self, param: Parametrization) -> TrainStep:
         check_shape(self.shape)
+        policy = mixed_precision(self.runtime.device)
+        if policy is not None:  # the policy casts the parameters: no autocast on this path
+            self.runtime = dataclasses.replace(self.runtime, autocast_bf16=False)
+        shard = {"mp_policy": policy} if policy is not None else {}
         torch.manual_seed(self.seed)  # every rank: the plain trainer's initialisation
         model = build_model(self.shape, param).to(self.runtime.device)
         model.checkpoint_blocks = self.split.checkpointing  # before sharding, as torchtitan
         if self.runtime.compile:  # per block, before sharding (torchtitan's order)
             compile_blocks(model)
         for block in model.blocks:
-            fully_shard(block)  # unsharded one block at a time in forward and backward
+            fully_shard(block, **shard)  # unsharded one block at a time in forward and backward
         objective = Objective(model)
-        fully_shard(objective)  # the rest: embeddings, final norm and head
+        fully_shard(objective, **shard)  # the rest: embeddings, final norm and head
         optimizer = make_optimizer(model, self.cfg)  # over the sharded parameters
         self.objective = objective
         return ShardedStep(
@@ -174,31 +193,24 @@ class ShardedTrainer(Trainer):
 
         return evaluate(self.step_fn, self.eval_windows, gathered)
 
-    def _states(self) -> tuple[dict, dict]:
-        model_state = {k: _full(v) for k, v in self.step_fn.model.state_dict().items()}
-        optim = self.step_fn.optimizer.state_dict()
-        state = {
-            index: {key: _full(value) for key, value in entry.items()}
-            for index, entry in optim["state"].items()
-        }
-        return model_state, {**optim, "state": state}
+    def save(self, directory: str) -> None:
+        """Every rank: its shards into ``directory`` (its own; see the module doc); rank 0
+        also the small trainer file, once every rank's shards are written."""
+        sharded_checkpoint.save(self.step_fn.model, self.step_fn.optimizer, directory)
+        if self.rank == 0:
+            path = Path(directory) / sharded_checkpoint.TRAINER_FILE
+            atomic_torch_save(self._trainer_state(), path)
 
-    def _load_states(self, model_state: dict, optimizer_state: dict) -> None:
-        model, optimizer = self.step_fn.model, self.step_fn.optimizer
-        current = model.state_dict()
-        model.load_state_dict({k: _shard_like(v, current[k]) for k, v in model_state.items()})
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        state = {
-            index: {
-                key: _shard_like(value, params[index]) if value.dim() > 0 else value
-                for key, value in entry.items()
-            }
-            for index, entry in optimizer_state["state"].items()
-        }
-        optimizer.load_state_dict({**optimizer_state, "state": state})
-
-    def _writes_checkpoint(self) -> bool:
-        return self.rank == 0
+    def restore(self, directory: str) -> None:
+        """Every rank: the small trainer file (read to CPU) and its shards, from a folder that
+        holds every rank's files."""
+        folder = Path(directory).expanduser()
+        if not (folder / sharded_checkpoint.TRAINER_FILE).is_file():
+            raise InputError(
+                f"resume_from: {folder / sharded_checkpoint.TRAINER_FILE} does not exist; pass "
+                f"the folder holding every rank's files of this trial's sharded checkpoint"
+            )
+        self._restore_shards(folder)
 
 
 def train_sharded(
@@ -213,16 +225,16 @@ def train_sharded(
 ) -> dict:
     """:func:`~dwtune.backends.pytorch.train.train_model` on one rank of a process group.
 
-    Every rank calls it alike; every rank's ``report`` is called at every evaluation with the
-    same metrics, and with ``checkpoint_dir`` only on rank 0 (the others pass None).
+    Every rank calls it alike, each with its own ``checkpoint_dir`` (node-local scratch;
+    ranks may share one directory too: their file names differ). Every rank's ``report`` is
+    called at every evaluation with the same metrics and, with a ``checkpoint_dir``, that
+    rank's directory, once it holds this rank's files of the checkpoint (rank 0's: also
+    ``.metadata`` and the trainer file). ``resume_from``: a folder holding every rank's files
+    of one checkpoint (the merge of their directories), read by every rank.
     """
     if lr is not None:
         spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, lr=lr))
     trainer = ShardedTrainer(spec, shape, seed)
     if resume_from is not None:
         trainer.restore(resume_from)
-
-    def ranked(metrics: dict, directory: str | None) -> None:
-        report(metrics, directory if trainer.rank == 0 else None)
-
-    return trainer.run(ranked, checkpoint_dir)
+    return trainer.run(report, checkpoint_dir)

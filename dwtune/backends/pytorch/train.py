@@ -9,6 +9,12 @@ Device choices: on CUDA, bf16 autocast, TF32 matmuls, fused AdamW and regional
 ``torch.compile`` of the repeated block; on CPU, fp32, fused AdamW (faster than foreach and the
 for-loop default here, see benchmarks/README.md) and eager mode (compiling measured slower on
 CPU and costs seconds per shape). Same seed and spec on CPU: identical losses.
+
+Checkpoints: :meth:`Trainer.save` writes the whole state to one file (``torch.save`` copies
+each tensor to host memory as it writes it); :meth:`Trainer.restore` loads it with
+``map_location="cpu"`` and copies it into the model and optimizer on the device, so no second
+copy of the state is ever materialised on a GPU. A directory a sharded trial saved
+(:mod:`dwtune.backends.pytorch.checkpoint`, one file of shards per rank) restores here too.
 """
 
 from __future__ import annotations
@@ -28,13 +34,20 @@ import torch
 import torch.nn.functional as F
 
 from dwtune.backends.data import eval_batches, prepare_corpus, train_batch
+from dwtune.backends.pytorch import checkpoint as sharded_checkpoint
 from dwtune.backends.pytorch.loss import chunked_cross_entropy
 from dwtune.backends.pytorch.model import GPT, build_model, check_shape, compile_blocks
 from dwtune.backends.pytorch.perf import Peak, mfu, peak_flops, synchronize, tune_cpu_allocator
 from dwtune.core import vocabulary
 from dwtune.core.budget import ModelShape, flops_per_token
 from dwtune.core.errors import InputError
-from dwtune.core.memory import MicroBatches, gpu_share_bytes, logit_chunk_tokens, micro_batches
+from dwtune.core.memory import (
+    MicroBatches,
+    gpu_share_bytes,
+    logit_chunk_tokens,
+    micro_batches,
+    usable_gpu_bytes,
+)
 from dwtune.core.parametrization import Parametrization, for_shape
 from dwtune.core.spec import SPLIT_FIELDS, ExperimentSpec, ResourcesConfig, TrainConfig
 from dwtune.storage.store import atomic_file
@@ -59,14 +72,17 @@ class Runtime:
     device: torch.device
     compile: bool
     threads: int
+    # bf16 autocast on CUDA; False where the parameters are already bf16 in compute (a
+    # sharded trial's FSDP2 mixed-precision policy), so no autocast copy of them is made
+    autocast_bf16: bool = True
 
     @property
     def cuda(self) -> bool:
         return self.device.type == "cuda"
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        """bf16 autocast on CUDA; plain fp32 on CPU."""
-        if self.cuda:
+        """bf16 autocast on CUDA (unless ``autocast_bf16`` is off); plain fp32 on CPU."""
+        if self.cuda and self.autocast_bf16:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
@@ -262,13 +278,15 @@ def build_training(
 
 
 def trial_memory_bytes(resources: ResourcesConfig, runtime: Runtime) -> float | None:
-    """What one trial may use of its GPU (bytes): its share (resources.gpu) of the device's
-    memory, or of resources.gpu_memory_gb where that is smaller; None on CPU (no limit)."""
+    """What one trial may use of its GPU (bytes): its share (resources.gpu) of the memory the
+    device reports, capped by resources.gpu_memory_gb (the plan's rule,
+    :func:`dwtune.core.memory.usable_gpu_bytes`); None on CPU (no limit)."""
     if not runtime.cuda:
         return None
-    total = float(torch.cuda.get_device_properties(runtime.device).total_memory)
-    if resources.gpu_memory_gb:
-        total = min(total, resources.gpu_memory_gb * 2**30)
+    reported = torch.cuda.get_device_properties(runtime.device).total_memory
+    total = usable_gpu_bytes(reported, resources.gpu_memory_gb)
+    if total is None:
+        return None
     return gpu_share_bytes(total, resources.gpu if resources.gpu > 0 else 1.0)
 
 
@@ -436,44 +454,60 @@ class Trainer:
     def _evaluate(self) -> tuple[float, float, list[float]]:
         return evaluate(self.step_fn, self.eval_windows)
 
-    def _states(self) -> tuple[dict, dict]:
-        """Full (unsharded) model and optimizer state dicts, as a one-process trainer has."""
-        return self.step_fn.model.state_dict(), self.step_fn.optimizer.state_dict()
-
-    def _load_states(self, model_state: dict, optimizer_state: dict) -> None:
-        self.step_fn.model.load_state_dict(model_state)
-        self.step_fn.optimizer.load_state_dict(optimizer_state)
-
-    def _writes_checkpoint(self) -> bool:
-        return True
-
     # ------------------------------------------------------------------ checkpoints
 
-    def save(self, directory: str) -> None:
-        model_state, optimizer_state = self._states()
-        if not self._writes_checkpoint():
-            return
-        state = {
+    def _trainer_state(self) -> dict:
+        """What a checkpoint holds besides the model and optimizer tensors (small)."""
+        return {
             "version": CHECKPOINT_VERSION,
             "seed": self.seed,
             "shape": dataclasses.asdict(self.shape),
             "train": dataclasses.asdict(self.cfg),
-            "model": model_state,
-            "optimizer": optimizer_state,
             "progress": dataclasses.asdict(self.progress),
             "rng": torch.get_rng_state(),
             "last_metrics": self.last_metrics,
         }
+
+    def save(self, directory: str) -> None:
+        """The whole state in one file (:data:`CHECKPOINT_FILE`), written atomically."""
+        step = self.step_fn
+        state = {
+            **self._trainer_state(),
+            "model": step.model.state_dict(),
+            "optimizer": step.optimizer.state_dict(),
+        }
         atomic_torch_save(state, Path(directory) / CHECKPOINT_FILE)
 
     def restore(self, directory: str) -> None:
-        path = Path(directory).expanduser() / CHECKPOINT_FILE
+        """Continue from a checkpoint: this trainer's own file, or a sharded trial's
+        directory (its shards, resharded into this one process)."""
+        folder = Path(directory).expanduser()
+        path = folder / CHECKPOINT_FILE
+        if not path.is_file() and (folder / sharded_checkpoint.TRAINER_FILE).is_file():
+            self._restore_shards(folder)
+            return
         if not path.is_file():
             raise InputError(
                 f"resume_from: {path} does not exist; pass a directory this "
                 f"trainer saved a checkpoint to"
             )
         state = self._load_checkpoint(path)
+        self._check_resumable(state, path)
+        # CPU tensors copied into the device's: the state is on the GPU once, as in training
+        self.step_fn.model.load_state_dict(state["model"])
+        self.step_fn.optimizer.load_state_dict(state["optimizer"])
+        self._restore_progress(state)
+
+    def _restore_shards(self, folder: Path) -> None:
+        """Restore a directory of torch.distributed.checkpoint shards (every rank's files)
+        and its small trainer file."""
+        path = folder / sharded_checkpoint.TRAINER_FILE
+        state = self._load_checkpoint(path)
+        self._check_resumable(state, path)
+        sharded_checkpoint.load(self.step_fn.model, self.step_fn.optimizer, folder)
+        self._restore_progress(state)
+
+    def _check_resumable(self, state: dict, path: Path) -> None:
         if state["seed"] != self.seed or state["shape"] != dataclasses.asdict(self.shape):
             raise InputError(
                 f"resume_from: {path} holds seed {state['seed']} and shape "
@@ -485,14 +519,17 @@ class Trainer:
                 f"resume_from: {path} was trained with other settings (changed: "
                 f"{', '.join(changed)}); resume with the original train settings or start afresh"
             )
-        self._load_states(state["model"], state["optimizer"])
+
+    def _restore_progress(self, state: dict) -> None:
         self.progress = Progress(**state["progress"])
         torch.set_rng_state(state["rng"].cpu())
         self.last_metrics = state["last_metrics"]
 
     def _load_checkpoint(self, path: Path) -> dict:
+        """A checkpoint file read into host memory (``map_location="cpu"``): restoring copies
+        it into the device's tensors, never a second full state on the device."""
         try:
-            state = torch.load(path, map_location=self.runtime.device, weights_only=True)
+            state = torch.load(path, map_location="cpu", weights_only=True)
             if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
                 raise ValueError("not a dwtune checkpoint of this version")
             return state
