@@ -266,6 +266,9 @@ class TrialRecord:
     gpu_seconds: float = 0.0  # wall_time_s x the GPUs it held (0 on CPU and simulated)
     # the step it stopped at before its planned end (status early_stopped); 0: not stopped so
     stopped_step: int = 0
+    # the largest step any attempt of it resumed from (a checkpoint of a failed attempt or of a
+    # killed driver's); 0: every attempt started from step 0
+    resumed_from_step: int = 0
     # One dict per report: metric name -> value (metrics vocabulary); not a trials.parquet column.
     curve: list[dict[str, Any]] = field(default_factory=list, repr=False)
     # Loss of each held-out window at the best evaluation (vocabulary.VAL_WINDOWS): the paired
@@ -303,8 +306,10 @@ def record_from_result(
     wall_time_s: float,
     node: str = "",
     error: str = "",
+    resumed_from_step: int = 0,
 ) -> TrialRecord:
-    """Summarise a trial's reported curve into its record."""
+    """Summarise a trial's reported curve into its record (``resumed_from_step``: the largest
+    step an attempt of it resumed from, 0 if none did)."""
     last = curve[-1] if curve else {}
     windows = [float(v) for v in last.get(vocabulary.VAL_WINDOWS, ())]
     curve = [{k: v for k, v in r.items() if k != vocabulary.VAL_WINDOWS} for r in curve]
@@ -347,6 +352,7 @@ def record_from_result(
         stopped_step=int(last.get(vocabulary.STEP, 0))
         if status == vocabulary.STATUS_EARLY_STOPPED
         else 0,
+        resumed_from_step=int(resumed_from_step),
         curve=list(curve),
         val_windows=windows,
     )

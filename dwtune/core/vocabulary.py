@@ -205,6 +205,9 @@ TRIAL_RECORDS_DIR = "trials"  # one JSON record per trial
 REFINE_DIR = "refine"  # one Optuna journal per pair
 LR_SEARCH_DIR = "lr_search"  # one Optuna journal per searched cell
 RAY_DIR = "ray"  # one folder per Ray Tune run
+# One folder per unfinished trial: its checkpoints (a sharded trial's Ray Train run), removed
+# once the trial is recorded with a final status (dwtune.study.runners.ray_tune.trial).
+TRAIN_DIR = "train"
 JOURNAL_SUFFIX = ".journal"
 SPEC_FILE = "spec.yaml"
 

@@ -124,6 +124,9 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "stopped_step": "the step the training stopped at before its planned end (status "
         "early_stopped: refine.early_stop once its pair point's sign was settled, the lr "
         "search's ASHA, or train.patience); 0 when it ran to its end",
+        "resumed_from_step": "the largest step an attempt of the training resumed from (the "
+        "checkpoint of an attempt that failed, or of a driver that was stopped); 0 when every "
+        "attempt started from step 0",
     },
     CURVES_FILE: {
         "trial_id": "the training (a trial_id of trials.parquet)",

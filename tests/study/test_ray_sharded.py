@@ -68,9 +68,11 @@ def test_a_trial_sharded_over_two_workers_is_recorded_with_the_plain_curve(ray_u
     assert record.status == vocabulary.STATUS_FINISHED, record.error
     assert [p[vocabulary.STEP] for p in record.curve] == [4, 8]
     assert store.read_record(request.trial_id).status == vocabulary.STATUS_FINISHED
-    # the Ray Train job kept its checkpoints in the trial's Tune run folder, removed with it
-    # once the trial is recorded (that the job runs and resumes from there: the kill test below)
+    # Tune's run folder and the Ray Train run's (under the experiment's train/, where the job
+    # resumes from: tests/study/test_train_storage.py) are removed once the trial is recorded
     assert not (store.root / vocabulary.RAY_DIR).exists()
+    assert not (store.root / vocabulary.TRAIN_DIR).exists()
+    assert record.resumed_from_step == 0
 
     plain_spec = dataclasses.replace(
         spec, resources=dataclasses.replace(spec.resources, workers_per_trial=1)
@@ -93,7 +95,7 @@ def _kill_a_worker_when_checkpointed(store, killed: list) -> None:
     100 again, once in CI)."""
     deadline = time.monotonic() + 300  # Ray's start-up and the first 100 steps, under load
     while time.monotonic() < deadline and not killed:
-        if list((store.root / "ray").glob(f"grid-*/*/train/{TRAIN_SNAPSHOT}")):
+        if list((store.root / "train").glob(f"*/{TRAIN_SNAPSHOT}")):
             for pid in Processes.children_named(TRAIN_WORKER)[:1]:
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
@@ -102,7 +104,7 @@ def _kill_a_worker_when_checkpointed(store, killed: list) -> None:
 
 @pytest.mark.hostile  # a kill test
 def test_a_sharded_trial_whose_worker_dies_is_retried_from_its_checkpoint(ray_up, tmp_path):
-    spec, store = _study(tmp_path, retries=1, steps=600, eval_every=100)
+    spec, store = _study(tmp_path, retries=1, steps=300, eval_every=100)
     killed: list[int] = []
     killer = threading.Thread(target=_kill_a_worker_when_checkpointed, args=(store, killed))
     killer.start()
@@ -111,8 +113,9 @@ def test_a_sharded_trial_whose_worker_dies_is_retried_from_its_checkpoint(ray_up
     killer.join()
     assert killed, "no Ray Train worker was seen"
     assert record.status == vocabulary.STATUS_FINISHED, record.error
-    assert [p[vocabulary.STEP] for p in record.curve] == list(range(100, 601, 100))
+    assert [p[vocabulary.STEP] for p in record.curve] == [100, 200, 300]
     log = out.getvalue()
     assert "attempt 1 failed" in log, log
     resumed_at = int(log.split("attempt 2 reports from step ")[1].split()[0])
     assert resumed_at > 100  # it continued from the job's checkpoint, not from the start
+    assert record.resumed_from_step >= 100

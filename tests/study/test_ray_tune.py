@@ -189,7 +189,7 @@ def _kill_trial_when_checkpointed(store, name: str, killed: list) -> None:
     the first checkpoint's registration."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        checkpointed = list((store.root / "ray").glob("grid-*/*/checkpoint_*"))
+        checkpointed = list((store.root / "train").glob("*/state-*"))
         if checkpointed and _driver_reports(store, name) >= 2:
             for pid in Processes.children_named(TRIAL_PROCESS):
                 os.kill(pid, signal.SIGKILL)
@@ -222,6 +222,8 @@ def test_a_trial_whose_process_dies_is_retried_from_its_checkpoint(ray_up, tmp_p
     assert "attempt 1 failed" in log
     resumed_at = int(log.split("attempt 2 reports from step ")[1].split()[0])
     assert resumed_at > 100  # it continued from a checkpoint, not from the start
+    assert record.resumed_from_step == store.read_record(record.trial_id).resumed_from_step > 0
+    assert not (store.root / "train").exists()  # recorded: its checkpoints are gone
 
 
 def test_a_failing_trial_is_recorded_with_its_error_and_the_study_completes(ray_up, tmp_path):

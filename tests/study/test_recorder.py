@@ -84,3 +84,31 @@ def test_a_feeds_trial_is_recorded_at_its_final_report_and_told_once(tmp_path, s
     assert store.read_record(trial_id) is not None and len(told) == 1
     callback.on_trial_complete(0, [], trial)
     assert len(told) == 1 and told[0].status == vocabulary.STATUS_FINISHED
+
+
+def test_a_resumed_attempt_is_recorded_with_its_step_and_the_curve_before_it(tmp_path, recording):
+    """A new driver's attempt resumes from a checkpoint an earlier one wrote: the record keeps
+    the largest step resumed from and the points reported up to it; once recorded finished,
+    the trial's checkpoint folder goes. A failed trial keeps its folder for the next retry."""
+    callback, store = recording
+    resumed_id, failed_id = list(callback.requests)[:2]
+    folders = [store.root / vocabulary.TRAIN_DIR / t for t in (resumed_id, failed_id)]
+    for folder in folders:
+        (folder / "state-000000200").mkdir(parents=True)
+    trial = types.SimpleNamespace(config={"trial_id": resumed_id})
+    earlier = [{vocabulary.STEP: s, vocabulary.VAL_LOSS: 3.0} for s in (100, 200)]
+    started = {"dwtune/started": True, "dwtune/resumed_from_step": 200}
+    callback.on_trial_result(0, [], trial, {**started, "dwtune/resumed_curve": earlier})
+    for step in (300, 400):
+        callback.on_trial_result(0, [], trial, {vocabulary.STEP: step, vocabulary.VAL_LOSS: 2.0})
+    final = {vocabulary.STEP: 400, vocabulary.VAL_LOSS: 2.0, "dwtune/final": True}
+    callback.on_trial_result(0, [], trial, {**final, vocabulary.STATUS: "finished"})
+    callback.on_trial_complete(0, [], trial)
+    callback.on_trial_error(0, [], _failed_trial(tmp_path, failed_id, "ValueError: lost"))
+    callback.finish_writes()
+
+    record = store.read_record(resumed_id)
+    assert record.resumed_from_step == 200
+    assert [p[vocabulary.STEP] for p in record.curve] == [100, 200, 300, 400]
+    assert store.read_record(failed_id).resumed_from_step == 0
+    assert [f.exists() for f in folders] == [False, True]

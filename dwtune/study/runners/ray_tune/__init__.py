@@ -10,8 +10,10 @@ refine stage can call it again and again while Ray stays up; once its trials are
 run folder is removed (Ray's tools could not restore it, and dwtune never needs to).
 
 Inside a trial the trainer's ``report(metrics, checkpoint_dir)`` becomes
-``ray.tune.report(metrics, checkpoint=...)``; a retried trial resumes from
-``ray.tune.get_checkpoint()``.
+``ray.tune.report(metrics)``, its checkpoint kept under ``<experiment>/train/<trial_id>``
+(:mod:`.checkpoints`; a sharded trial's Ray Train run lives there): an attempt retried on any
+node, or the trial started again by a new driver after the old one was stopped, resumes from
+it, and its record says from which step (``resumed_from_step``).
 
 The package itself imports nothing heavy: a Tune trial's worker process imports
 :mod:`.trial` (and so this package) to run :func:`~.trial.trial_main`, and every module

@@ -18,12 +18,15 @@ from dwtune.storage.store import ExperimentStore, write_failure, writing
 from dwtune.study.background import Background
 from dwtune.study.interruption import raise_if_interrupted
 from dwtune.study.progress import StudyProgress
+from dwtune.study.runners.ray_tune.checkpoints import remove_train_dir
 from dwtune.study.runners.ray_tune.trial import (
     ATTEMPT_S_KEY,
     CURVE_KEYS,
     FINAL_KEY,
     NODE_KEY,
     RECORD_KEYS,
+    RESUMED_CURVE_KEY,
+    RESUMED_KEY,
     STARTED_KEY,
 )
 from dwtune.study.runners.ray_tune.trial_errors import (
@@ -51,6 +54,7 @@ class _TrialState:
     writer: object = None
     writer_path: str = ""  # the live TensorBoard folder, named when a write there fails
     checkpoint_path: str = ""  # its latest checkpoint in storage (the one a retry resumes from)
+    resumed_from_step: int = 0  # the largest step an attempt resumed from (0: none did)
 
     @property
     def curve(self) -> list[dict]:
@@ -126,6 +130,9 @@ class RecordingCallback(tune.Callback):
         state.attempt_s = float(result.get(ATTEMPT_S_KEY, state.attempt_s))
         if result.get(FINAL_KEY):
             state.final = dict(result)
+            if vocabulary.STEP in result:  # a resumed final checkpoint reports nothing else
+                point = {k: v for k, v in result.items() if k in CURVE_KEYS or k in RECORD_KEYS}
+                state.points.setdefault(int(result[vocabulary.STEP]), point)
             if self.on_record is not None and not state.recorded:
                 # A feed's trial is recorded at its final report, before Tune stops it: the
                 # pair's next point is then queued while this trial's worker is still up, and
@@ -134,6 +141,7 @@ class RecordingCallback(tune.Callback):
                 self._finish(state, status, "")
             return
         if result.get(STARTED_KEY):
+            self._resumed(state, result)
             return
         point = {k: v for k, v in result.items() if k in CURVE_KEYS or k in RECORD_KEYS}
         if state.announce_resume:
@@ -146,6 +154,18 @@ class RecordingCallback(tune.Callback):
         state.points[int(point.get(vocabulary.STEP, len(state.points)))] = point
         if self.tensorboard:
             self.background.submit(lambda: _add_to_board(state, point))
+
+    def _resumed(self, state: _TrialState, result: dict) -> None:
+        """An attempt that resumes from a checkpoint: keep the step, and the curve up to it
+        (points an earlier driver took before it was stopped; this driver's own win)."""
+        step = int(result.get(RESUMED_KEY) or 0)
+        if step <= 0:
+            return
+        state.resumed_from_step = max(state.resumed_from_step, step)
+        for point in result.get(RESUMED_CURVE_KEY) or ():
+            state.points.setdefault(int(point.get(vocabulary.STEP, 0)), dict(point))
+        if state.attempt == 1:  # a retry's own line says where it reports from
+            self._note(f"  {state.request.name}: resumes from {vocabulary.STEP} {step}")
 
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
         """Keep a trial's latest checkpoint only (the one a retry resumes from). Tune would
@@ -213,9 +233,13 @@ class RecordingCallback(tune.Callback):
             state.wall_time_s,
             node=state.node,
             error=error,
+            resumed_from_step=state.resumed_from_step,
         )
         self.store.write_record(record)  # first: the result is safe before anything else
         state.recorded = True
+        if status != vocabulary.STATUS_FAILED:  # a failed one is retried from them later
+            root, trial_id = self.store.root, state.request.trial_id
+            self.background.submit(lambda: remove_train_dir(root, trial_id))
         if self.tensorboard:
             self.background.submit(lambda: _rewrite_board(self.store.root, state, record))
         if self.progress:

@@ -1,4 +1,5 @@
-"""Whether some node of the cluster can hold one trial (checked before any trial starts)."""
+"""What the cluster offers: whether some node can hold one trial (checked before any trial
+starts), how many sharded jobs it may hold at once, and where a sharded job's workers go."""
 
 from __future__ import annotations
 
@@ -17,14 +18,53 @@ BOOTSTRAP_CONFIG = Path("~/ray_bootstrap_config.yaml")
 # --------------------------------------------------------------------------- resources
 
 
-def _node_types_from_bootstrap() -> list[dict]:
-    """Resources of the autoscaler's node types, when this is a cluster-launcher head."""
+def _bootstrap_types() -> list[dict]:
+    """The autoscaler's node types (each with ``resources`` and ``max_workers``), when this is
+    a cluster-launcher head."""
     path = BOOTSTRAP_CONFIG.expanduser()
     if not path.exists():
         return []
     config = yaml.safe_load(path.read_text()) or {}
-    types = config.get("available_node_types") or {}
-    return [dict(t.get("resources") or {}) for t in types.values()]
+    return [dict(t or {}) for t in (config.get("available_node_types") or {}).values()]
+
+
+def _node_types_from_bootstrap() -> list[dict]:
+    """Resources of the autoscaler's node types, when this is a cluster-launcher head."""
+    return [dict(t.get("resources") or {}) for t in _bootstrap_types()]
+
+
+def node_offers() -> list[dict]:
+    """What one node offers, for every alive node and every autoscaler node type."""
+    alive = [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
+    return alive + _node_types_from_bootstrap()
+
+
+def autoscaler_capacity(types: list[dict]) -> dict[str, float]:
+    """Resources of the autoscaler's node types at their ``max_workers`` each: the most the
+    cluster may hold once scaled up (the head is counted among the alive nodes)."""
+    total: dict[str, float] = {}
+    for node_type in types:
+        count = float(node_type.get("max_workers") or 0)
+        for key, amount in (node_type.get("resources") or {}).items():
+            total[key] = total.get(key, 0.0) + count * float(amount)
+    return total
+
+
+def cluster_capacities() -> list[dict[str, float]]:
+    """The cluster's resources now, and what the autoscaler could grow it to (if a head)."""
+    return [dict(ray.cluster_resources()), autoscaler_capacity(_bootstrap_types())]
+
+
+def placement_strategy(workers: int, cpu: float, gpu: float, offers: list[dict]) -> str:
+    """Ray Train's placement of a job of ``workers`` workers (``cpu`` CPUs, ``gpu`` GPUs each):
+    ``STRICT_PACK`` (every worker on one node, so NCCL stays on the node's NVLink) when some
+    node, alive or an autoscaler node type, holds all of them; else ``PACK`` (as few nodes as
+    Ray can, spanning nodes). A job no single node holds would wait forever under
+    STRICT_PACK."""
+    need = {"CPU": workers * cpu, "GPU": workers * gpu}
+    if unsatisfiable(need["CPU"], need["GPU"], offers):
+        return "PACK"
+    return "STRICT_PACK"
 
 
 def unsatisfiable(cpu: float, gpu: float, offers: list[dict]) -> bool:

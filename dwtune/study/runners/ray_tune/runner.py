@@ -31,12 +31,17 @@ from dwtune.study.runners.base import reusable_record, reusable_records
 from dwtune.study.runners.cluster_address import probe
 from dwtune.study.runners.ray_tune import actor_reuse, embedded_ray
 from dwtune.study.runners.ray_tune.asha import CellASHA
+from dwtune.study.runners.ray_tune.checkpoints import remove_train_dir
 from dwtune.study.runners.ray_tune.cluster_token import check_token
 from dwtune.study.runners.ray_tune.early_stop import PairPointStopper, early_stop_summary
 from dwtune.study.runners.ray_tune.feed_searcher import REQUEST_KEY, FeedSearcher
 from dwtune.study.runners.ray_tune.reaper import Reaper
 from dwtune.study.runners.ray_tune.recorder import RecordingCallback
-from dwtune.study.runners.ray_tune.resources import check_resources
+from dwtune.study.runners.ray_tune.resources import (
+    check_resources,
+    cluster_capacities,
+    node_offers,
+)
 from dwtune.study.runners.ray_tune.trial import WORKERS_KEY, trial_main
 
 # CPUs of a sharded trial's Tune function, which only waits on its Ray Train job.
@@ -127,6 +132,8 @@ class TuneRunner:
         self.spec, self.store, self.progress = spec, store, progress
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self.trial_spec = trial_spec(spec)
+        # Tune changes trials' working dirs: trials find their checkpoints by absolute path
+        self.experiment_root = str(Path(store.root).expanduser().resolve())
         self.tensorboard = tensorboard.tensorboard_problem() is None
         self._failed_here: set[str] = set()  # failed in this driver: not retried again here
         self._corpus_ready = False
@@ -188,6 +195,7 @@ class TuneRunner:
         ``scheduler``: a Tune trial scheduler that may stop trials early (the lr search's)."""
         reused = reusable_records(self.store, requests, self._failed_here)
         todo = list({r.trial_id: r for r in requests if r.trial_id not in reused}.values())
+        self._remove_recorded_checkpoints(reused)  # a driver stopped before it removed them
         stage = requests[0].stage if requests else vocabulary.Stage.GRID
         if self.progress:
             costs = {r.trial_id: self._cost(r) for r in todo}
@@ -247,7 +255,26 @@ class TuneRunner:
         return self.run(requests, scheduler=CellASHA(requests, self.spec))
 
     def _fit(self, stage: str, todo: list[TrialRequest], scheduler: object = None) -> None:
+        """Sharded trials in a Tune run of their own, then the one-process ones in another:
+        the sharded run is capped to the jobs the cluster can hold, which must not cap the
+        one-process trials (each holds its own resources, and Tune fits as many as there are)."""
         self._prepare_corpus()
+        workers = self._workers(todo)
+        sharded = [r for r in todo if workers[r.trial_id] > 1]
+        plain = [r for r in todo if workers[r.trial_id] == 1]
+        for batch in (sharded, plain):  # the sharded ones are the costliest
+            if batch:
+                self._fit_batch(
+                    stage, batch, {r.trial_id: workers[r.trial_id] for r in batch}, scheduler
+                )
+
+    def _fit_batch(
+        self,
+        stage: str,
+        todo: list[TrialRequest],
+        workers: dict[str, int],
+        scheduler: object = None,
+    ) -> None:
         # Costliest first: the long trials do not end up alone at the end while slots idle.
         todo = sorted(todo, key=self._cost, reverse=True)
         by_id = {r.trial_id: r for r in todo}
@@ -263,7 +290,7 @@ class TuneRunner:
             stage,
             callback,
             by_id,
-            self._workers(todo),
+            workers,
             param_space={"trial_id": tune.grid_search(list(by_id))},
             scheduler=scheduler,
         )
@@ -331,7 +358,9 @@ class TuneRunner:
             def workers_of(request: TrialRequest) -> int:
                 return trial_workers(spec, request.shape, gpu_bytes)
 
-            searcher = FeedSearcher(feed, hand_out, workers_of)
+            # the feed's sharded trials are capped here, its one-process ones are not
+            limit = self._sharded_limit(self.spec.resources.workers_per_trial)
+            searcher = FeedSearcher(feed, hand_out, workers_of, sharded_limit=limit)
             self._tune(stage, callback, by_id, None, scheduler=stopper, search_alg=searcher)
         finally:
             embedded_ray.set_env(saved)
@@ -398,11 +427,33 @@ class TuneRunner:
         finally:
             callback.discard_boards()
         _remove_run(self.store.root / vocabulary.RAY_DIR / name)
+        self._remove_recorded_checkpoints(by_id)
+
+    def _remove_recorded_checkpoints(self, by_id: dict) -> None:
+        """Every trial of the run recorded with a final status loses its checkpoints (the
+        recorder removes them as each is recorded; a trial stopped mid-write may have left
+        files after that); a failed one keeps them for the next driver's retry."""
+        for trial_id in by_id:
+            record = self.store.read_record(trial_id)
+            if record is not None and record.status != vocabulary.STATUS_FAILED:
+                remove_train_dir(self.experiment_root, trial_id)
 
     def _workers(self, requests: list[TrialRequest]) -> dict[str, int]:
         """Workers of each request's trial (1: one process), the planner's choice per cell."""
         gpu_bytes = gpu_memory_bytes(self.spec, None)
         return {r.trial_id: trial_workers(self.spec, r.shape, gpu_bytes) for r in requests}
+
+    def _sharded_limit(self, widest: int) -> int | None:
+        """Jobs of ``widest`` workers to run at once: the spec's limit, else as many as the
+        cluster holds now or could hold once the autoscaler has added its nodes (never frozen
+        at what the nodes up now offer), at least 1."""
+        resources = self.spec.resources
+        if resources.max_concurrent is not None or widest <= 1:
+            return resources.max_concurrent
+        return max(
+            sharded_concurrency(capacity, resources.cpu, resources.gpu, widest)
+            for capacity in cluster_capacities()
+        )
 
     def _may_shard(self, workers: dict[str, int] | None) -> bool:
         """Whether some trial of this run may span workers (``None``: a feed's, not known
@@ -412,24 +463,26 @@ class TuneRunner:
         return any(n > 1 for n in workers.values())
 
     def _max_concurrent(self, workers: dict[str, int] | None) -> int | None:
-        """The spec's limit; else, when trials are sharded, as many jobs of the largest as the
-        cluster holds at once (``None``: a feed's, not known yet; the widest allowed). Tune
-        sees only a sharded trial's 0.01-CPU driver, and would otherwise start every trial,
-        each then waiting on resources with its processes up."""
-        resources = self.spec.resources
+        """The spec's limit; for a run of sharded trials (a batch's: they run in Tune runs of
+        their own, :meth:`_fit`), as many jobs of the largest as the cluster holds at once
+        (:meth:`_sharded_limit`). Tune sees only a sharded trial's 0.01-CPU driver, and would
+        otherwise start every trial, each then waiting on resources with its processes up.
+        A feed's run (``workers`` None) is not capped: its searcher caps its sharded trials
+        alone (:class:`~.feed_searcher.FeedSearcher`)."""
         if workers is None:
-            widest = resources.workers_per_trial
-        else:
-            widest = max(workers.values(), default=1)
-        if resources.max_concurrent is not None or widest == 1:
-            return resources.max_concurrent
-        return sharded_concurrency(ray.cluster_resources(), resources.cpu, resources.gpu, widest)
+            return self.spec.resources.max_concurrent
+        return self._sharded_limit(max(workers.values(), default=1))
 
     def _trainable(self, by_id: dict[str, TrialRequest] | None, workers: dict[str, int]):
         """The trial function; a batch's requests and ``workers`` travel with it, a feed's
         in each config (with the workers each spans)."""
         trainable = tune.with_parameters(
-            trial_main, spec=self.trial_spec, requests=by_id, workers=workers
+            trial_main,
+            spec=self.trial_spec,
+            experiment_root=self.experiment_root,
+            requests=by_id,
+            workers=workers,
+            offers=node_offers() if self._may_shard(workers or None) else [],
         )
         plain = {"CPU": self.spec.resources.cpu, "GPU": self.spec.resources.gpu}
         plain = {key: amount for key, amount in plain.items() if amount > 0}
@@ -447,8 +500,8 @@ class TuneRunner:
 def _remove_run(run_dir: Path) -> None:
     """Remove a recorded batch's Tune run folder. dwtune resumes from its own records, never
     through ``Tuner.restore`` (module doc), so the folder is state no tool can use: its
-    checkpoints run to GBs, its experiment state to about 35 kB a trial, and a sharded
-    trial's Ray Train job keeps its own checkpoints inside it (sharded_trial.TRAIN_DIR)."""
+    experiment state runs to about 35 kB a trial. Trials keep their checkpoints elsewhere,
+    under ``<experiment>/train`` (:mod:`.checkpoints`), where a later driver finds them."""
     shutil.rmtree(run_dir, ignore_errors=True)
     with contextlib.suppress(OSError):
         run_dir.parent.rmdir()  # ray/ itself, once no run of a live or killed driver is left
