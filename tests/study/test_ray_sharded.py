@@ -73,6 +73,7 @@ def test_a_trial_sharded_over_two_workers_is_recorded_with_the_plain_curve(ray_u
     assert not (store.root / vocabulary.RAY_DIR).exists()
     assert not (store.root / vocabulary.TRAIN_DIR).exists()
     assert record.resumed_from_step == 0
+    assert record.workers == 2  # the record says the trial spanned its two workers
 
     plain_spec = dataclasses.replace(
         spec, resources=dataclasses.replace(spec.resources, workers_per_trial=1)

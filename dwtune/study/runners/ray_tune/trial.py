@@ -35,7 +35,10 @@ CURVE_KEYS = frozenset(
     {vocabulary.STEP, vocabulary.TOKENS, vocabulary.ELAPSED_S, *vocabulary.CURVE_SCALARS}
 )
 # Keys of the final report the record keeps besides the curve (record_from_result takes them).
-RECORD_KEYS = frozenset({vocabulary.STATUS, vocabulary.VAL_WINDOWS})
+# WORKERS and GPUS: how many processes and GPUs the training spanned (a sharded trial's W).
+RECORD_KEYS = frozenset(
+    {vocabulary.STATUS, vocabulary.VAL_WINDOWS, vocabulary.WORKERS, vocabulary.GPUS}
+)
 
 
 def _node_label() -> str:
