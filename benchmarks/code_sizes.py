@@ -1,6 +1,6 @@
 """Lines per module and per function (def to its last line, decorators included) under a folder.
 
-    python benchmarks/code_sizes.py dwtune/core/refine [--top 10]
+python benchmarks/code_sizes.py dwtune/core/refine [--top 10]
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("paths", nargs="+")
     parser.add_argument("--top", type=int, default=8)
     args = parser.parse_args(argv)
-    files = sorted(f for p in args.paths for f in (Path(p).rglob("*.py") if Path(p).is_dir() else [Path(p)]))
+    files = sorted(
+        f for p in args.paths for f in (Path(p).rglob("*.py") if Path(p).is_dir() else [Path(p)])
+    )
     modules = sorted(((len(f.read_text().splitlines()), str(f)) for f in files), reverse=True)
     funcs = sorted((item for f in files for item in functions(f)), reverse=True)
     print("modules:", *(f"  {n:5d} {name}" for n, name in modules[: args.top]), sep="\n")

@@ -47,7 +47,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dwtune.backends.simulated_surface import curve_excess
-from dwtune.core.early_decision import EarlyRule, first_settled, planned_evals
+from dwtune.core.refine.early import EarlyRule, first_settled, planned_evals
 from dwtune.core.spec import SimulatedConfig
 
 # true end Δ in paired sd (deeper loses: +); 25 sd is the simulated gap (0.05 nats) far from N*
@@ -203,8 +203,8 @@ TORCH_SEEDS = (0, 1, 2)
 def torch_points() -> dict[float, tuple[list[int], np.ndarray, int]]:
     """Per size: (eval steps, seeds × steps of the paired Δ, total steps) of real trainings."""
     from dwtune.backends.trial import run_trial_inprocess
-    from dwtune.core.early_decision import paired_curves
     from dwtune.core.records import make_request
+    from dwtune.core.refine.early import paired_curves
     from dwtune.core.spec import load_spec
 
     spec_path = Path(__file__).resolve().parents[1] / "search_spaces" / "quickstart.yaml"

@@ -33,9 +33,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dwtune.core import vocabulary
-from dwtune.core.crossing import CrossingEstimate
-from dwtune.core.pair_points import PairPoint
-from dwtune.core.transitions import Transition, outcome_of
+from dwtune.core.refine.estimate import CrossingEstimate
+from dwtune.core.refine.outcome import outcome_of
+from dwtune.core.refine.points import PairPoint
+from dwtune.core.refine.transition import Transition
 from dwtune.core.vocabulary import PointKind, TransitionStatus
 
 

@@ -19,7 +19,7 @@ from dwtune.core.analysis.result import (
 from dwtune.core.analysis.table import Checkpoints
 from dwtune.core.analysis.tokens import TOKEN_TOLERANCE
 from dwtune.core.analysis.verdicts import noise_range
-from dwtune.core.decision import SignRule
+from dwtune.core.refine.signs import SignRule
 from dwtune.core.vocabulary import LEVEL, FitStatus
 from dwtune.storage.fit_json import fit_to_dict, json_ready
 

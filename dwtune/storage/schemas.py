@@ -25,7 +25,7 @@ import pyarrow as pa
 from dwtune.core import vocabulary
 from dwtune.core.length_check import LengthShift
 from dwtune.core.records import TrialRecord
-from dwtune.core.transitions import Transition
+from dwtune.core.refine.transition import Transition
 from dwtune.core.vocabulary import (
     CURVES_FILE,
     LENGTH_CHECK_FILE,

@@ -27,13 +27,13 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from dwtune.core.crossing import DeltaPoint
 from dwtune.core.errors import InputError
 from dwtune.core.fit.bootstrap import PairPoints
 from dwtune.core.length_check import LengthShift
 from dwtune.core.projection import BudgetProjection, DepthProjection
 from dwtune.core.records import TrialRecord
-from dwtune.core.transitions import Transition
+from dwtune.core.refine.signs import DeltaPoint
+from dwtune.core.refine.transition import Transition
 from dwtune.core.vocabulary import SIMULATED_COLUMN, PointKind, Stage
 from dwtune.storage.provenance import frame_attrs, read_parquet_checked, write_parquet_atomic
 from dwtune.storage.schemas import (

@@ -14,8 +14,8 @@ import tempfile
 from dataclasses import dataclass, field
 
 from dwtune.core.records import TrialRequest, grid_requests
+from dwtune.core.refine.transition import Transition
 from dwtune.core.spec import ExperimentSpec, TrainConfig
-from dwtune.core.transitions import Transition
 from dwtune.core.vocabulary import Trainer
 from dwtune.storage.store import ExperimentStore
 

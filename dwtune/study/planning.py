@@ -24,7 +24,7 @@ from dwtune.core.spec import BUILTIN_CORPORA, DataConfig, ExperimentSpec
 from dwtune.core.units import format_size
 
 if TYPE_CHECKING:  # the estimate runs the refine stage: imported where a cost is asked for
-    from dwtune.core.transitions import Transition
+    from dwtune.core.refine.transition import Transition
     from dwtune.study.estimate import RefineEstimate
 
 BENCH_RESULTS = Path(DataConfig().cache_dir).expanduser() / "bench" / "results.jsonl"

@@ -39,12 +39,10 @@ import optuna
 import pandas as pd
 from optuna.trial import TrialState
 
-from dwtune.core import crossing, early_decision, pair_points, transitions, vocabulary
+from dwtune.core import vocabulary
 from dwtune.core.budget import GridCell
 from dwtune.core.fit.bootstrap import PairPoints
 from dwtune.core.fit.censored import RUNNING_FIT, TransitionObservation, running_law
-from dwtune.core.noise import Noise
-from dwtune.core.pair_points import PairGrid, PairPoint, SizeTrend
 from dwtune.core.projection import DepthWidthLaw, reference
 from dwtune.core.records import (
     SPEC_RATE,
@@ -54,8 +52,41 @@ from dwtune.core.records import (
     grid_requests,
     make_request,
 )
+from dwtune.core.refine import early, signs
+from dwtune.core.refine.early import (
+    EarlyCall,
+    EarlyRule,
+    PointNoise,
+    run_evals,
+    seed_end_estimates,
+)
+from dwtune.core.refine.first_points import (
+    PairGrid,
+    extension_budgets,
+    grid_pair,
+    on_extended_trend,
+)
+from dwtune.core.refine.noise import Noise
+from dwtune.core.refine.outcome import decide_points
+from dwtune.core.refine.points import (
+    PairPoint,
+    make_point,
+    mark_unstable,
+    merge_points,
+    with_early_ends,
+)
+from dwtune.core.refine.signs import noise_prior
+from dwtune.core.refine.steps import (
+    Step,
+    decide_seeds,
+    next_step,
+    point_done,
+    seed_sequence,
+    seeds_wanted,
+)
+from dwtune.core.refine.transition import Transition, make_transition
+from dwtune.core.refine.trend import SizeTrend
 from dwtune.core.spec import ExperimentSpec, RefineConfig
-from dwtune.core.transitions import Step, Transition
 from dwtune.core.vocabulary import (
     Design,
     SizeConvention,
@@ -113,7 +144,7 @@ def decided_points(
 ) -> list[PairPoint]:
     """Grid and study points (``points_of(study)``, sorted), each sign tested under the
     pair's current noise."""
-    return transitions.decide_points(points_of(study), refine)
+    return decide_points(points_of(study), refine)
 
 
 def plan_step(
@@ -125,7 +156,7 @@ def plan_step(
 ) -> Step:
     """The next step of a pair, from its grid points and its study's history alone."""
     points = decided_points(points_of, study, refine)
-    return transitions.next_step(points, refine, bisection_rounds(study), width_of, span)
+    return next_step(points, refine, bisection_rounds(study), width_of, span)
 
 
 def budget_span(spec: ExperimentSpec) -> tuple[float, float]:
@@ -172,7 +203,7 @@ class PairRefiner:
         self.refine = spec.refine
         self.pair = (grid.depth_shallow, grid.depth_deep)
         count = max(self.refine.max_seeds, len(spec.space.seeds))
-        self.seed_order = transitions.seed_sequence(spec.space.seeds, count)
+        self.seed_order = seed_sequence(spec.space.seeds, count)
         self.path = study_path(store, self.pair)
         self.span = budget_span(spec)
         sampler = BisectionSampler(self.points_of, self.refine, self._deep_width, self.span)
@@ -265,16 +296,14 @@ class PairRefiner:
     def merged(self, told: Sequence[PairPoint]) -> list[PairPoint]:
         """The grid's points and ``told`` (a later one at the same budget replacing an earlier
         one), sorted, corrected to equal N along the shallower depth's size trend extended
-        by the pair's own extension points (:func:`pair_points.on_extended_trend`)."""
+        by the pair's own extension points (:func:`on_extended_trend`)."""
         return self._equal_n(told)[0]
 
     def _equal_n(self, told: Sequence[PairPoint]) -> tuple[list[PairPoint], SizeTrend]:
         """:meth:`merged`'s points and the extended trend they are corrected along."""
-        points = pair_points.merge_points(self.grid.points, told)
-        extensions = pair_points.extension_budgets(told)
-        return pair_points.on_extended_trend(
-            points, self.grid.trend, self._shallow_log_n, extensions
-        )
+        points = merge_points(self.grid.points, told)
+        extensions = extension_budgets(told)
+        return on_extended_trend(points, self.grid.trend, self._shallow_log_n, extensions)
 
     def points_of(self, study: optuna.Study) -> list[PairPoint]:
         """:meth:`merged` over the study's finished trials."""
@@ -298,9 +327,9 @@ class PairRefiner:
                 {seed: (results[2 * i], results[2 * i + 1]) for i, seed in enumerate(new_seeds)}
             )
             point = self._point(budget, sizes, records, kind, wanted, verified)
-            if transitions.point_done(point, kind, wanted, self.refine):
+            if point_done(point, kind, wanted, self.refine):
                 return point
-            wanted = transitions.seeds_wanted(point.decision, wanted, self.refine)
+            wanted = seeds_wanted(point.decision, wanted, self.refine)
 
     def _request(self, cell, seed: int, asking: tuple[int, str] | None = None) -> TrialRequest:
         """A refine training; its rate from ``rate_for`` when the spec searches rates; it
@@ -324,24 +353,22 @@ class PairRefiner:
         """The point of ``records`` (failed trainings included: they count against their
         depth), sign-tested together with the pair's other points."""
         told = trial_points(self.study)
-        early = self._early_call(budget, records, told) if self.refine.early_stop else None
+        early_ends = self._early_call(budget, records, told) if self.refine.early_stop else None
         deep = {seed: pair[0] for seed, pair in records.items()}
         shallow = {seed: pair[1] for seed, pair in records.items()}
         convention = self.spec.model.size_convention
         trend = self.grid.trend
-        point = pair_points.make_point(
-            budget, sizes, deep, shallow, trend, kind, requested, convention
-        )
+        point = make_point(budget, sizes, deep, shallow, trend, kind, requested, convention)
         point = dataclasses.replace(point, verified=verified)
-        if early is not None:
-            sign, batch, ends = early  # the batch's records hold partial losses
-            point = pair_points.with_early_ends(point, batch, ends, sign)
-        decided = transitions.decide_points(self.merged([*told, point]), self.refine)
+        if early_ends is not None:
+            sign, batch, ends = early_ends  # the batch's records hold partial losses
+            point = with_early_ends(point, batch, ends, sign)
+        decided = decide_points(self.merged([*told, point]), self.refine)
         return next(p for p in decided if p.budget == budget)
 
     # ------------------------------------------------------------------ early decisions
 
-    def early_context(self, request: TrialRequest) -> early_decision.PointNoise:
+    def early_context(self, request: TrialRequest) -> PointNoise:
         """The pair's paired-Δ noise (sd, dof) nearest the request's size, and the equal-N
         correction (nats) of its point: what the early rule needs (refine.early_stop). The
         pair's points do not change while one of its points trains, so the scheduler that
@@ -351,12 +378,10 @@ class PairRefiner:
         measured, trend = self._measured_noise()
         correction = trend.slope_at(x_shallow) * (x_deep - x_shallow)
         if measured is None:
-            return early_decision.PointNoise(math.nan, 0.0, correction)
+            return PointNoise(math.nan, 0.0, correction)
         log_ns, noise = measured
         nearest = min(range(len(log_ns)), key=lambda i: abs(log_ns[i] - x_deep))
-        return early_decision.PointNoise(
-            float(noise.sd[nearest]), float(noise.dof[nearest]), correction
-        )
+        return PointNoise(float(noise.sd[nearest]), float(noise.dof[nearest]), correction)
 
     def _measured_noise(self) -> tuple[tuple[list[float], Noise] | None, SizeTrend]:
         """(each point's ln N, the pair's noise at them) over the pair's points as they stand
@@ -367,12 +392,10 @@ class PairRefiner:
         if self._noise_cache is not None:
             return self._noise_cache
         merged, trend = self._equal_n(trial_points(self.study))
-        points = pair_points.mark_unstable(merged)
+        points = mark_unstable(merged)
         measured = None
         if points:
-            noise = crossing.pair_noise(
-                [p.delta_point() for p in points], transitions.noise_prior(self.refine)
-            )
+            noise = signs.pair_noise([p.delta_point() for p in points], noise_prior(self.refine))
             measured = ([p.log_n for p in points], noise)
         self._noise_cache = (measured, trend)
         return self._noise_cache
@@ -408,10 +431,10 @@ class PairRefiner:
 
     def _first_batch_call(
         self, budget: float, records: dict
-    ) -> tuple[early_decision.EarlyCall, tuple[int, ...], tuple[float, ...]] | None:
+    ) -> tuple[EarlyCall, tuple[int, ...], tuple[float, ...]] | None:
         """(the early rule's call, the seeds, each one's end estimate) on a point's first
         batch at the step the first of its trainings stopped, as the scheduler made it
-        (core/early_decision.point_call); None where no training stopped or no call can be
+        (core/point_call); None where no training stopped or no call can be
         made there."""
         batch = tuple(sorted(records))
         pairs = [records[seed] for seed in batch]
@@ -419,9 +442,9 @@ class PairRefiner:
         if not stopped or not all(r.completed for pair in pairs for r in pair):
             return None
         request = self._request(self.spec.cell(self.pair[1], budget), pairs[0][0].seed)
-        evals = early_decision.run_evals(self.spec, request)
-        rule = early_decision.EarlyRule(self.refine.alpha, self.refine.early_min_fraction)
-        look = early_decision.point_call(
+        evals = run_evals(self.spec, request)
+        rule = EarlyRule(self.refine.alpha, self.refine.early_min_fraction)
+        look = early.point_call(
             rule,
             [deep.curve for deep, _ in pairs],
             [shallow.curve for _, shallow in pairs],
@@ -431,14 +454,14 @@ class PairRefiner:
         )
         if look is None:
             return None
-        ends = early_decision.seed_end_estimates(look.steps, look.deltas, evals[-1])
+        ends = seed_end_estimates(look.steps, look.deltas, evals[-1])
         return look.call, batch, tuple(float(d) for d in ends)
 
     # ------------------------------------------------------------------ reporting
 
     def _announce(self, point: PairPoint, number: int) -> None:
         verdict = {1: "deeper loses", -1: "deeper wins", 0: "within noise"}[point.decision.sign]
-        if not point.decision.decided and point.n < transitions.decide_seeds(self.refine):
+        if not point.decision.decided and point.n < decide_seeds(self.refine):
             verdict = f"provisional ({point.n} seed(s) decide no sign)"
         self.say(
             f"[refine {self.grid.label}] trial {number} ({point.kind}): N = "
@@ -468,7 +491,7 @@ class PairRefiner:
 
     def pair_points(self) -> PairPoints:
         """Every point of the pair as DeltaPoints: the study bootstrap's input."""
-        points = pair_points.mark_unstable(self.points_of(self.study))
+        points = mark_unstable(self.points_of(self.study))
         deltas = tuple(p.delta_point() for p in points if p.n)
         return PairPoints(self.grid.label, self.pair[0], self.pair[1], deltas)
 
@@ -481,7 +504,7 @@ class PairRefiner:
         ``snapshot`` read them earlier)."""
         told, rounds = snapshot or self._snapshot()
         points = self.merged([point for _, point in told])
-        return transitions.make_transition(
+        return make_transition(
             self.pair,
             points,
             self.refine,
@@ -666,8 +689,8 @@ def grid_pairs(
         budgets = spec.pair_budgets(pair, law)  # the pair's first points (refine.design)
         # its shallower net's size trend
         trend_budgets = spec.shallow_budgets(pair, law, earlier.get(pair[0], ()))
-        grid = pair_points.grid_pair(records, pair, budgets, seeds, convention, trend_budgets)
-        decided = transitions.decide_points(grid.points, spec.refine)
+        grid = grid_pair(records, pair, budgets, seeds, convention, trend_budgets)
+        decided = decide_points(grid.points, spec.refine)
         grids.append(dataclasses.replace(grid, points=tuple(decided)))
     return grids
 
@@ -801,7 +824,7 @@ class RefineStage:
         if self.spec.refine.early_stop:
             by_label = {refiner.grid.label: refiner for refiner in refiners}
 
-            def early_context(request: TrialRequest) -> early_decision.PointNoise:
+            def early_context(request: TrialRequest) -> PointNoise:
                 return by_label[request.pair].early_context(request)
 
             feed.early_context = early_context

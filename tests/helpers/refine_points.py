@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from dwtune.core.pair_points import Decision, PairPoint
 from dwtune.core.records import TrialRecord
+from dwtune.core.refine.points import Decision, PairPoint
 from dwtune.core.spec import RefineConfig
 
 REFINE = RefineConfig(pairs=((6, 12),), tolerance=0.05, seeds=1, max_seeds=4, max_rounds=8)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from dwtune.backends.simulated_surface import planted_transition
-from dwtune.core import pair_points
 from dwtune.core.fit.censored import running_law
 from dwtune.core.projection import reference, transition_size
 from dwtune.core.records import grid_requests
+from dwtune.core.refine.first_points import extended_trend
 from dwtune.core.spec import load_spec
 from dwtune.core.vocabulary import StepKind, TransitionStatus
 from dwtune.storage.store import ExperimentStore
@@ -81,7 +81,7 @@ def test_an_extended_pair_moves_its_shallower_net_along_the_trend_its_extensions
     stage = RefineStage(spec, store)
     refiner = stage.refiners[0]
     points = refiner.points_of(refiner.study)
-    extended = pair_points.extended_trend(refiner.grid.trend, points, refiner._shallow_log_n)
+    extended = extended_trend(refiner.grid.trend, points, refiner._shallow_log_n)
     assert len(extended.x) > len(refiner.grid.trend.x) == 3
     for point in points:
         x_shallow = refiner._shallow_log_n(point.budget)

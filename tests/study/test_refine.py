@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from dwtune.backends.simulated import planted_transition
-from dwtune.core import transitions
 from dwtune.core.errors import InputError
+from dwtune.core.refine.steps import decide_seeds
 from dwtune.core.spec import load_spec
 from dwtune.core.vocabulary import TRANSITIONS_FILE
 from dwtune.storage.schemas import TRANSITION_SCHEMA
@@ -72,7 +72,7 @@ def test_with_noise_seeds_are_added_only_near_the_transition(tmp_path):
     [t] = refine_stage.run_refine(spec, store, LocalRunner(spec, store).run)
     planted = math.log(planted_transition(spec.simulated, 12))
     points = study_points(store, (6, 12))
-    first = transitions.decide_seeds(spec.refine)  # what a point starts with (scan probes: 1)
+    first = decide_seeds(spec.refine)  # what a point starts with (scan probes: 1)
     extra = [p for p in points if p.requested > first and not p.verified]
     assert extra, "this setting should need extra seeds somewhere"
     # The noise is learned from the pair's own seeds (a prior worth 0.25 observations), so
@@ -208,7 +208,7 @@ def test_simulated_yaml_recovers_every_planted_transition_within_its_uncertainty
 
 
 def test_pair_deltas_parquet_holds_every_paired_delta_of_every_point(tmp_path):
-    from dwtune.core import pair_points as core_points
+    from dwtune.core.refine import points as core_points
     from dwtune.core.vocabulary import PAIR_DELTAS_FILE
     from dwtune.storage.tables import read_pair_deltas
 

@@ -38,16 +38,16 @@ from dwtune.core.analysis.verdicts import (
     fit_observations,
     pair_verdicts,
 )
-from dwtune.core.decision import SignRule
 from dwtune.core.errors import InputError
 from dwtune.core.fit import MIN_POINTS, fit_law
-from dwtune.core.noise import DEFAULT_NOISE_PRIOR, DEFAULT_PRIOR_DOF
 from dwtune.core.projection import (
     DepthWidthLaw,
     project_budget,
     project_depth,
     transition_size,
 )
+from dwtune.core.refine.noise import DEFAULT_NOISE_PRIOR, DEFAULT_PRIOR_DOF
+from dwtune.core.refine.signs import SignRule
 from dwtune.core.vocabulary import LEVEL
 
 PROJECTION_BUDGETS = (1.75e11, 1e12, 1e13)  # parameters: GPT-3, 1T, 10T (as a study's report)

@@ -13,9 +13,9 @@ from dwtune.core.analysis.jitter import JitterModel
 from dwtune.core.analysis.table import Checkpoints
 from dwtune.core.analysis.tokens import TargetMiss, TokenGap
 from dwtune.core.analysis.verdicts import AgreementTest, LawView, PairAnalysis
-from dwtune.core.decision import SignRule
 from dwtune.core.fit import FitResult
 from dwtune.core.projection import BudgetProjection, DepthWidthLaw, optimal_depth
+from dwtune.core.refine.signs import SignRule
 
 # What the rule tests, in words (`--json` ``rule.test``).
 RULE_TEST = "two-sided Student t on the noise's dof: a sign where |Δ|/se > t(1 − α/2, dof)"

@@ -54,9 +54,9 @@ from dwtune.core.projection import DepthWidthLaw, optimal_depth
 from dwtune.core.vocabulary import LEVEL
 
 if TYPE_CHECKING:  # the estimator is imported where it is used (_default_estimator)
-    from dwtune.core.crossing import CrossingEstimate, DeltaPoint
-    from dwtune.core.decision import SignRule
-    from dwtune.core.noise import NoisePrior
+    from dwtune.core.refine.estimate import CrossingEstimate
+    from dwtune.core.refine.noise import NoisePrior
+    from dwtune.core.refine.signs import DeltaPoint, SignRule
 
 INNER_BOOT = 200  # estimate_crossing's own bootstrap per replicate: only σ(ln N*) needs it
 SIGMA_FLOOR = 0.1  # share of a replicate's median σ(ln N*) below which a pair's σ is raised
@@ -156,7 +156,7 @@ def observation_from_estimate(
 
 
 def _default_estimator() -> Callable[..., CrossingEstimate]:
-    from dwtune.core.crossing import estimate_crossing
+    from dwtune.core.refine.estimate import estimate_crossing
 
     return estimate_crossing
 

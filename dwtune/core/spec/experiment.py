@@ -259,7 +259,7 @@ class ExperimentSpec:
         kept within space.budgets' range."""
         if self.refine.design != Design.LAW:
             return self.space.budgets
-        from dwtune.core.design import law_sizes
+        from dwtune.core.refine.design import law_sizes
 
         sizes = law_sizes(self._law(law), pair[1], self.refine.reach)
         return tuple(self._within_budgets(size) for size in sizes)

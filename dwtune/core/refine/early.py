@@ -51,12 +51,17 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from dwtune.core import sequential, vocabulary
+from dwtune.core import vocabulary
 from dwtune.core.records import TrialRequest, request_spec
+from dwtune.core.refine import sequential
 from dwtune.core.spec import ExperimentSpec
 
 WINDOW_FRACTION = 0.25  # of the steps seen so far: the evals the trend is fitted to
+
+
 MIN_WINDOW_EVALS = 3  # a line and a residual need at least three evals per seed
+
+
 DEFAULT_MIN_FRACTION = 0.3  # of the total steps before a training may be stopped
 
 
@@ -212,9 +217,6 @@ def first_settled(
         if call.settled:
             return step, call
     return total_steps, NOT_SETTLED
-
-
-# --------------------------------------------------------------------------- a point's records
 
 
 def planned_evals(total_steps: int, eval_every: int) -> list[int]:

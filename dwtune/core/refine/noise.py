@@ -39,6 +39,8 @@ import numpy as np
 from dwtune.core import vocabulary
 
 DEFAULT_NOISE_PRIOR = 0.003  # nats: a paired-difference sd guess (the paper: "stable to the
+
+
 # third digit"); real suites measured 0.0004-0.015
 # Pseudo-observations the guess is worth: a quarter of a degree of freedom. Measured: the
 # refine loop at a true Δ of 0 beside single-seed grid points (4 looks, α = 5%, 1,500 points
@@ -49,15 +51,25 @@ DEFAULT_NOISE_PRIOR = 0.003  # nats: a paired-difference sd guess (the paper: "s
 # times too small keeps the error control only when the first seeds' degree of freedom
 # outweighs it: the guess steadies the sd, the seeds set it.
 DEFAULT_PRIOR_DOF = 0.25
+
+
 NOISE_BANDWIDTH = 1.0  # e-folds of N: the sd of the Gaussian kernel that pools variances locally
+
+
 SHRINK_DOF = 4.0  # degrees of freedom the pair-wide pool weighs in each local variance
+
+
 # An unstable training: its final loss exceeds its twins' (same shape, other seeds) by more
 # than UNSTABLE_Z robust sd of such differences, measured over the pair's other twins. Why 8:
 # under normal noise a difference beyond 8 sd has probability 1e-15; the robust sd from as few
 # as MIN_TWIN_DIFFS differences can be 3x too small by chance, and 8/3 sd still leaves a
 # normal twin flagged well under 1% of the time.
 UNSTABLE_Z = 8.0
+
+
 MIN_TWIN_DIFFS = 5  # twin differences the robust sd needs; fewer: nothing is flagged
+
+
 MAD_HALF_NORMAL = 0.6744898  # median of |N(0, 1)|
 
 
@@ -118,9 +130,6 @@ def estimate_noise(
     point_dof = np.minimum(local_dof + shrink, pool_dof)
     source = vocabulary.NOISE_MEASURED if measured > 0 else vocabulary.NOISE_PRIOR
     return Noise(np.sqrt(variance), point_dof, measured, source)
-
-
-# --------------------------------------------------------------------------- unstable trainings
 
 
 def robust_twin_sd(groups: Sequence[Sequence[float]]) -> float:

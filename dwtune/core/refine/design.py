@@ -46,6 +46,8 @@ from collections.abc import Sequence
 from dwtune.core.projection import DepthWidthLaw, transition_size
 
 GUARD = 0.25  # least share of the bracket's width between a cut and either bracket end
+
+
 PLAN_Z = 5.0  # |Δ|/se a cut is placed to show with its first seeds: a sign the rule decides
 
 
