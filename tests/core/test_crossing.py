@@ -11,6 +11,7 @@ from dwtune.core.refine.noise import NoisePrior
 from dwtune.core.refine.signs import (
     DEFAULT_RULE,
     DeltaPoint,
+    Window,
     classify,
     pair_noise,
     point_means,
@@ -278,7 +279,7 @@ def test_the_kink_test_weighs_means_by_their_standard_errors_not_medians():
     means = np.array([np.mean(s) for s in seeds])
     medians = np.array([np.median(s) for s in seeds])
     se = np.full(4, 0.001)
-    window = (1, 2, 1, 2)
+    window = Window(1, 2)
     assert math.isnan(stick_world(x, medians, se, window, means)[0])
     assert not math.isnan(stick_world(x, medians, se, window)[0])  # medians: a kink
 

@@ -38,6 +38,7 @@ from dwtune.core.refine.signs import (
     MIN_SE,
     DeltaPoint,
     SignRule,
+    Window,
     classify,
     decided_bounds,
     pair_noise,
@@ -71,13 +72,13 @@ class CrossingEstimate:
     noise_dof: float = 0.0  # degrees of freedom the seeds gave the noise (prior excluded)
 
 
-def _span(window: tuple[int, int, int, int], size: int) -> slice:
+def _span(window: Window, size: int) -> slice:
     """Indices of a crossing's window, its innermost indices and extended span."""
-    return slice(window[2], window[3] + 1)
+    return slice(window.before, window.after + 1)
 
 
 def _lines(
-    x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]
+    x: np.ndarray, means: np.ndarray, se: np.ndarray, window: Window
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Weighted least-squares line of each row over the window: (x̄, ȳ, slope)."""
     span = _span(window, x.size)
@@ -91,12 +92,10 @@ def _lines(
     return x_bar, y_bar, slope
 
 
-def roots(
-    x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]
-) -> np.ndarray:
+def roots(x: np.ndarray, means: np.ndarray, se: np.ndarray, window: Window) -> np.ndarray:
     """ln N* of each row of ``means``/``se`` at a crossing (module doc): interpolated where
     the means change sign once inside the bracket, else the window's weighted line."""
-    before, after = window[:2]
+    before, after = (window.before, window.after)
     rows = np.atleast_2d(means)
     x_bar, y_bar, slope = _lines(x, rows, se, window)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -183,12 +182,10 @@ def robust_means(points: Sequence[DeltaPoint], means: np.ndarray) -> np.ndarray:
     )
 
 
-def _chord_gap(
-    x: np.ndarray, means: np.ndarray, window: tuple[int, int, int, int]
-) -> tuple[float, float]:
+def _chord_gap(x: np.ndarray, means: np.ndarray, window: Window) -> tuple[float, float]:
     """The two points the interpolation used (the bracket where the means change sign more
     than once): the true crossing lies between them, whatever the shape of Δ."""
-    before, after = window[:2]
+    before, after = (window.before, window.after)
     inner = means[before : after + 1]
     falls = np.flatnonzero((inner[:-1] > 0) & (inner[1:] <= 0))
     if falls.size != 1:
@@ -202,10 +199,8 @@ def _reach(star: float, low: float, high: float) -> float:
     return 0.5 * (0.5 * (high - low) + max(star - low, high - star))
 
 
-def _midpoint_filled(
-    found: np.ndarray, x: np.ndarray, window: tuple[int, int, int, int]
-) -> np.ndarray:
-    found[np.isnan(found)] = 0.5 * (x[window[0]] + x[window[1]])
+def _midpoint_filled(found: np.ndarray, x: np.ndarray, window: Window) -> np.ndarray:
+    found[np.isnan(found)] = 0.5 * (x[window.before] + x[window.after])
     return found
 
 
@@ -268,7 +263,7 @@ def estimate_crossing(
 
     se = interval_se(noise.sd)
     rng = np.random.default_rng(seed)
-    target = (found[0], noise.dof_at(window[:2]))
+    target = (found[0], noise.dof_at((window.before, window.after)))
     args = (interval_se, noise, target, signs_of, n_boot, rng)
     replicates = _midpoint_filled(_replicate_roots(x, means, *args), x, window)
     # The chord's bias where Δ is kinked: the same estimate in a world where Δ is the

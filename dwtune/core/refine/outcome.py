@@ -90,10 +90,11 @@ def outcome_of(points: Sequence[PairPoint], max_seeds: int) -> Outcome:
     decided = [i for i, s in enumerate(signs) if s]
     noisy = [p.log_n for p, s in zip(points, signs, strict=True) if s == 0 and p.n]
     if shape.status == vocabulary.TransitionStatus.BRACKETED:
-        low, high = (points[i] for i in shape.windows[0][:2])
+        window = shape.windows[0]
+        low, high = points[window.before], points[window.after]
         return Outcome(shape.status, (low, high), low.log_n, high.log_n, low, high)
     if shape.status == vocabulary.TransitionStatus.NON_MONOTONE:
-        ends = sorted({i for window in shape.windows for i in window[:2]})
+        ends = sorted({i for window in shape.windows for i in (window.before, window.after)})
         return Outcome(shape.status, tuple(points[i] for i in ends))
     if shape.status == vocabulary.TransitionStatus.CENSORED_HIGH:
         edge = points[decided[-1]]

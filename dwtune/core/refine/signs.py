@@ -25,9 +25,10 @@ Every place that calls a sign (the refine loop, the reported status and N*, the 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -155,77 +156,76 @@ def signs_of_ratios(
     return signs, np.abs(ratio) >= confirm
 
 
-def _runs(signs: Sequence[int], strong: Sequence[bool]) -> list[list[int]]:
-    """[sign, first index, last index, any strong] of each run of decided points."""
-    runs: list[list[int]] = []
+@dataclass(frozen=True)
+class Run:
+    """Consecutive sorted points of one decided sign: indices ``first`` to ``last``."""
+
+    sign: int  # +1 or −1
+    first: int
+    last: int
+    strong: bool  # some point of it beyond Z_CONFIRM (and measured, not failures alone)
+
+
+@dataclass(frozen=True)
+class Window:
+    """Where a sign changes: the last point of the run before it and the first of the run
+    after it (the innermost bracket, whose signs are decided)."""
+
+    before: int
+    after: int
+
+
+def runs_of(signs: Sequence[int], strong: Sequence[bool]) -> list[Run]:
+    """Each run of decided points, in order."""
+    runs: list[Run] = []
     for i, sign in enumerate(signs):
         if sign == 0:
             continue
-        if runs and runs[-1][0] == sign:
-            runs[-1][2], runs[-1][3] = i, runs[-1][3] or strong[i]
+        if runs and runs[-1].sign == sign:
+            runs[-1] = replace(runs[-1], last=i, strong=bool(runs[-1].strong or strong[i]))
         else:
-            runs.append([sign, i, i, bool(strong[i])])
+            runs.append(Run(int(sign), i, i, bool(strong[i])))
     return runs
 
 
-def _clean(runs: list[list[int]]) -> list[list[int]]:
+def beyond_noise(runs: list[Run]) -> list[Run]:
     """Drop runs that are not beyond noise unless the pattern is the expected + then −."""
-    if [r[0] for r in runs] in ([1, -1], [1], [-1]):
+    if [r.sign for r in runs] in ([1, -1], [1], [-1]):
         return runs
-    merged: list[list[int]] = []
-    for run in (r for r in runs if r[3]):
-        if merged and merged[-1][0] == run[0]:
-            merged[-1][2] = run[2]
+    merged: list[Run] = []
+    for run in (r for r in runs if r.strong):
+        if merged and merged[-1].sign == run.sign:
+            merged[-1] = replace(merged[-1], last=run.last)
         else:
-            merged.append(list(run))
+            merged.append(run)
     return merged
 
 
 @dataclass(frozen=True)
 class Shape:
+    """A pair's status and the window of each of its sign changes."""
+
     status: str
-    windows: tuple[tuple[int, int, int, int], ...]  # innermost indices, then the extended span
+    windows: tuple[Window, ...]
 
 
 def classify(signs: Sequence[int], strong: Sequence[bool]) -> Shape:
     """Status and crossing windows of sorted points' signs (module doc)."""
-    runs = _clean(_runs(signs, strong))
-    pattern = [r[0] for r in runs]
+    runs = beyond_noise(runs_of(signs, strong))
+    pattern = [r.sign for r in runs]
     noisy = [i for i, s in enumerate(signs) if s == 0]
+    status = vocabulary.TransitionStatus
     if not runs:
-        return Shape(vocabulary.TransitionStatus.UNDECIDED, ())
+        return Shape(status.UNDECIDED, ())
     if set(pattern) == {1}:
-        above = bool(noisy) and noisy[-1] > runs[-1][2]
-        status = (
-            vocabulary.TransitionStatus.UNDECIDED
-            if above
-            else vocabulary.TransitionStatus.CENSORED_HIGH
-        )
-        return Shape(status, ())
+        above = bool(noisy) and noisy[-1] > runs[-1].last
+        return Shape(status.UNDECIDED if above else status.CENSORED_HIGH, ())
     if set(pattern) == {-1}:
-        below = bool(noisy) and noisy[0] < runs[0][1]
-        status = (
-            vocabulary.TransitionStatus.UNDECIDED
-            if below
-            else vocabulary.TransitionStatus.CENSORED_LOW
-        )
-        return Shape(status, ())
-    windows = tuple(
-        (
-            runs[k][2],
-            runs[k + 1][1],
-            max(runs[k][2], runs[k][1]),
-            min(runs[k + 1][1], runs[k + 1][2]),
-        )
-        for k in range(len(runs) - 1)
-    )
+        below = bool(noisy) and noisy[0] < runs[0].first
+        return Shape(status.UNDECIDED if below else status.CENSORED_LOW, ())
+    windows = tuple(Window(a.last, b.first) for a, b in itertools.pairwise(runs))
     bracketed = pattern == [1, -1]
-    status = (
-        vocabulary.TransitionStatus.BRACKETED
-        if bracketed
-        else vocabulary.TransitionStatus.NON_MONOTONE
-    )
-    return Shape(status, windows)
+    return Shape(status.BRACKETED if bracketed else status.NON_MONOTONE, windows)
 
 
 def decided_bounds(
@@ -235,7 +235,7 @@ def decided_bounds(
     positive, negative = np.flatnonzero(signs > 0), np.flatnonzero(signs < 0)
     status = shape.status
     if status == vocabulary.TransitionStatus.BRACKETED:
-        before, after = shape.windows[0][:2]
+        before, after = shape.windows[0].before, shape.windows[0].after
         return math.exp(x[before]), math.exp(x[after])
     if status == vocabulary.TransitionStatus.NON_MONOTONE:
         return None, None

@@ -21,6 +21,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from dwtune.core.refine.signs import Window
+
 PROFILE_REACH = 0.3  # e-folds beside the bracket whose points the broken-stick profile uses
 
 
@@ -156,19 +158,19 @@ def within_reach(x: np.ndarray, low: float, high: float, reach: float) -> np.nda
 def _stick_support(
     x: np.ndarray,
     values: np.ndarray,
-    window: tuple[int, int, int, int],
+    window: Window,
     reach: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The points a broken stick is fitted to (finite, within ``reach`` e-folds of the bracket:
     :func:`stick_reach` where None) and the candidate crossings across the bracket."""
-    low, high = x[window[0]], x[window[1]]
+    low, high = x[window.before], x[window.after]
     reach = stick_reach(low, high) if reach is None else reach
     near = within_reach(x, low, high, reach) & np.isfinite(values)
     return near, np.linspace(low, high, PROFILE_GRID)
 
 
 def broken_stick_band(
-    x: np.ndarray, means: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int], q: float
+    x: np.ndarray, means: np.ndarray, se: np.ndarray, window: Window, q: float
 ) -> tuple[float, float]:
     """The ln N range inside the bracket where a broken stick through zero fits the points
     within PROFILE_REACH e-folds of it within ``q`` of its best χ² (module doc)."""
@@ -182,7 +184,7 @@ def stick_world(
     x: np.ndarray,
     values: np.ndarray,
     se: np.ndarray,
-    window: tuple[int, int, int, int],
+    window: Window,
     means: np.ndarray | None = None,
 ) -> tuple[float, np.ndarray]:
     """The best broken stick through zero (PROFILE_REACH points, module doc): its zero and its
@@ -194,7 +196,7 @@ def stick_world(
     median of three or four seeds scatters more, so its χ² gain passed the test too often
     (paper.yaml's twin with looser stops, pair 24-30: 4.6-9.3 where the means gave 1.9-3.9)."""
     near, grid = _stick_support(x, values, window)
-    low, high = x[window[0]], x[window[1]]
+    low, high = x[window.before], x[window.after]
     sides = min(stick_sides(x[np.isfinite(values)], low, high))
     if near.sum() < STICK_MIN_POINTS or sides < STICK_MIN_SIDE:
         return math.nan, np.asarray(values, dtype=float)
@@ -211,15 +213,13 @@ def stick_world(
     return zero, centre
 
 
-def local_zero(
-    x: np.ndarray, values: np.ndarray, se: np.ndarray, window: tuple[int, int, int, int]
-) -> float:
+def local_zero(x: np.ndarray, values: np.ndarray, se: np.ndarray, window: Window) -> float:
     """The reported N* from ``values`` within PROFILE_REACH e-folds of the bracket (module doc,
     Reported N*): the crossing of the best straight line through zero, or of the best broken
     stick of any of STICK_POWERS where two straight legs fit better by LINE_UNLESS_KINK; NaN
     where fewer than ESTIMATE_MIN_POINTS lie there, or fewer than STICK_MIN_SIDE on a side."""
     near, grid = _stick_support(x, values, window, PROFILE_REACH)
-    sides = stick_sides(x[near], x[window[0]], x[window[1]], PROFILE_REACH)
+    sides = stick_sides(x[near], x[window.before], x[window.after], PROFILE_REACH)
     if near.sum() < ESTIMATE_MIN_POINTS or min(sides) < STICK_MIN_SIDE:
         return math.nan
     inner = grid[1:-1]  # the bracket's ends have decided signs: N* lies strictly between them
