@@ -48,6 +48,7 @@ import math
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from types import SimpleNamespace
 
 import numpy as np
 from scipy import optimize
@@ -60,6 +61,7 @@ from dwtune.backends.simulated_surface import (
 )
 from dwtune.core import vocabulary
 from dwtune.core.records import TrialRecord
+from dwtune.core.refine.design import design_for
 from dwtune.core.refine.outcome import decide_points
 from dwtune.core.refine.points import PairPoint, make_point, merge_points
 from dwtune.core.refine.steps import (
@@ -125,6 +127,8 @@ class SimulatedPair:
         true_sd = paired_noise_sd(self.config, *PAIR, n_params=self.truth[-1])
         template = REFINE if law is None else LAW_REFINE
         self.refine = dataclasses.replace(template, noise_prior=true_sd / ratio)
+        # the design refine.design names (its steps: the first sizes are placed here)
+        self.design = design_for(SimpleNamespace(refine=self.refine))  # type: ignore[arg-type]
         self.seed_base = 1000 * replicate
         self.budgets = BUDGETS
         if law is not None:  # law design: the guess's error from its own stream (module doc)
@@ -187,7 +191,7 @@ def refine_pair(sim: SimulatedPair):
     grid, later, rounds = sim.grid(), [], 0
     while True:
         points = decide_points(merge_points(grid, later), refine)
-        step = next_step(points, refine, rounds, span=SPAN)
+        step = next_step(points, refine, rounds, span=SPAN, design=sim.design)
         if step.kind == "done":
             break
         if step.kind in ("bisect", "scan", "extend"):

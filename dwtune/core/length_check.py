@@ -76,7 +76,7 @@ def check_points(
 ) -> list[PairPoint]:
     """The points of a bracketed pair to retrain (module doc); [] when it is not bracketed.
 
-    ``points``: every point of the pair, sorted by size and decided (refine.decided_points).
+    ``points``: every point of the pair, sorted by size and decided (refine.outcome.decide_points).
     """
     outcome = outcome_of(points, max_seeds)
     if outcome.status != TransitionStatus.BRACKETED:

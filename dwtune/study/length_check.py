@@ -18,6 +18,7 @@ from dwtune.core.length_check import LengthShift, check_points, describe, length
 from dwtune.core.records import SPEC_RATE, TrialRecord, TrialRequest, make_request
 from dwtune.core.refine.estimate import estimate_crossing
 from dwtune.core.refine.first_points import shallow_trend
+from dwtune.core.refine.outcome import decide_points
 from dwtune.core.refine.points import PairPoint, make_point, mark_unstable
 from dwtune.core.refine.signs import noise_prior, sign_rule
 from dwtune.core.refine.transition import Transition
@@ -25,7 +26,7 @@ from dwtune.core.spec import ExperimentSpec
 from dwtune.core.vocabulary import Stage, TransitionStatus
 from dwtune.storage.experiment import ExperimentWriter
 from dwtune.storage.store import ExperimentStore
-from dwtune.study.refine import PairRefiner, RefineStage, decided_points
+from dwtune.study.refine import PairRefiner, RefineStage
 from dwtune.study.runners.base import reusable_record
 
 RunTrials = Callable[[list[TrialRequest]], list[TrialRecord]]
@@ -66,7 +67,7 @@ def _request(spec: ExperimentSpec, refiner: PairRefiner, cell, seed: int, factor
 
 def plan_check(spec: ExperimentSpec, refiner: PairRefiner, t: Transition, factor: float):
     """The pair's check at ``factor``: its points near the bracket, both depths × their seeds."""
-    points = decided_points(refiner.points_of, refiner.study, spec.refine)
+    points = decide_points(refiner.points_of(refiner.study), spec.refine)
     chosen = check_points(points, spec.space.budgets, spec.refine.max_seeds)
     shallow, deep = refiner.pair
     requests = []

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from dwtune.core import cost, memory, scale, sharding
 from dwtune.core.budget import BUDGET_TOLERANCE, GridCell, depth_threshold, flops_per_token
 from dwtune.core.errors import InputError
+from dwtune.core.refine.design import design_for
 from dwtune.core.spec import BUILTIN_CORPORA, DataConfig, ExperimentSpec
 from dwtune.core.units import format_size
 
@@ -442,7 +443,7 @@ def cost_info(
         "stages": [dataclasses.asdict(s) for s in stages],
         "total": dataclasses.asdict(total),
         # refine.waves: each wave's pairs; the grid stage trains the first wave's first points
-        "waves": [[f"{a}-{b}" for a, b in wave] for wave in spec.refine_waves()],
+        "waves": [[f"{a}-{b}" for a, b in wave] for wave in design_for(spec).waves()],
         "floor": floor_info(spec, peak, used, total, estimate.transitions),
     }
 

@@ -53,6 +53,7 @@ from dwtune.core.records import (
     make_request,
 )
 from dwtune.core.refine import early, signs
+from dwtune.core.refine.design import RefineDesign, design_for
 from dwtune.core.refine.early import (
     EarlyCall,
     EarlyRule,
@@ -86,9 +87,8 @@ from dwtune.core.refine.steps import (
 )
 from dwtune.core.refine.transition import Transition, make_transition
 from dwtune.core.refine.trend import SizeTrend
-from dwtune.core.spec import ExperimentSpec, RefineConfig
+from dwtune.core.spec import ExperimentSpec
 from dwtune.core.vocabulary import (
-    Design,
     SizeConvention,
     Stage,
     StepKind,
@@ -139,43 +139,19 @@ def bisection_rounds(study: optuna.Study) -> int:
     return sum(t.user_attrs.get(KIND_ATTR) == StepKind.BISECT for t in finished)
 
 
-def decided_points(
-    points_of: PointsOf, study: optuna.Study, refine: RefineConfig
-) -> list[PairPoint]:
-    """Grid and study points (``points_of(study)``, sorted), each sign tested under the
-    pair's current noise."""
-    return decide_points(points_of(study), refine)
-
-
-def plan_step(
-    points_of: PointsOf,
-    study: optuna.Study,
-    refine: RefineConfig,
-    width_of: Callable[[float], int] | None = None,
-    span: tuple[float, float] | None = None,
-) -> Step:
-    """The next step of a pair, from its grid points and its study's history alone."""
-    points = decided_points(points_of, study, refine)
-    return next_step(points, refine, bisection_rounds(study), width_of, span)
-
-
 def budget_span(spec: ExperimentSpec) -> tuple[float, float]:
     """ln of space.budgets' least and greatest: where the law design's extensions stop."""
     return math.log(min(spec.space.budgets)), math.log(max(spec.space.budgets))
 
 
-class BisectionSampler(optuna.samplers.BaseSampler):
-    """Proposes ``log_n``: the bisection point of the pair's current bracket (see bisect)."""
+class StepSampler(optuna.samplers.BaseSampler):
+    """Hands Optuna the size of the step its pair planned: a scan, bisect or extend step's
+    ``log_n`` (:func:`dwtune.core.refine.steps.next_step`). The pair plans each step once,
+    from its points as they stand, and sets it here before it asks for the trial; the sampler
+    decides nothing itself. (A verify step's size is enqueued: Optuna asks no sampler.)"""
 
-    def __init__(
-        self,
-        points_of: PointsOf,
-        refine: RefineConfig,
-        width_of: Callable[[float], int] | None = None,
-        span: tuple[float, float] | None = None,
-    ):
-        self.points_of, self.refine, self.width_of = points_of, refine, width_of
-        self.span = span
+    def __init__(self) -> None:
+        self.planned: Step | None = None
 
     def infer_relative_search_space(self, study, trial) -> dict:
         return {}
@@ -184,9 +160,10 @@ class BisectionSampler(optuna.samplers.BaseSampler):
         return {}
 
     def sample_independent(self, study, trial, param_name, param_distribution) -> float:
-        step = plan_step(self.points_of, study, self.refine, self.width_of, self.span)
-        if param_name != LOG_N or step.kind not in PROPOSED:
-            raise RuntimeError(f"no bisection proposal for {param_name} ({step.kind})")
+        step = self.planned
+        if param_name != LOG_N or step is None or step.kind not in PROPOSED:
+            kind = step.kind if step is not None else "none planned"
+            raise RuntimeError(f"no planned size for {param_name} ({kind})")
         return step.log_n
 
 
@@ -198,16 +175,24 @@ class PairRefiner:
     # told (pair, bisection rounds, bracket N_high/N_low, status, done) as the pair moves on
     watch: Callable[..., None] | None = None
 
-    def __init__(self, spec: ExperimentSpec, store: ExperimentStore, grid: PairGrid, say: Progress):
+    def __init__(
+        self,
+        spec: ExperimentSpec,
+        store: ExperimentStore,
+        grid: PairGrid,
+        say: Progress,
+        design: RefineDesign,
+    ):
         self.spec, self.store, self.grid, self.say = spec, store, grid, say
+        self.design = design  # where the pair's next size goes (chosen once by the stage)
         self.refine = spec.refine
         self.pair = (grid.depth_shallow, grid.depth_deep)
         count = max(self.refine.max_seeds, len(spec.space.seeds))
         self.seed_order = seed_sequence(spec.space.seeds, count)
         self.path = study_path(store, self.pair)
         self.span = budget_span(spec)
-        sampler = BisectionSampler(self.points_of, self.refine, self._deep_width, self.span)
-        self.study = open_study(self.path, sampler, say)
+        self.sampler = StepSampler()
+        self.study = open_study(self.path, self.sampler, say)
         self._asking: tuple[int, str] = (0, "")  # (round, point kind) of the round running
         # early_context's cache of the pair's measured noise and equal-N trend: None until
         # computed, and again each time a round is told (the only change to the pair's points)
@@ -226,13 +211,22 @@ class PairRefiner:
             self.say(f"[refine {self.grid.label}] {len(missing)} training(s) without a record")
             yield missing
         while True:
-            step = plan_step(self.points_of, self.study, self.refine, self._deep_width, self.span)
+            step = self.plan()
             if step.kind == StepKind.DONE:
                 transition = self._transition(step)
                 self._show(step, str(transition.status), done=True)
                 return transition
             self._show(step, str(step.kind))
             yield from self._round(step)
+
+    def plan(self) -> Step:
+        """The pair's next step, from its grid points and its study's history alone: the points
+        judged once under the pair's noise, then the step policy with the stage's design."""
+        points = decide_points(self.points_of(self.study), self.refine)
+        rounds = bisection_rounds(self.study)
+        return next_step(
+            points, self.refine, rounds, self._deep_width, self.span, design=self.design
+        )
 
     def _show(self, step: Step, status: str, done: bool = False) -> None:
         if self.watch is None:
@@ -247,11 +241,11 @@ class PairRefiner:
             self.study.enqueue_trial(
                 {LOG_N: math.log(step.point.budget)}, user_attrs={KIND_ATTR: str(StepKind.VERIFY)}
             )
+        self.sampler.planned = step  # the size the sampler hands Optuna: planned once
         trial = self.study.ask()
         log_n = trial.suggest_float(LOG_N, *self._range())
+        self.sampler.planned = None
         if step.kind in PROPOSED:
-            if not math.isclose(log_n, step.log_n, abs_tol=SNAP_TOLERANCE):
-                raise RuntimeError(f"sampler proposed {log_n}, expected {step.log_n}")
             trial.set_user_attr(KIND_ATTR, str(step.kind))
         start = max(self.refine.seeds, step.seeds, step.point.requested if step.point else 0)
         verified = step.reverifies
@@ -671,6 +665,7 @@ HINTS = {
 
 def grid_pairs(
     spec: ExperimentSpec,
+    design: RefineDesign,
     records: Sequence[TrialRecord],
     pairs: Sequence[tuple[int, int]] | None = None,
     law: DepthWidthLaw | None = None,
@@ -680,15 +675,15 @@ def grid_pairs(
     fit.reference; ``earlier``: each depth's first sizes in the waves before); InputError for a
     depth the grid never finished."""
     seeds, convention = spec.space.seeds, spec.model.size_convention
-    pairs = spec.refine_waves()[0] if pairs is None else pairs
+    pairs = design.waves()[0] if pairs is None else pairs
     earlier = earlier or {}
     # a search trial trains the cell's shape at reduced fidelity: never a grid point
     records = [r for r in records if r.stage != Stage.LR_SEARCH]
     grids = []
     for pair in pairs:
-        budgets = spec.pair_budgets(pair, law)  # the pair's first points (refine.design)
+        budgets = design.pair_budgets(pair, law)  # the pair's first points
         # its shallower net's size trend
-        trend_budgets = spec.shallow_budgets(pair, law, earlier.get(pair[0], ()))
+        trend_budgets = design.shallow_budgets(pair, law, earlier.get(pair[0], ()))
         grid = grid_pair(records, pair, budgets, seeds, convention, trend_budgets)
         decided = decide_points(grid.points, spec.refine)
         grids.append(dataclasses.replace(grid, points=tuple(decided)))
@@ -718,13 +713,14 @@ class RefineStage:
         self.say = _say(progress)
         self.watch = getattr(progress, "pair", None)
         self.rate_for = rate_for
-        self.waves = spec.refine_waves()
+        self.design = design_for(spec)  # the one choice of design, handed to every pair
+        self.waves = self.design.waves()
         self.laws: list[DepthWidthLaw] = []  # the law that placed each opened wave's sizes
         self.refiners: list[PairRefiner] = []  # the opened waves' pairs, in refine.pairs order
         self._sizes: dict[int, set[float]] = {}  # each depth's first sizes in the opened waves
         self._background: Background | None = None
-        # the first wave's cells count for the later waves' sizes (the law design's alone)
-        first = spec.grid() if spec.refine.design == Design.LAW else []
+        # the first wave's cells count for the later waves' sizes
+        first = self.design.first_wave_cells()
         self._open(self.waves[0], reference(spec.fit.reference), first)
 
     def set_rate_for(self, rate_for: RateFor | None) -> None:
@@ -739,12 +735,15 @@ class RefineStage:
     ) -> list[PairRefiner]:
         """The refiners of a wave whose first points (``cells``, placed by ``law``) are
         recorded."""
-        grids = grid_pairs(self.spec, self.store.records(), wave, law, self._sizes)
-        refiners = [PairRefiner(self.spec, self.store, grid, self.say) for grid in grids]
+        records = self.store.records()
+        grids = grid_pairs(self.spec, self.design, records, wave, law, self._sizes)
+        refiners = [
+            PairRefiner(self.spec, self.store, grid, self.say, self.design) for grid in grids
+        ]
         for refiner in refiners:
             refiner.rate_for, refiner.watch = self.rate_for, self.watch
             refiner.background = self._background
-        for cell in cells:  # the next wave's sizes count these (ExperimentSpec.depth_budgets)
+        for cell in cells:  # the next wave's sizes count these (the design's depth_budgets)
             self._sizes.setdefault(cell.depth, set()).add(cell.budget)
         order = [tuple(pair) for pair in self.spec.refine.pairs]
         self.refiners = sorted([*self.refiners, *refiners], key=lambda r: order.index(r.pair))
@@ -760,7 +759,7 @@ class RefineStage:
             raise ValueError("refine.waves > 1: the later waves' first points need run_trials")
         wave = self.waves[index]
         law = running_law(observations(done), reference(self.spec.fit.reference))
-        cells = self.spec.wave_cells(wave, law, self._sizes)
+        cells = self.design.wave_cells(wave, law, self._sizes)
         rate_of = self.rate_for or (lambda _cell: SPEC_RATE)
         requests = first_point_requests(self.spec, cells, rate_of)
         self.say(

@@ -9,12 +9,11 @@ from dwtune.core import vocabulary
 from dwtune.core.refine.first_points import grid_pair
 from dwtune.core.refine.outcome import decide_points, outcome_of
 from dwtune.core.refine.points import PairPoint, paired_deltas
-from dwtune.core.refine.steps import next_step
 from dwtune.core.refine.transition import make_transition
 from dwtune.core.refine.trend import SizeTrend
 from dwtune.core.spec import RefineConfig
 from tests.helpers.refine_points import REFINE as SCANNING
-from tests.helpers.refine_points import point, record
+from tests.helpers.refine_points import next_step, point, record
 
 REFINE = dataclasses.replace(SCANNING, scan_spacing=0)  # these tests are about decisions
 

@@ -8,11 +8,18 @@ import pytest
 from dwtune.core.errors import InputError
 from dwtune.core.fit.censored import running_law
 from dwtune.core.projection import reference, transition_size
-from dwtune.core.refine.design import GUARD, PLAN_Z, extension, interpolated_cut, law_sizes
-from dwtune.core.refine.steps import decide_seeds, next_step
+from dwtune.core.refine.design import (
+    GUARD,
+    PLAN_Z,
+    design_for,
+    extension,
+    interpolated_cut,
+    law_sizes,
+)
+from dwtune.core.refine.steps import decide_seeds
 from dwtune.core.refine.stick import PROFILE_REACH
 from dwtune.core.spec import RefineConfig
-from tests.helpers.refine_points import REFINE, point
+from tests.helpers.refine_points import REFINE, next_step, point
 
 LAW = dataclasses.replace(REFINE, design="law", reach=0.5)
 SPAN = (12.0, 24.0)  # ln of space.budgets' range
@@ -125,17 +132,19 @@ def test_the_law_design_grid_trains_each_pairs_two_depths_at_its_two_sizes():
     assert len(dense.grid()) == len(dense.space.depths) * len(dense.space.budgets)
     pairs = spec.refine.pairs
     cells = {(c.depth, round(c.budget)) for c in spec.grid()}
-    wanted = {(d, round(n)) for pair in pairs for n in spec.pair_budgets(pair) for d in pair}
+    wanted = {
+        (d, round(n)) for pair in pairs for n in design_for(spec).pair_budgets(pair) for d in pair
+    }
     # the shallowest depth, a shallower net at two sizes only, is trained at its pair's law N*
-    # too, so that its size trend shows a bend (ExperimentSpec.depth_budgets)
+    # too, so that its size trend shows a bend (LawDesign.depth_budgets)
     first = min(pairs)
     centre = (first[0], round(transition_size(reference(spec.fit.reference), first[1])))
     assert cells == wanted | {centre} and len(cells) == 2 * 2 * len(pairs) + 1
-    first_sizes = {*spec.pair_budgets(first), spec.law_centre(first)}
-    assert spec.depth_budgets(first[0]) == tuple(sorted(first_sizes))
+    first_sizes = {*design_for(spec).pair_budgets(first), design_for(spec).law_centre(first)}
+    assert design_for(spec).depth_budgets(first[0]) == tuple(sorted(first_sizes))
     middle = pairs[1][0]  # shallower in one pair, deeper in another: four sizes already
-    assert len(spec.depth_budgets(middle)) == 4
-    assert dense.depth_budgets(middle) == tuple(sorted(dense.space.budgets))
+    assert len(design_for(spec).depth_budgets(middle)) == 4
+    assert design_for(dense).depth_budgets(middle) == tuple(sorted(dense.space.budgets))
 
 
 def test_waves_rank_the_pairs_by_depth_and_the_grid_trains_the_first_wave_alone():
@@ -149,23 +158,23 @@ def test_waves_rank_the_pairs_by_depth_and_the_grid_trains_the_first_wave_alone(
             "refine.pairs=[[24, 30], [6, 12], [30, 36], [12, 18], [18, 24]]",
         ],
     )
-    first, second = spec.refine_waves()
+    first, second = design_for(spec).waves()
     assert first == ((6, 12), (12, 18), (18, 24))  # the shallower three, the larger run
     assert second == ((24, 30), (30, 36))  # in refine.pairs' order
     assert {c.depth for c in spec.grid()} == {6, 12, 18, 24}
-    assert spec.grid() == spec.wave_cells(first)
+    assert spec.grid() == design_for(spec).wave_cells(first)
     # a later wave's cells at another law's sizes; a depth the earlier waves gave two sizes
     # needs no third (its pair's law N*) for its size trend
     law = dataclasses.replace(reference("levine2020"), b=0.07)
-    cells = spec.wave_cells(second, law, {24: {1.0, 2.0}})
+    cells = design_for(spec).wave_cells(second, law, {24: {1.0, 2.0}})
     assert {(c.depth, c.budget) for c in cells} == {
-        (d, n) for pair in second for d in pair for n in spec.pair_budgets(pair, law)
+        (d, n) for pair in second for d in pair for n in design_for(spec).pair_budgets(pair, law)
     }
-    alone = spec.wave_cells(second, law)  # depth 24 trained nowhere before: its N* too
+    alone = design_for(spec).wave_cells(second, law)  # depth 24 trained nowhere before: its N* too
     assert len(alone) == len(cells) + 1
     # the grid design trains every depth at every budget first: one wave, whatever is asked
     dense = spec.with_overrides("refine.design=grid")
-    assert dense.refine_waves() == (dense.refine.pairs,)
+    assert design_for(dense).waves() == (dense.refine.pairs,)
 
 
 @pytest.mark.parametrize(

@@ -13,11 +13,11 @@ from dwtune.core.refine.first_points import grid_pair
 from dwtune.core.refine.outcome import decide_points, outcome_of
 from dwtune.core.refine.points import Decision, PairPoint
 from dwtune.core.refine.signs import noise_prior, pair_noise, sign_rule
-from dwtune.core.refine.steps import WIDTH_RESOLUTION, next_step, seed_sequence, seeds_wanted
+from dwtune.core.refine.steps import WIDTH_RESOLUTION, seed_sequence, seeds_wanted
 from dwtune.core.refine.stick import PROFILE_REACH
 from dwtune.core.refine.transition import make_transition
 from dwtune.core.spec import RefineConfig
-from tests.helpers.refine_points import REFINE, point, record
+from tests.helpers.refine_points import REFINE, next_step, point, record
 
 
 def _spread(log_n: float, mean: float, sd: float, n: int) -> PairPoint:

@@ -324,7 +324,7 @@ def test_a_reverified_early_point_keeps_its_batchs_call_and_its_new_seeds_end_de
     [refiner] = refine_stage.RefineStage(spec, store).refiners
     runner = StoppingRunner(spec, store, refiner.early_context)
     calls = spying(monkeypatch)
-    step = refine_stage.plan_step(refiner.points_of, refiner.study, refiner.refine)
+    step = refiner.plan()
     assert step.kind == StepKind.BISECT
     train_round(refiner._round(step), runner)
     [stop] = runner.stops

@@ -87,7 +87,7 @@ def grid_pair(
     """The pair's grid points (every budget both depths ran, failures included; undecided
     until :func:`decide_points`); InputError if a depth has no finished grid trial. The
     shallower depth's size trend takes its grid means at ``budgets`` and ``trend_budgets``
-    (ExperimentSpec.shallow_budgets)."""
+    (the design's shallow_budgets)."""
     shallow_depth, deep_depth = pair
     tables = {d: by_budget(records, d, budgets, seeds) for d in pair}
     everywhere = sorted({*budgets, *trend_budgets})

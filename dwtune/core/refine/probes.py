@@ -101,11 +101,3 @@ def scan_proposal(
         if taken is None or not taken(probe):
             return probe
     return None
-
-
-def proposal(low: float, high: float, within_noise: Sequence[float]) -> float:
-    """Midpoint in ln N of the bracket, or of its wider side of a point within noise."""
-    if within_noise:
-        middle = within_noise[0]
-        low, high = (low, middle) if middle - low >= high - middle else (middle, high)
-    return 0.5 * (low + high)

@@ -27,18 +27,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dwtune.core import vocabulary
-from dwtune.core.refine import design
+from dwtune.core.refine.design import RefineDesign
 from dwtune.core.refine.outcome import (
     Outcome,
-    censored_direction,
     outcome_of,
-    undecided_lean,
 )
 from dwtune.core.refine.points import Decision, PairPoint
-from dwtune.core.refine.probes import proposal, scan_proposal, support_probe
+from dwtune.core.refine.probes import scan_proposal, support_probe
 from dwtune.core.refine.signs import MIN_DECIDE_SEEDS
 from dwtune.core.spec import RefineConfig
-from dwtune.core.vocabulary import REVERIFY, Design, StepKind
+from dwtune.core.vocabulary import REVERIFY, StepKind
 
 # |mean|/se a point with no boundary yet (one seed) is planned for when seeds are added
 PLANNING_Z = 2.0
@@ -112,6 +110,8 @@ def next_step(
     rounds: int,
     width_of: Callable[[float], int] | None = None,
     span: tuple[float, float] | None = None,
+    *,
+    design: RefineDesign,
 ) -> Step:
     """Verify an undecided decisive point, else extend a censored pair (law design), else scan
     beside the bracket, else cut it, else close the pair. ``width_of(log_n)``: the deeper
@@ -127,7 +127,7 @@ def next_step(
     if pending:
         return Step(StepKind.VERIFY, outcome, point=pending[0], seeds=decide_seeds(refine))
     if outcome.status != vocabulary.TransitionStatus.BRACKETED:
-        log_n = extension_proposal(points, outcome, refine, span)
+        log_n = design.extension(points, outcome, span)
         if log_n is not None and not taken(log_n):
             return Step(StepKind.EXTEND, outcome, log_n=log_n, seeds=decide_seeds(refine))
         return close(outcome, refine, outcome.status)
@@ -156,36 +156,7 @@ def next_step(
         return finish(f"max_rounds ({refine.max_rounds}) reached")
     if len(inside) >= 2:
         return finish("noise floor: Δ within noise at max_seeds")
-    log_n = cut_proposal(outcome, refine, [p.log_n for p in inside])
+    log_n = design.cut(outcome, [p.log_n for p in inside], decide_seeds(refine))
     if taken(log_n):
         return finish(WIDTH_RESOLUTION)
     return Step(StepKind.BISECT, outcome, log_n=log_n, seeds=decide_seeds(refine))
-
-
-def extension_proposal(
-    points: Sequence[PairPoint],
-    outcome: Outcome,
-    refine: RefineConfig,
-    span: tuple[float, float] | None,
-) -> float | None:
-    """ln N of the law design's next size beyond a censored edge (core/design.py); None in
-    the grid design, without a span, or where the points reach the span's end."""
-    if refine.design != Design.LAW or span is None:
-        return None
-    direction = censored_direction(outcome) or undecided_lean(points, outcome)
-    return design.extension([p.log_n for p in points], direction, refine.reach, span)
-
-
-def cut_proposal(outcome: Outcome, refine: RefineConfig, within_noise: Sequence[float]) -> float:
-    """The next size inside the bracket: the law design cuts at the interpolated root of Δ
-    (core/design.py), the grid design at the midpoint (:func:`proposal`); a point within
-    noise inside the bracket sends both to the midpoint rule."""
-    ends = (outcome.low_point, outcome.high_point)
-    if refine.design != Design.LAW or within_noise or None in ends:
-        return proposal(outcome.low, outcome.high, within_noise)
-    assert outcome.low_point is not None and outcome.high_point is not None
-    low_end, high_end = outcome.low_point.decision, outcome.high_point.decision
-    # the se a new point's first seeds give: the ends' per-seed paired sd over √seeds
-    sd = max(low_end.sd, high_end.sd)
-    se = sd / math.sqrt(decide_seeds(refine)) if math.isfinite(sd) else 0.0
-    return design.interpolated_cut(outcome.low, outcome.high, low_end.mean, high_end.mean, se)
