@@ -37,6 +37,8 @@ from dwtune.core.refine.signs import (
     DEFAULT_RULE,
     MIN_SE,
     DeltaPoint,
+    PointSigns,
+    Shape,
     SignRule,
     Window,
     classify,
@@ -237,55 +239,108 @@ def estimate_crossing(
     x = np.log([p.n for p in points])
     first = point_signs(points, noise, rule)
     shape = classify(list(first.signs), list(first.strong))
-    means = first.means
-    found = tuple(float(roots(x, means, first.se, w)[0]) for w in shape.windows)
+    found = tuple(float(roots(x, first.means, first.se, w)[0]) for w in shape.windows)
     crossings = tuple(math.exp(r) for r in found)
     bounds = decided_bounds(x, first.signs, shape)
     if shape.status != vocabulary.TransitionStatus.BRACKETED:
         return _empty(shape.status, noise, crossings, bounds)
-    window = shape.windows[0]
-    # A failed seed's Δ reuses another seed's completed loss (pair_points), so it is no
-    # independent draw: the interval's standard errors count the seeds where both nets finished.
-    counts = np.array([len(p.deltas) for p in points], dtype=float)
-    failed = np.array([p.failures_deep + p.failures_shallow for p in points], dtype=float)
-    finished = np.maximum(counts - failed, 1.0)
-    extra = np.array([p.extra_sd for p in points], dtype=float)
+    chord = _chord(points, x, noise, first, shape.windows[0], found[0], n_boot, seed)
+    return _reported(points, x, noise, first.means, shape, chord, crossings, bounds)
 
-    def interval_se(sd: np.ndarray) -> np.ndarray:
-        floored: np.ndarray = np.maximum(np.sqrt(sd**2 / finished + extra**2), MIN_SE)
+
+@dataclass(frozen=True)
+class _Redraw:
+    """What each bootstrap replicate recomputes (module doc): every point's se under a drawn
+    noise sd, and its signs under the observed look's boundaries. A failed seed's Δ reuses
+    another seed's completed loss (:mod:`~dwtune.core.refine.points`), so it is no independent
+    draw: the se counts the seeds where both nets finished."""
+
+    finished: np.ndarray  # seeds where both nets finished, at least 1
+    extra: np.ndarray  # each point's shared error (nats)
+    bounds: np.ndarray
+    confirm: np.ndarray
+    measured: np.ndarray  # not failures alone: a run of failures is never beyond noise
+
+    @classmethod
+    def of(cls, points: Sequence[DeltaPoint], first: PointSigns) -> _Redraw:
+        counts = np.array([len(p.deltas) for p in points], dtype=float)
+        failed = np.array([p.failures_deep + p.failures_shallow for p in points], dtype=float)
+        extra = np.array([p.extra_sd for p in points], dtype=float)
+        measured = np.array([any(math.isfinite(d) for d in p.deltas) for p in points])
+        finished = np.maximum(counts - failed, 1.0)
+        return cls(finished, extra, first.bounds, first.confirm, measured)
+
+    def se(self, sd: np.ndarray) -> np.ndarray:
+        floored: np.ndarray = np.maximum(np.sqrt(sd**2 / self.finished + self.extra**2), MIN_SE)
         return floored
 
-    measured = np.array([any(math.isfinite(d) for d in p.deltas) for p in points])
+    def signs(self, drawn: np.ndarray, se: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        signs, strong = signs_of_ratios(drawn, se, self.bounds, self.confirm)
+        return signs, strong & self.measured
 
-    def signs_of(drawn: np.ndarray, se: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        signs, strong = signs_of_ratios(drawn, se, first.bounds, first.confirm)
-        return signs, strong & measured  # a run of failures alone is never beyond noise
 
-    se = interval_se(noise.sd)
+@dataclass(frozen=True)
+class Chord:
+    """The chord's estimate (ln N): its kink-corrected N*, 95% interval, the bootstrap's
+    percentiles (2.5, 16, 84, 97.5) and each point's standard error."""
+
+    star: float
+    low95: float
+    high95: float
+    q: np.ndarray
+    se: np.ndarray
+
+
+def _chord(
+    points: Sequence[DeltaPoint],
+    x: np.ndarray,
+    noise: Noise,
+    first: PointSigns,
+    window: Window,
+    found: float,
+    n_boot: int,
+    seed: int,
+) -> Chord:
+    """The chord's kink-corrected ln N*, the 95% interval (bootstrap and profile band) and the
+    bootstrap's 2.5/16/84/97.5 percentiles with and without the correction (module doc)."""
+    means, redraw = first.means, _Redraw.of(points, first)
+    se = redraw.se(noise.sd)
     rng = np.random.default_rng(seed)
-    target = (found[0], noise.dof_at((window.before, window.after)))
-    args = (interval_se, noise, target, signs_of, n_boot, rng)
+    target = (found, noise.dof_at((window.before, window.after)))
+    args = (redraw.se, noise, target, redraw.signs, n_boot, rng)
     replicates = _midpoint_filled(_replicate_roots(x, means, *args), x, window)
     # The chord's bias where Δ is kinked: the same estimate in a world where Δ is the
-    # broken stick fitted to the points (module doc), whose crossing is known.
+    # broken stick fitted to the points, whose crossing is known.
     robust = robust_means(points, means)
     kink, world = stick.stick_world(x, robust, se, window, means)
     bias = 0.0  # too few points to fit the stick: no correction, and no second bootstrap
     if not math.isnan(kink):
         world_roots = _midpoint_filled(_replicate_roots(x, world, *args), x, window)
         bias = float(np.median(world_roots)) - kink
-    star = float(np.clip(found[0] - bias, *_chord_gap(x, means, window)))
+    star = float(np.clip(found - bias, *_chord_gap(x, means, window)))
     # The kink correction is a model's guess (a smooth bend can pass the stick's test for a
-    # kink), so the intervals hold the chord's replicates with and without it (module doc).
+    # kink), so the intervals hold the chord's replicates with and without it.
     plain = np.percentile(replicates, [2.5, 16.0, 84.0, 97.5])
-    corrected = plain - (found[0] - star)  # the replicates shifted by the bias taken off
+    corrected = plain - (found - star)  # the replicates shifted by the bias taken off
     q = np.concatenate([np.minimum(corrected, plain)[:2], np.maximum(corrected, plain)[2:]])
     band = stick.broken_stick_band(x, means, se, window, stick.PROFILE_Q95)
-    low95, high95 = min(q[0], band[0]), max(q[3], band[1])
-    # The reported N*: the crossing of the best line through the points beside the bracket,
-    # the broken stick's where they are kinked beyond doubt (module doc, Reported N*); the
-    # chord, kink-corrected, where they do not fix one.
-    zero = stick.local_zero(x, clipped_means(points, means, noise.sd), se, window)
+    return Chord(star, min(q[0], band[0]), max(q[3], band[1]), q, se)
+
+
+def _reported(
+    points: Sequence[DeltaPoint],
+    x: np.ndarray,
+    noise: Noise,
+    means: np.ndarray,
+    shape: Shape,
+    chord: Chord,
+    crossings: tuple[float, ...],
+    bounds: tuple[float | None, float | None],
+) -> CrossingEstimate:
+    """The bracketed estimate: the reported N* is the local line's crossing (the stick's
+    where kinked beyond doubt), the chord's where the points do not fix one (module doc)."""
+    star, low95, high95, q = chord.star, chord.low95, chord.high95, chord.q
+    zero = stick.local_zero(x, clipped_means(points, means, noise.sd), chord.se, shape.windows[0])
     if not math.isnan(zero):
         star = float(np.clip(zero, low95, high95))
     low68, high68 = min(q[1], star), max(q[2], star)

@@ -152,6 +152,29 @@ def statement(
     )
 
 
+def _common_fields(
+    pair: tuple[int, int],
+    points: Sequence[PairPoint],
+    estimate: CrossingEstimate,
+    said: str,
+) -> dict[str, Any]:
+    """The fields of a Transition that every status sets, from the pair's points."""
+    return dict(
+        depth_shallow=pair[0],
+        depth_deep=pair[1],
+        status=estimate.status,
+        seeds=max((p.n for p in points), default=0),
+        crossings=estimate.crossings,
+        noise_source=estimate.noise_source,
+        noise_dof=estimate.noise_dof,
+        failures_deep=sum(p.failures_deep for p in points),
+        failures_shallow=sum(p.failures_shallow for p in points),
+        unstable_deep=sum(len(p.unstable_deep) for p in points),
+        unstable_shallow=sum(len(p.unstable_shallow) for p in points),
+        statement=said,
+    )
+
+
 def make_transition(
     pair: tuple[int, int],
     points: Sequence[PairPoint],
@@ -170,24 +193,8 @@ def make_transition(
     measured = [p.delta_point() for p in points]
     estimate = estimate_crossing(measured, prior=noise_prior(refine), rule=sign_rule(refine))
     said = statement(pair, estimate, signed_points(measured, refine), refine.alpha)
-    common: dict[str, Any] = dict(  # the fields of a Transition that every status sets
-        depth_shallow=shallow,
-        depth_deep=deep,
-        status=estimate.status,
-        trials=trials,
-        seeds=max((p.n for p in points), default=0),
-        rounds=rounds,
-        simulated=simulated,
-        reason=reason,
-        crossings=estimate.crossings,
-        noise_source=estimate.noise_source,
-        noise_dof=estimate.noise_dof,
-        failures_deep=sum(p.failures_deep for p in points),
-        failures_shallow=sum(p.failures_shallow for p in points),
-        unstable_deep=sum(len(p.unstable_deep) for p in points),
-        unstable_shallow=sum(len(p.unstable_shallow) for p in points),
-        statement=said,
-    )
+    common = _common_fields(pair, points, estimate, said)
+    common.update(trials=trials, rounds=rounds, simulated=simulated, reason=reason)
     if estimate.status != vocabulary.TransitionStatus.BRACKETED:
         return Transition(
             n_star=math.nan,
