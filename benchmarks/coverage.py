@@ -5,7 +5,8 @@ SIMULATED DATA (dwtune.backends.simulated_surface). For each surface and each no
 ratio, ``--pairs`` depth pairs (Ls, Ld) = (12, 18), each with its own planted N*
 (``simulated.a`` drawn so that ln N*(Ld) is uniform over the grid's interior) and its own
 seeds, are refined end to end through the decision code the refine stage runs
-(:mod:`dwtune.core.pair_points`, :mod:`dwtune.core.transitions`, :mod:`dwtune.core.crossing`:
+(:mod:`dwtune.core.refine.points`, :mod:`dwtune.core.refine.steps`,
+:mod:`dwtune.core.refine.estimate`:
 the functions :class:`dwtune.study.refine.PairRefiner` calls, in the same order), in process:
 no Ray, no Optuna (its journal only records the points; it decides nothing). Trainings are the
 surface's own per-seed outcomes (:func:`seed_outcome`: noise, outliers, divergences), both nets

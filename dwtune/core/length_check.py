@@ -5,7 +5,7 @@ tokens_per_param, whichever the spec gives: :func:`dwtune.core.records.scaled_le
 the refine stage, each bracketed pair's points near its bracket (:func:`check_points`) are
 trained again at ``f`` times the length with the same paired seeds
 (:mod:`dwtune.study.length_check`), and N* is re-estimated from those points alone with
-:func:`dwtune.core.crossing.estimate_crossing`. Against the refine stage's N* (every point of
+:func:`dwtune.core.refine.estimate.estimate_crossing`. Against the refine stage's N* (every point of
 the pair, 95% interval ``[lo, hi]``, ``σ = σ(ln N*)``)::
 
     shift          = ln(N*_f / N*)                   e-folds of N

@@ -1,4 +1,4 @@
-"""`dwtune analyze --json`: an :class:`~dwtune.core.analysis.result.Analysis` as one JSON
+"""`dwtune analyze --json`: an :class:`~dwtune.core.analysis.result.AnalysisResult` as one JSON
 object (NaN and inf as null; the keys are docs/analyze.md's)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dwtune.core.analysis.jitter import JITTER_DEGREE, JITTER_MIN_POINTS, JITTER
 from dwtune.core.analysis.result import (
     RULE_TEST,
     AnalysedPair,
-    Analysis,
+    AnalysisResult,
     NoiseSummary,
     ReferenceCheck,
     TableFit,
@@ -26,7 +26,7 @@ from dwtune.storage.fit_json import fit_to_dict, json_ready
 AGREES = {vocabulary.AGREEMENT_AGREES: True, vocabulary.AGREEMENT_DISAGREES: False}
 
 
-def analysis_dict(analysis: Analysis) -> dict:
+def analysis_dict(analysis: AnalysisResult) -> dict:
     """The whole analysis, as ``--json`` prints it."""
     result = {
         "source": analysis.source,

@@ -5,7 +5,7 @@ metadata and the atomic write of :mod:`.provenance`), so no table is written by 
 
 - ``trials.parquet`` and ``curves.parquet``: every :class:`~dwtune.core.records.TrialRecord`
   (all fields but the curve and the window losses; the curve one row per report);
-- ``transitions.parquet``: one :class:`~dwtune.core.transitions.Transition` per depth pair;
+- ``transitions.parquet``: one :class:`~dwtune.core.refine.transition.Transition` per depth pair;
 - ``length_check.parquet``: one :class:`~dwtune.core.length_check.LengthShift` per pair and
   factor;
 - ``pair_deltas.parquet``: every paired Δ of the refine stage, per (pair, point, seed), read

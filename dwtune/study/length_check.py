@@ -60,7 +60,7 @@ def _request(spec: ExperimentSpec, refiner: PairRefiner, cell, seed: int, factor
         lr=lr,
         lr_source=source,
         length_factor=factor,
-        pair=refiner.grid.label,
+        pair=refiner.start.label,
         point_kind=kind,
     )
 

@@ -67,7 +67,7 @@ PURE_MODULES = [
     "core.refine.transition",
     "core.fit",
     "core.projection",
-    "core.floor",
+    "core.oracle_floor",
     "storage.store",
     "backends.simulated",
 ]

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from dwtune.core import vocabulary
-from dwtune.core.refine.first_points import grid_pair
+from dwtune.core.refine.first_points import pair_start
 from dwtune.core.refine.outcome import decide_points, outcome_of
 from dwtune.core.refine.points import PairPoint, paired_deltas
 from dwtune.core.refine.transition import make_transition
@@ -97,7 +97,7 @@ def test_a_budget_where_the_deeper_net_always_failed_stays_in_the_pair_and_is_co
     records += [record(12, 1e6, int(1e6), s, 3.05 - 0.001 * s) for s in (0, 1)]
     records += [record(12, 1e7, int(1e7), s, 3.04 + 0.001 * s) for s in (0, 1)]
     records += [record(12, 1e8, int(1e8), s, math.nan, status="diverged") for s in (0, 1)]
-    grid = grid_pair(records, (6, 12), budgets, (0, 1))
+    grid = pair_start(records, (6, 12), budgets, (0, 1))
     assert [p.budget for p in grid.points] == list(budgets)
     assert grid.points[-1].deltas == (math.inf, math.inf) and grid.points[-1].failures_deep == 2
     two = RefineConfig(pairs=((6, 12),), seeds=2, max_seeds=2)  # failures decide at max_seeds
@@ -115,10 +115,10 @@ def test_total_size_convention_compares_at_equal_total_size():
     # non-embedding sizes equal, total sizes differ (the shallower net has a wider embedding)
     shallow = [record(6, b, int(b), 0, loss(b * 1.10), total=int(b * 1.10)) for b in budgets]
     deep = [record(12, b, int(b), 0, loss(b * 1.02), total=int(b * 1.02)) for b in budgets]
-    total = grid_pair(shallow + deep, (6, 12), budgets, (0,), "total")
+    total = pair_start(shallow + deep, (6, 12), budgets, (0,), "total")
     assert all(abs(p.deltas[0]) < 1e-6 for p in total.points)
     assert total.points[0].log_n == pytest.approx(math.log(1.02e6), abs=1e-6)
-    paper = grid_pair(shallow + deep, (6, 12), budgets, (0,), "non_embedding")
+    paper = pair_start(shallow + deep, (6, 12), budgets, (0,), "non_embedding")
     assert all(p.deltas[0] > 0.01 for p in paper.points)  # the old correction: a false Δ
 
 

@@ -1,4 +1,4 @@
-"""The law design (core/design.py) and the refine steps it drives (core/transitions.py)."""
+"""The law design (core/refine/design.py) and the refine steps it drives (core/refine/steps.py)."""
 
 import dataclasses
 import math

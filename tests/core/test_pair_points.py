@@ -10,11 +10,11 @@ import pytest
 from dwtune.core import vocabulary
 from dwtune.core.records import TrialRecord
 from dwtune.core.refine.first_points import (
-    PairGrid,
+    PairStart,
     extended_trend,
     extension_budgets,
-    grid_pair,
     on_extended_trend,
+    pair_start,
     retrended,
 )
 from dwtune.core.refine.outcome import decide_points
@@ -69,10 +69,10 @@ def test_identical_windows_give_a_paired_evaluation_error_below_the_quadrature()
     assert paired_eval_error(deep, shallow) == pytest.approx(quadrature)
 
 
-def _quick_grid(losses: dict) -> PairGrid:
+def _quick_grid(losses: dict) -> PairStart:
     """The quickstart's grid from {(depth, budget, seed): loss}."""
     records = [_record(d, b, s, loss) for (d, b, s), loss in losses.items()]
-    return grid_pair(records, (1, 2), BUDGETS, (0, 1))
+    return pair_start(records, (1, 2), BUDGETS, (0, 1))
 
 
 QUICK_LOSSES = {  # the shape of the quickstart's measured losses (nats)
@@ -110,7 +110,7 @@ def test_the_reported_status_uses_the_loops_signs_and_never_a_single_seed():
     # one seed per size: the loop's rule (two seeds first) decides nothing, nor does the report
     single = {k: v for k, v in QUICK_LOSSES.items() if k[2] == 0}
     records = [_record(d, b, s, loss) for (d, b, s), loss in single.items()]
-    one = grid_pair(records, (1, 2), BUDGETS, (0,)).points
+    one = pair_start(records, (1, 2), BUDGETS, (0,)).points
     four = dataclasses.replace(QUICK, seeds=1, max_seeds=4)
     assert not any(p.decision.decided for p in decide_points(list(one), four))
     t = make_transition((1, 2), list(one), four, trials=0, rounds=0, simulated=False)
@@ -217,7 +217,7 @@ def test_an_extension_point_extends_the_trend_a_point_beyond_the_grid_sizes_is_m
     trend = SizeTrend(list(grid_x), [_curved_loss(x) for x in grid_x])
     shallow_x = {math.exp(15.2): 15.2, math.exp(15.8): 15.8 - 0.06}
     extension = _point_at(math.exp(15.2), 15.2, vocabulary.PointKind.EXTEND, trend)
-    near = _point_at(math.exp(15.8), 15.8 - 0.06, vocabulary.PointKind.BISECT, trend)
+    near = _point_at(math.exp(15.8), 15.8 - 0.06, vocabulary.PointKind.CUT, trend)
 
     extended = extended_trend(trend, [extension, near], lambda b: shallow_x[b])
     assert list(extended.x) == [15.2, 16.5, 17.2]  # the extension's size, not the bisect's
@@ -241,10 +241,10 @@ def test_an_extension_point_verified_later_stays_in_the_trend():
     shallow_x = {math.exp(15.2): 15.2, math.exp(15.8): 15.8 - 0.06}
     extension = _point_at(math.exp(15.2), 15.2, vocabulary.PointKind.EXTEND, trend)
     verified = dataclasses.replace(extension, kind=vocabulary.PointKind.VERIFY)
-    near = _point_at(math.exp(15.8), 15.8 - 0.06, vocabulary.PointKind.BISECT, trend)
+    near = _point_at(math.exp(15.8), 15.8 - 0.06, vocabulary.PointKind.CUT, trend)
     told = [extension, near, verified]
     merged = merge_points([], told)
-    assert [p.kind for p in merged] == [vocabulary.PointKind.VERIFY, vocabulary.PointKind.BISECT]
+    assert [p.kind for p in merged] == [vocabulary.PointKind.VERIFY, vocabulary.PointKind.CUT]
     extensions = extension_budgets(told)
     shallow = shallow_x.__getitem__
     extended = extended_trend(trend, merged, shallow, extensions)
@@ -255,7 +255,7 @@ def test_an_extension_point_verified_later_stays_in_the_trend():
 def test_retrending_a_point_twice_changes_nothing_and_no_extension_keeps_the_points():
     trend = SizeTrend([16.5, 17.2], [_curved_loss(16.5), _curved_loss(17.2)])
     other = SizeTrend([15.0, 16.5, 17.2], [_curved_loss(x) for x in (15.0, 16.5, 17.2)])
-    point = _point_at(math.exp(16.0), 15.95, vocabulary.PointKind.BISECT, trend, gap=0.01)
+    point = _point_at(math.exp(16.0), 15.95, vocabulary.PointKind.CUT, trend, gap=0.01)
     once = retrended(point, other, 15.95)
     assert once.deltas != point.deltas
     assert retrended(once, other, 15.95) == once

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dwtune.core.errors import InputError
-from dwtune.core.refine.first_points import grid_pair
+from dwtune.core.refine.first_points import pair_start
 from dwtune.core.refine.outcome import decide_points, outcome_of
 from dwtune.core.refine.points import Decision, PairPoint
 from dwtune.core.refine.signs import noise_prior, pair_noise, sign_rule
@@ -150,7 +150,7 @@ def test_points_within_noise_split_the_bracket_then_stop_it():
 def test_grid_pair_refuses_a_depth_without_finished_grid_trials():
     records = [record(6, 1e6, 1_000_000, 0, 4.0), record(6, 1e7, 10_000_000, 0, 3.4)]
     with pytest.raises(InputError) as info:
-        grid_pair(records, (6, 12), (1e6, 1e7), (0,))
+        pair_start(records, (6, 12), (1e6, 1e7), (0,))
     assert str(info.value) == (
         "refine pair [6, 12]: depth 12 has no finished grid trials; add it to space.depths "
         "and rerun `dwtune run`"
@@ -164,7 +164,7 @@ def test_delta_is_compared_at_equal_size_along_the_shallow_trend():
     budgets = (1e6, 1e7, 1e8)
     shallow = [record(6, b, int(b * 1.03), 0, loss(b * 1.03)) for b in budgets]
     deep = [record(12, b, int(b * 0.98), 0, loss(b * 0.98)) for b in budgets]
-    grid = grid_pair(shallow + deep, (6, 12), budgets, (0,))
+    grid = pair_start(shallow + deep, (6, 12), budgets, (0,))
     raw = [d.best_val_loss - s.best_val_loss for d, s in zip(deep, shallow, strict=True)]
     assert all(r > 0.01 for r in raw)  # width rounding alone makes the deeper net look worse
     assert all(abs(p.deltas[0]) < 1e-6 for p in grid.points)

@@ -200,7 +200,7 @@ def test_a_settled_point_stops_its_trainings_but_not_at_their_last_report(traine
     stopper = stopper_for(spec, pairs, refiner.early_context)
     (request, record), _ = pairs[min(pairs)]
     # a bisect training: one the rule may stop
-    request = dataclasses.replace(request, point_kind=vocabulary.PointKind.BISECT)
+    request = dataclasses.replace(request, point_kind=vocabulary.PointKind.CUT)
     stopper._settled[(request.pair, request.round)] = 1  # settled by another training's look
     trial = SimpleNamespace(config={REQUEST_KEY: request})
     last = {vocabulary.STEP: record.steps, vocabulary.VAL_LOSS: record.final_val_loss}

@@ -58,7 +58,7 @@ def test_a_pair_starts_at_the_laws_two_sizes_and_a_rerun_trains_nothing(tmp_path
         sorted({*deep_sizes, design_for(spec).law_centre((12, 18))})
     )
     assert {r.depth for r in grid} == {12, 18}  # no other depth is trained
-    assert len(RefineStage(spec, store).refiners[0].grid.trend.x) == 3
+    assert len(RefineStage(spec, store).refiners[0].start.trend.x) == 3
     _assert_bracketed_near_the_planted(spec, transitions)
     first = runner.trained
     again, rerun = refine_in_process(spec, ExperimentStore.for_spec(tmp_path, spec))
@@ -84,8 +84,8 @@ def test_an_extended_pair_moves_its_shallower_net_along_the_trend_its_extensions
     stage = RefineStage(spec, store)
     refiner = stage.refiners[0]
     points = refiner.points_of(refiner.study)
-    extended = extended_trend(refiner.grid.trend, points, refiner._shallow_log_n)
-    assert len(extended.x) > len(refiner.grid.trend.x) == 3
+    extended = extended_trend(refiner.start.trend, points, refiner._shallow_log_n)
+    assert len(extended.x) > len(refiner.start.trend.x) == 3
     for point in points:
         x_shallow = refiner._shallow_log_n(point.budget)
         move = extended.slope_at(x_shallow) * (point.log_n - x_shallow)

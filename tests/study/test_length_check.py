@@ -74,7 +74,7 @@ class Study:
         return rows, runner.trained - before
 
     def _grid_deltas(self):
-        grid = refine_stage.grid_pairs(self.spec, design_for(self.spec), self.store.records())[0]
+        grid = refine_stage.pair_starts(self.spec, design_for(self.spec), self.store.records())[0]
         return [(p.budget, p.deltas) for p in grid.points]
 
 

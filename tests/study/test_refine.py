@@ -47,7 +47,7 @@ def test_without_noise_bisection_reaches_tolerance_in_log2_rounds(tmp_path):
     spec = make_spec(refine={"scan_spacing": 0})  # bisection alone (the scan: below)
     store = grid_done(tmp_path, spec)
     [t] = refine_stage.run_refine(spec, store, LocalRunner(spec, store).run)
-    grid = refine_stage.grid_pairs(spec, design_for(spec), store.records())[0]
+    grid = refine_stage.pair_starts(spec, design_for(spec), store.records())[0]
     initial = next(p.log_n for p in grid.points if p.decision.mean < 0) - max(
         p.log_n for p in grid.points if p.decision.mean > 0
     )
@@ -217,7 +217,7 @@ def test_pair_deltas_parquet_holds_every_paired_delta_of_every_point(tmp_path):
     store = grid_done(tmp_path, spec)
     refine_stage.run_refine(spec, store, LocalRunner(spec, store).run)
     [pair] = read_pair_deltas(store.root / PAIR_DELTAS_FILE)
-    grid = refine_stage.grid_pairs(spec, design_for(spec), store.records())[0].points
+    grid = refine_stage.pair_starts(spec, design_for(spec), store.records())[0].points
     expected = core_points.merge_points(grid, study_points(store, (6, 12)))
     assert (pair.label, pair.depth_shallow, pair.depth_deep) == ("6-12", 6, 12)
     assert [p.n for p in pair.points] == pytest.approx([math.exp(p.log_n) for p in expected])

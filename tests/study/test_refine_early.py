@@ -54,7 +54,7 @@ def counting(monkeypatch) -> list[int]:
 def expected_context(refiner, request) -> tuple[float, float]:
     """(sd, dof) nearest the request's deeper net, from every merged point of the pair now."""
     points = mark_unstable(
-        merge_points(refiner.grid.points, refine_stage.trial_points(refiner.study))
+        merge_points(refiner.start.points, refine_stage.trial_points(refiner.study))
     )
     noise = pair_noise([p.delta_point() for p in points], noise_prior(refiner.refine))
     cell = refiner.spec.cell(refiner.pair[1], request.cell.budget)
@@ -144,13 +144,13 @@ def settled_size(tmp_path) -> SettledSize:
     batch = refiner.seed_order[:2]
     full = make_point(
         budget, sizes, {s: d for s, (d, _) in records.items()},
-        {s: h for s, (_, h) in records.items()}, refiner.grid.trend, "verify", 4,
+        {s: h for s, (_, h) in records.items()}, refiner.start.trend, "verify", 4,
     )  # fmt: skip
     own = dict(zip(full.seeds, full.deltas, strict=True))
     ends = (own[batch[0]] + 0.05, own[batch[1]] - 0.04)  # the told call's end estimates
     first = make_point(
         budget, sizes, {s: records[s][0] for s in batch}, {s: records[s][1] for s in batch},
-        refiner.grid.trend, "bisect", 2,
+        refiner.start.trend, "bisect", 2,
     )  # fmt: skip
     settled = dataclasses.replace(first, deltas=ends, losses=(), early_sign=+1)
     _tell(refiner, settled)
@@ -174,7 +174,7 @@ def test_a_verify_point_at_a_settled_size_keeps_its_new_seeds_end_deltas(tmp_pat
     for seed in refiner.seed_order[2:4]:
         assert got[seed] == own[seed], "a seed trained to the end keeps its own Δ"
     assert point.early_sign == 0
-    merged = merge_points(refiner.grid.points, [*refine_stage.trial_points(refiner.study), point])
+    merged = merge_points(refiner.start.points, [*refine_stage.trial_points(refiner.study), point])
     [expected] = [p for p in decide_points(merged, refiner.refine) if p.budget == budget]
     assert point.decision == expected.decision  # the end-of-training rule, over all four
 
@@ -295,7 +295,7 @@ def end_of_training_sign(refiner, budget: float) -> tuple[float, bool]:
     """(mean Δ, decided) of the pair's point at ``budget`` by the end-of-training rule alone
     (point_signs over the pair's points as the journal holds them)."""
     points = mark_unstable(
-        merge_points(refiner.grid.points, refine_stage.trial_points(refiner.study))
+        merge_points(refiner.start.points, refine_stage.trial_points(refiner.study))
     )
     measured = [p.delta_point() for p in points]
     noise = pair_noise(measured, noise_prior(refiner.refine))
@@ -325,7 +325,7 @@ def test_a_reverified_early_point_keeps_its_batchs_call_and_its_new_seeds_end_de
     runner = StoppingRunner(spec, store, refiner.early_context)
     calls = spying(monkeypatch)
     step = refiner.plan()
-    assert step.kind == StepKind.BISECT
+    assert step.kind == StepKind.CUT
     train_round(refiner._round(step), runner)
     [stop] = runner.stops
     [first] = refine_stage.trial_points(refiner.study)

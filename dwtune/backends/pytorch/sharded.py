@@ -15,7 +15,7 @@ plain trial's; the losses agree with it up to float summation order.
 Every rank keeps the same progress (the reported train loss is averaged over ranks, the
 held-out window losses are gathered), so all ranks take the same branches and the collectives
 never wait on a rank that went elsewhere. Checkpoints hold the full, unsharded state in the
-plain trainer's format (:meth:`~dwtune.backends.pytorch.train.Trainer.save`): rank 0 writes it,
+plain trainer's format (:meth:`~dwtune.backends.pytorch.train.TrainingLoop.save`): rank 0 writes it,
 every rank reads it, so a sharded trial resumes from it as a one-process trial does.
 """
 
@@ -34,7 +34,7 @@ from dwtune.backends.pytorch.model import GPT, build_model, check_shape, compile
 from dwtune.backends.pytorch.perf import Peak
 from dwtune.backends.pytorch.train import (
     Report,
-    Trainer,
+    TrainingLoop,
     TrainStep,
     evaluate,
     lm_loss,
@@ -119,8 +119,8 @@ class ShardedStep(TrainStep):
         return self.objective(inputs, targets)
 
 
-class ShardedTrainer(Trainer):
-    """:class:`Trainer` on one rank of a process group (see the module doc)."""
+class ShardedTrainer(TrainingLoop):
+    """:class:`TrainingLoop` on one rank of a process group (see the module doc)."""
 
     def __init__(self, spec: ExperimentSpec, shape: ModelShape, seed: int):
         if not dist.is_initialized():

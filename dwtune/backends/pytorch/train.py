@@ -386,7 +386,7 @@ class Interval:
         return time.perf_counter() - self.start
 
 
-class Trainer:
+class TrainingLoop:
     """One trial's model, data and progress; :meth:`run` trains to the end."""
 
     def __init__(self, spec: ExperimentSpec, shape: ModelShape, seed: int):
@@ -621,7 +621,7 @@ def train_model(
     """
     if lr is not None:
         spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, lr=lr))
-    trainer = Trainer(spec, shape, seed)
+    trainer = TrainingLoop(spec, shape, seed)
     if resume_from is not None:
         trainer.restore(resume_from)
     return trainer.run(report, checkpoint_dir, on_step)

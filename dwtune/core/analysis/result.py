@@ -1,6 +1,6 @@
 """What ``dwtune analyze`` found, as frozen dataclasses (pure).
 
-:func:`dwtune.core.analysis.pipeline.analyse` builds an :class:`Analysis`; the console text,
+:func:`dwtune.core.analysis.pipeline.analyse` builds an :class:`AnalysisResult`; the console text,
 report.md and ``--json`` are renderings of it (:mod:`dwtune.outputs`), so they cannot disagree.
 """
 
@@ -50,7 +50,7 @@ class TokenSummary:
     far from ``--tokens``."""
 
     checked: bool  # the table has tokens or steps to compare
-    gaps: tuple[TokenGap | None, ...]  # per pair, in the order of Analysis.pairs
+    gaps: tuple[TokenGap | None, ...]  # per pair, in the order of AnalysisResult.pairs
     miss: TargetMiss | None
     rule: str  # how the checkpoints were picked: "last" or "nearest"
 
@@ -110,7 +110,7 @@ class TableFit:
 
 
 @dataclass(frozen=True)
-class Analysis:
+class AnalysisResult:
     """Every pair's points, noise, signs, status and N*; the reference's test; the fit."""
 
     source: str

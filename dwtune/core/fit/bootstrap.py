@@ -25,7 +25,7 @@ One replicate (:func:`study_replicate`):
    check, reported beside the seed bootstrap, never instead of it.
 
 Each pair's transition is then re-estimated by ``estimate_crossing`` (the refine stage's own
-estimator, :mod:`dwtune.core.crossing`) and the law refitted by the interval-censored
+estimator, :mod:`dwtune.core.refine.estimate`) and the law refitted by the interval-censored
 likelihood. :func:`bootstrap_fit` reports percentile intervals of a, b and the projections,
 and how many replicates could not be fitted (they are counted, never hidden).
 """
@@ -64,7 +64,7 @@ SIGMA_FLOOR = 0.1  # share of a replicate's median σ(ln N*) below which a pair'
 
 @dataclass(frozen=True)
 class PairPoints:
-    """A depth pair and its DeltaPoints (``dwtune.core.crossing.DeltaPoint``)."""
+    """A depth pair and its DeltaPoints (``dwtune.core.refine.signs.DeltaPoint``)."""
 
     label: str
     depth_shallow: float

@@ -73,7 +73,7 @@ class CensoredPair:
         """
         known = [n for n in (self.n_low, self.n_high) if math.isfinite(n) and n > 0]
         if self.status == TransitionStatus.UNDECIDED and len(known) == 1:
-            return known[0]  # an undecided pair's one-sided bound (dwtune.core.crossing)
+            return known[0]  # an undecided pair's one-sided bound (dwtune.core.refine.estimate)
         if not known or self.status not in CENSORED_STATUSES:
             return math.nan
         return max(known) if self.status == TransitionStatus.CENSORED_HIGH else min(known)

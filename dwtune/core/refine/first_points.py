@@ -21,7 +21,7 @@ from dwtune.core.refine.points import (
     PairPoint,
     _usable,
     make_point,
-    size_of,
+    record_size,
 )
 from dwtune.core.refine.trend import SizeTrend
 from dwtune.core.vocabulary import OTHER_LENGTH_STAGES, PointKind, SizeConvention
@@ -49,14 +49,14 @@ def shallow_trend(table: dict[float, dict[int, TrialRecord]], convention: str) -
     by_size: dict[int, list[float]] = {}
     for row in table.values():
         for record in filter(_usable, row.values()):
-            by_size.setdefault(size_of(record, convention), []).append(record.best_val_loss)
+            by_size.setdefault(record_size(record, convention), []).append(record.best_val_loss)
     sizes = sorted(by_size)
     return SizeTrend([math.log(s) for s in sizes], [float(np.mean(by_size[s])) for s in sizes])
 
 
 @dataclass(frozen=True)
-class PairGrid:
-    """What the grid knows of one pair: its points and the shallower depth's size trend."""
+class PairStart:
+    """A pair's first points (the sizes its design placed) and the shallower depth's size trend."""
 
     depth_shallow: int
     depth_deep: int
@@ -73,17 +73,17 @@ def _sizes_of(
     deep: dict[int, TrialRecord], shallow: dict[int, TrialRecord], convention: str
 ) -> tuple[float, int, int]:
     any_deep, any_shallow = next(iter(deep.values())), next(iter(shallow.values()))
-    return math.log(size_of(any_deep, convention)), any_deep.width, any_shallow.width
+    return math.log(record_size(any_deep, convention)), any_deep.width, any_shallow.width
 
 
-def grid_pair(
+def pair_start(
     records: Sequence[TrialRecord],
     pair: tuple[int, int],
     budgets: Sequence[float],
     seeds: Sequence[int],
     convention: str = SizeConvention.NON_EMBEDDING.value,
     trend_budgets: Sequence[float] = (),
-) -> PairGrid:
+) -> PairStart:
     """The pair's grid points (every budget both depths ran, failures included; undecided
     until :func:`decide_points`); InputError if a depth has no finished grid trial. The
     shallower depth's size trend takes its grid means at ``budgets`` and ``trend_budgets``
@@ -106,7 +106,7 @@ def grid_pair(
         points.append(
             make_point(b, sizes, deep, shallow, trend, PointKind.GRID, len(seeds), convention)
         )
-    return PairGrid(shallow_depth, deep_depth, tuple(points), trend, convention)
+    return PairStart(shallow_depth, deep_depth, tuple(points), trend, convention)
 
 
 def extension_budgets(told: Iterable[PairPoint]) -> frozenset[float]:

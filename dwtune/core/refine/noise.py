@@ -24,7 +24,7 @@ shrunk towards the pair's pool by ``min(SHRINK_DOF, Σ ν_j + ν₀)`` degrees o
 
 Usable Δ: finite, and from two trainings that both finished stably. A failed or unstable
 training (:func:`unstable_trainings`) still counts for the sign of its point
-(:mod:`dwtune.core.pair_points`), but it says nothing about the seed-to-seed noise, so one
+(:mod:`dwtune.core.refine.points`), but it says nothing about the seed-to-seed noise, so one
 training that went astray at one size never sets the noise of every size.
 """
 

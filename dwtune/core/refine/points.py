@@ -77,7 +77,7 @@ class PairPoint:
     unstable_deep: tuple[int, ...] = ()  # seeds whose deeper training is flagged unstable
     unstable_shallow: tuple[int, ...] = ()  # (each also counts as a failure)
     # the sign the early rule settled from partial curves (refine.early_stop: its trainings
-    # stopped, its deltas the rule's end estimates, dwtune.core.early_decision); 0: none
+    # stopped, its deltas the rule's end estimates, dwtune.core.refine.early); 0: none
     early_sign: int = 0
 
     @property
@@ -121,7 +121,7 @@ class PairPoint:
         return cls(**raw)
 
 
-def size_of(record: TrialRecord, convention: str) -> int:
+def record_size(record: TrialRecord, convention: str) -> int:
     """A record's size on the axis of ``model.size_convention``."""
     return (
         record.params_total if convention == SizeConvention.TOTAL else record.params_non_embedding
@@ -218,8 +218,8 @@ def paired_deltas(
     moved, moved_sd = 0.0, 0.0  # nats: the size trend's correction and its shared error
     if common:
         any_deep, any_shallow = deep[common[0]], shallow[common[0]]
-        x_deep = math.log(size_of(any_deep, convention))
-        x_shallow = math.log(size_of(any_shallow, convention))
+        x_deep = math.log(record_size(any_deep, convention))
+        x_shallow = math.log(record_size(any_shallow, convention))
         moved = trend.slope_at(x_shallow) * (x_deep - x_shallow)
         moved_sd = trend.slope_sd_at(x_shallow) * abs(x_deep - x_shallow)
     kept, deltas, failed_deep, failed_shallow = deltas_from_losses(losses, moved)

@@ -79,7 +79,7 @@ class DeltaPoint:
     failures_deep: int = 0  # trainings of the deeper net that diverged/failed/went unstable
     failures_shallow: int = 0
     # per seed (aligned with seeds): "deep", "shallow", "deepshallow" or "" for the trainings
-    # flagged unstable (dwtune.core.pair_points); () when none was
+    # flagged unstable (dwtune.core.refine.points); () when none was
     unstable: tuple[str, ...] = ()
 
 
@@ -89,7 +89,7 @@ def usable_groups(points: Sequence[DeltaPoint]) -> list[np.ndarray]:
 
 
 def pair_noise(points: Sequence[DeltaPoint], prior: NoisePrior) -> Noise:
-    """The pair's noise model (:func:`dwtune.core.noise.estimate_noise`)."""
+    """The pair's noise model (:func:`dwtune.core.refine.noise.estimate_noise`)."""
     return estimate_noise(np.log([p.n for p in points]), usable_groups(points), prior)
 
 

@@ -159,4 +159,4 @@ def next_step(
     log_n = design.cut(outcome, [p.log_n for p in inside], decide_seeds(refine))
     if taken(log_n):
         return finish(WIDTH_RESOLUTION)
-    return Step(StepKind.BISECT, outcome, log_n=log_n, seeds=decide_seeds(refine))
+    return Step(StepKind.CUT, outcome, log_n=log_n, seeds=decide_seeds(refine))

@@ -19,7 +19,7 @@ from dwtune.core.records import (
 )
 from dwtune.core.refine.design import RefineDesign
 from dwtune.core.refine.first_points import (
-    PairGrid,
+    PairStart,
     extension_budgets,
     on_extended_trend,
 )
@@ -74,8 +74,8 @@ from dwtune.study.refine.sampler import (
     LOG_N,
     PROPOSED,
     StepSampler,
-    bisection_rounds,
     budget_span,
+    cut_rounds,
 )
 
 # A refine cell's (learning rate, source) when train.lr is a search (dwtune.study.lr_search).
@@ -113,14 +113,14 @@ class PairRefiner(EarlyCalls):
         self,
         spec: ExperimentSpec,
         store: ExperimentStore,
-        grid: PairGrid,
+        start: PairStart,
         say: Progress,
         design: RefineDesign,
     ):
-        self.spec, self.store, self.grid, self.say = spec, store, grid, say
+        self.spec, self.store, self.start, self.say = spec, store, start, say
         self.design = design  # where the pair's next size goes (chosen once by the stage)
         self.refine = spec.refine
-        self.pair = (grid.depth_shallow, grid.depth_deep)
+        self.pair = (start.depth_shallow, start.depth_deep)
         count = max(self.refine.max_seeds, len(spec.space.seeds))
         self.seed_order = seed_sequence(spec.space.seeds, count)
         self.path = study_path(store, self.pair)
@@ -139,10 +139,10 @@ class PairRefiner(EarlyCalls):
         returns the pair's transition: the stage trains the batches of all pairs together."""
         stale = clear_stale_trials(self.study)
         if stale:
-            self.say(f"[refine {self.grid.label}] resuming: {stale} interrupted trial(s) redone")
+            self.say(f"[refine {self.start.label}] resuming: {stale} interrupted trial(s) redone")
         missing = self._unrecorded()
         if missing:  # a removed record: its journal point stays, its training is redone
-            self.say(f"[refine {self.grid.label}] {len(missing)} training(s) without a record")
+            self.say(f"[refine {self.start.label}] {len(missing)} training(s) without a record")
             yield missing
         while True:
             step = self.plan()
@@ -154,10 +154,10 @@ class PairRefiner(EarlyCalls):
             yield from self._round(step)
 
     def plan(self) -> Step:
-        """The pair's next step, from its grid points and its study's history alone: the points
+        """The pair's next step, from its first points and its study's history alone: the points
         judged once under the pair's noise, then the step policy with the stage's design."""
         points = decide_points(self.points_of(self.study), self.refine)
-        rounds = bisection_rounds(self.study)
+        rounds = cut_rounds(self.study)
         return next_step(
             points, self.refine, rounds, self._deep_width, self.span, design=self.design
         )
@@ -167,8 +167,8 @@ class PairRefiner(EarlyCalls):
             return
         low, high = step.outcome.low, step.outcome.high
         bracket = math.exp(high - low) if math.isfinite(low) and math.isfinite(high) else math.nan
-        rounds = bisection_rounds(self.study)
-        self.watch(self.grid.label, rounds, bracket, status, done)
+        rounds = cut_rounds(self.study)
+        self.watch(self.start.label, rounds, bracket, status, done)
 
     def _round(self, step: Step) -> Rounds:
         if step.kind == StepKind.VERIFY:
@@ -199,7 +199,7 @@ class PairRefiner(EarlyCalls):
     def _range(self) -> tuple[float, float]:
         """Bounds of ``log_n``: the grid's budgets, one e-fold of margin each side."""
         logs = [math.log(b) for b in self.spec.space.budgets]
-        logs += [p.log_n for p in self.grid.points]
+        logs += [p.log_n for p in self.start.points]
         return min(logs) - 1.0, max(logs) + 1.0
 
     def _snap(self, log_n: float) -> float:
@@ -222,16 +222,16 @@ class PairRefiner(EarlyCalls):
         return self._log_size(self.pair[0], budget)
 
     def merged(self, told: Sequence[PairPoint]) -> list[PairPoint]:
-        """The grid's points and ``told`` (a later one at the same budget replacing an earlier
+        """The pair's first points and ``told`` (a later one at the same budget replacing an earlier
         one), sorted, corrected to equal N along the shallower depth's size trend extended
         by the pair's own extension points (:func:`on_extended_trend`)."""
         return self._equal_n(told)[0]
 
     def _equal_n(self, told: Sequence[PairPoint]) -> tuple[list[PairPoint], SizeTrend]:
         """:meth:`merged`'s points and the extended trend they are corrected along."""
-        points = merge_points(self.grid.points, told)
+        points = merge_points(self.start.points, told)
         extensions = extension_budgets(told)
-        return on_extended_trend(points, self.grid.trend, self._shallow_log_n, extensions)
+        return on_extended_trend(points, self.start.trend, self._shallow_log_n, extensions)
 
     def points_of(self, study: optuna.Study) -> list[PairPoint]:
         """:meth:`merged` over the study's finished trials."""
@@ -272,7 +272,7 @@ class PairRefiner(EarlyCalls):
             Stage.REFINE,
             lr=lr,
             lr_source=source,
-            pair=self.grid.label,
+            pair=self.start.label,
             round=round_,
             point_kind=kind,
         )
@@ -285,7 +285,7 @@ class PairRefiner(EarlyCalls):
         deep = {seed: pair[0] for seed, pair in records.items()}
         shallow = {seed: pair[1] for seed, pair in records.items()}
         convention = self.spec.model.size_convention
-        trend = self.grid.trend
+        trend = self.start.trend
         point = make_point(budget, sizes, deep, shallow, trend, kind, requested, convention)
         point = dataclasses.replace(point, verified=verified)
         if early_ends is not None:
@@ -301,7 +301,7 @@ class PairRefiner(EarlyCalls):
         if not point.decision.decided and point.n < decide_seeds(self.refine):
             verdict = f"provisional ({point.n} seed(s) decide no sign)"
         self.say(
-            f"[refine {self.grid.label}] trial {number} ({point.kind}): N = "
+            f"[refine {self.start.label}] trial {number} ({point.kind}): N = "
             f"{math.exp(point.log_n):.4g} (widths {point.width_deep}/{point.width_shallow}), "
             f"Δ = {point.decision.mean:+.4f} ± {point.decision.se:.4f} over {point.n} seed(s): "
             f"{verdict}"
@@ -330,14 +330,14 @@ class PairRefiner(EarlyCalls):
         """Every point of the pair as DeltaPoints: the study bootstrap's input."""
         points = mark_unstable(self.points_of(self.study))
         deltas = tuple(p.delta_point() for p in points if p.n)
-        return PairPoints(self.grid.label, self.pair[0], self.pair[1], deltas)
+        return PairPoints(self.start.label, self.pair[0], self.pair[1], deltas)
 
     def _snapshot(self) -> Snapshot:
         """The journal's told points (with their trial numbers) and bisection rounds now."""
-        return trial_numbers(self.study), bisection_rounds(self.study)
+        return trial_numbers(self.study), cut_rounds(self.study)
 
     def _estimate(self, reason: str, trials: int = 0, snapshot: Snapshot | None = None):
-        """The pair's transition from its grid and journal points as they stand (or as
+        """The pair's transition from its first and journal points as they stand (or as
         ``snapshot`` read them earlier)."""
         told, rounds = snapshot or self._snapshot()
         points = self.merged([point for _, point in told])
@@ -381,5 +381,5 @@ class PairRefiner(EarlyCalls):
         snapshot = self._snapshot()
         transition = self._estimate(step.reason, self._new_trainings(), snapshot)
         self._publish(snapshot, step.reason, final=True, transition=transition)
-        self.say(f"[refine {self.grid.label}] {describe(transition)}")
+        self.say(f"[refine {self.start.label}] {describe(transition)}")
         return transition

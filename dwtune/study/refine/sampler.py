@@ -22,12 +22,12 @@ LOG_N = "log_n"  # the one Optuna parameter: ln of the budget to train both dept
 KIND_ATTR = "kind"  # verify | bisect
 
 
-PROPOSED = (StepKind.BISECT, StepKind.SCAN, StepKind.EXTEND)  # sizes the sampler proposes
+PROPOSED = (StepKind.CUT, StepKind.SCAN, StepKind.EXTEND)  # sizes the sampler proposes
 
 
-def bisection_rounds(study: optuna.Study) -> int:
+def cut_rounds(study: optuna.Study) -> int:
     finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    return sum(t.user_attrs.get(KIND_ATTR) == StepKind.BISECT for t in finished)
+    return sum(t.user_attrs.get(KIND_ATTR) == StepKind.CUT for t in finished)
 
 
 def budget_span(spec: ExperimentSpec) -> tuple[float, float]:

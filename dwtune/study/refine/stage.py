@@ -25,8 +25,8 @@ from dwtune.core.refine.early import (
     PointNoise,
 )
 from dwtune.core.refine.first_points import (
-    PairGrid,
-    grid_pair,
+    PairStart,
+    pair_start,
 )
 from dwtune.core.refine.outcome import decide_points
 from dwtune.core.refine.transition import Transition
@@ -47,14 +47,14 @@ from dwtune.study.runners.local import LocalRunner
 RunTrials = Callable[[list[TrialRequest]], list[TrialRecord]]
 
 
-def grid_pairs(
+def pair_starts(
     spec: ExperimentSpec,
     design: RefineDesign,
     records: Sequence[TrialRecord],
     pairs: Sequence[tuple[int, int]] | None = None,
     law: DepthWidthLaw | None = None,
     earlier: Mapping[int, Collection[float]] | None = None,
-) -> list[PairGrid]:
+) -> list[PairStart]:
     """The first points of a wave's ``pairs`` (default: the first wave's, placed by
     fit.reference; ``earlier``: each depth's first sizes in the waves before); InputError for a
     depth the grid never finished."""
@@ -63,15 +63,15 @@ def grid_pairs(
     earlier = earlier or {}
     # a search trial trains the cell's shape at reduced fidelity: never a grid point
     records = [r for r in records if r.stage != Stage.LR_SEARCH]
-    grids = []
+    starts = []
     for pair in pairs:
         budgets = design.pair_budgets(pair, law)  # the pair's first points
         # its shallower net's size trend
         trend_budgets = design.shallow_budgets(pair, law, earlier.get(pair[0], ()))
-        grid = grid_pair(records, pair, budgets, seeds, convention, trend_budgets)
-        decided = decide_points(grid.points, spec.refine)
-        grids.append(dataclasses.replace(grid, points=tuple(decided)))
-    return grids
+        start = pair_start(records, pair, budgets, seeds, convention, trend_budgets)
+        decided = decide_points(start.points, spec.refine)
+        starts.append(dataclasses.replace(start, points=tuple(decided)))
+    return starts
 
 
 class RefineStage:
@@ -120,9 +120,9 @@ class RefineStage:
         """The refiners of a wave whose first points (``cells``, placed by ``law``) are
         recorded."""
         records = self.store.records()
-        grids = grid_pairs(self.spec, self.design, records, wave, law, self._sizes)
+        starts = pair_starts(self.spec, self.design, records, wave, law, self._sizes)
         refiners = [
-            PairRefiner(self.spec, self.store, grid, self.say, self.design) for grid in grids
+            PairRefiner(self.spec, self.store, start, self.say, self.design) for start in starts
         ]
         for refiner in refiners:
             refiner.rate_for, refiner.watch = self.rate_for, self.watch
@@ -205,7 +205,7 @@ class RefineStage:
         refiners = self.refiners if refiners is None else refiners
         feed = RequestFeed([refiner.rounds() for refiner in refiners])
         if self.spec.refine.early_stop:
-            by_label = {refiner.grid.label: refiner for refiner in refiners}
+            by_label = {refiner.start.label: refiner for refiner in refiners}
 
             def early_context(request: TrialRequest) -> PointNoise:
                 return by_label[request.pair].early_context(request)

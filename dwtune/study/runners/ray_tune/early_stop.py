@@ -1,5 +1,5 @@
 """refine.early_stop: a Tune scheduler that stops a pair point's trainings once their sign is
-settled (:mod:`dwtune.core.early_decision`).
+settled (:mod:`dwtune.core.refine.early`).
 
 One refine run trains the points of every pair at once; a point's first trainings (both depths
 × its first seeds, one batch of its pair's stream) are watched together. Each time one of them
@@ -11,7 +11,7 @@ and every other of the batch still running is stopped at its next report: status
 early_stopped, its ``stopped_step`` recorded. The refine stage then recomputes the same call
 from the records (:meth:`dwtune.study.refine.PairRefiner._early_call`), so the point's sign never
 depends on this scheduler's memory, and a resumed stage decides the same: both make it with
-:func:`dwtune.core.early_decision.point_call`.
+:func:`dwtune.core.refine.early.point_call`.
 
 Only a new size's first batch is watched (bisect and scan points): a point given more seeds
 afterwards, and a verify point, has seeds trained to the end, and its decision stays with the
