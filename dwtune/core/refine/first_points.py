@@ -128,15 +128,14 @@ def extended_trend(
 
     Why: the law design's grid trains the shallower depth at two sizes or so around the
     reference law's N*; where that law is off, the pair extends beyond them and every point
-    near its N* would take an extrapolated slope (the end secant, with no bend error). On
-    ``search_spaces/paper.yaml``'s simulated twin at a slope b 30% below the reference, that
-    slope was 5-25% off and the 95% intervals held N* in 81% of 600 pairs
-    (``benchmarks/study_coverage.py``). The extensions lie e-folds apart, so their means give
+    near its N* would take an extrapolated slope (the end secant, with no bend error), which
+    missed N* on a law far off (benchmarks/README.md, ``benchmarks/study_coverage.py``). The
+    extensions lie e-folds apart, so their means give
     the slope and its bend between them without the noise of the dense points near N*."""
     extra: dict[float, list[float]] = {}
     for point in points:
         # Why the budgets: a re-verified extension point becomes a verify point, and its
-        # shallower net then left the trend (paper.yaml's twin with looser stops, pair 24-30)
+        # shallower net then left the trend
         if point.kind != PointKind.EXTEND and point.budget not in extensions:
             continue
         shallow = [s for seed, _, s in point.losses if math.isfinite(s)

@@ -11,8 +11,6 @@ refine.noise_prior_dof`` pseudo-observations, never as a known value::
 
 so a prior that is wrong by any factor is outweighed as seeds come in, and while few seeds have
 been trained its degrees of freedom stay few: the sign test's Student-t boundary then widens.
-(Before, a measured sd below the prior was replaced by the prior with infinite dof: with the
-true noise 2-5× the prior, a point at a true Δ of 0 got a sign 13-14% of the time at α = 5%.)
 
 Noise may change with size: at each point the variance is pooled locally along ln N, each
 point's ``ss_j`` and ``ν_j`` weighed by a Gaussian kernel of ``NOISE_BANDWIDTH`` e-folds, and
@@ -39,17 +37,11 @@ import numpy as np
 from dwtune.core import vocabulary
 
 DEFAULT_NOISE_PRIOR = 0.003  # nats: a paired-difference sd guess (the paper: "stable to the
-
-
-# third digit"); real suites measured 0.0004-0.015
-# Pseudo-observations the guess is worth: a quarter of a degree of freedom. Measured: the
-# refine loop at a true Δ of 0 beside single-seed grid points (4 looks, α = 5%, 1,500 points
-# each) gave a sign, with the true sd 0.5 / 1 / 2 / 5 × the guess, 0.0 / 1.1 / 6.3 / 15.7% of
-# the time at ν₀ = 2, 0.0 / 1.3 / 3.3 / 9.0% at ν₀ = 1 and 0.0 / 1.3 / 2.3 / 4.7% at ν₀ = 0.5;
-# on benchmarks/coverage.py's surfaces with the guess 5× too small (600 points each), ν₀ = 0.5
-# still gave 5.3% (lr_mistuned) and 6.2% (size_noise), ν₀ = 0.25 at most 4.3%. A guess five
-# times too small keeps the error control only when the first seeds' degree of freedom
-# outweighs it: the guess steadies the sd, the seeds set it.
+# third digit")
+# Pseudo-observations the guess is worth: a quarter of a degree of freedom, so the error
+# control of the sign rule holds with the guess wrong by 2-5x once the first seeds' degree of
+# freedom outweighs it: the guess steadies the sd, the seeds set it (the false-sign rates with
+# the guess right and wrong: benchmarks/README.md, coverage.py; docs/statistics.md).
 DEFAULT_PRIOR_DOF = 0.25
 
 

@@ -36,13 +36,12 @@ def support_probe(
     the kink correction's (``stick.STICK_MIN_SIDE`` on each side, the end included, within
     the broken stick's reach), then the reported N*'s (as many on each side within
     ``stick.PROFILE_REACH``, ``stick.ESTIMATE_MIN_POINTS`` within it in all; the probe
-    goes to the side with fewer). Without the first, the asymmetric surface's 95% interval held
-    the truth in 85% of the pairs that lacked them (benchmarks/coverage.py); without the
-    second, a bracket the noise floor left wide reports the chord, which erred 1.3
-    (depth_noise) to 2.4 (flat) times the line's there. One round of ``refine.seeds``, its sign
-    provisional as a scan probe's. ``tried``: sizes trained already whose points count for
-    nothing here (every seed failed); proposing one again would train the same nets again, for
-    ever where ``taken`` cannot tell (no width rounding)."""
+    goes to the side with fewer). Without the first, a kinked Δ's interval misses its kink
+    correction; without the second, a bracket the noise floor left wide reports the chord,
+    which errs more than the line there (benchmarks/README.md, coverage.py). One round of
+    ``refine.seeds``, its sign provisional as a scan probe's. ``tried``: sizes trained already
+    whose points count for nothing here (every seed failed); proposing one again would train
+    the same nets again, for ever where ``taken`` cannot tell (no width rounding)."""
     low, high = outcome.low, outcome.high
     x = np.asarray(log_ns, dtype=float)
     needs = (

@@ -37,33 +37,24 @@ STICK_MIN_POINTS = 4  # points the kink-bias stick needs: 3 parameters and one �
 KINK_EVIDENT = 3.84
 
 
-# ... and the reported N*'s stick: with one χ² dof it all but interpolates four points (evenly
-# spaced tables 0.3 e-folds apart: median error 0.0101 against the chord's 0.0071; with five,
-# 0.0077). The line alone from four points was tried: where no stick can test for a kink the
-# line's crossing is taken past it (coverage.py, paper.yaml's stops, asymmetric: 0.0151 against
-# 0.0118 e-folds with five; default 0.0041 against 0.0048)
+# ... and the reported N*'s line or stick: with one χ² dof a stick all but interpolates four
+# points, so the local estimate needs five (fewer: the chord is reported)
 ESTIMATE_MIN_POINTS = 5
 
 
 # ... and on each side of the bracket: with one point on a side any crossing fits that side
-# exactly, so the other side's extrapolation alone places it (a saturating Δ puts it at the
-# bracket's edge: the length check's wide brackets moved N* by 0.4 e-folds so)
+# exactly, so the other side's extrapolation alone would place it
 STICK_MIN_SIDE = 2
 
 
-# The profile band's likelihood-ratio cut in the 95% interval: χ²₁'s 90% quantile. The 95%
-# interval is the union of the bootstrap's 95% percentiles and this band; with the band at its
-# own 95% cut (3.84) the union over-covered: 94.5-98.5% over nine surfaces' 200 recorded refine
-# pairs (size_noise and independent 98.5%). At 2.71: 94.0-97.3% on every surface and noise
-# guess of benchmarks/coverage.py (300 pairs each), 93.0% of 200 dense generated tables of
-# runs (tests/helpers/analysis_tables.py; 96.0% at 3.84), asymmetric's recorded pairs 93.5%.
+# The profile band's likelihood-ratio cut in the 95% interval: χ²₁'s 90% quantile, since the
+# interval is the union of the bootstrap's percentiles and this band (at the band's own 95% cut
+# the union over-covered: benchmarks/README.md, coverage.py)
 PROFILE_Q95 = 2.71
 
 
-# Powers of the profile's legs: a kinked line (1) up to a crossing flat at N* (3, Δ ∝ tanh³).
-# Measured (200 recorded pairs each): the flat surface's 95% interval held the truth in 91.0%
-# with lines alone, 96.0% with (1, 2, 3); default, asymmetric, outliers unchanged (96.0, 94.5,
-# 96.5%): where Δ is a line near N* a curved leg fits no better, so it moves nothing.
+# Powers of the profile's legs: a kinked line (1) up to a crossing flat at N* (3, Δ ∝ tanh³);
+# where Δ is a line near N* a curved leg fits no better, so it moves nothing there
 STICK_POWERS = (1.0, 2.0, 3.0)
 
 
@@ -193,8 +184,8 @@ def stick_world(
     fewer than STICK_MIN_SIDE lie on either side of the bracket, or where its two slopes fit
     ``means`` (``values`` where None) no better than one straight line by KINK_EVIDENT (no
     kink beyond noise). Why the means there: ``se`` is the standard error of a mean, and a
-    median of three or four seeds scatters more, so its χ² gain passed the test too often
-    (paper.yaml's twin with looser stops, pair 24-30: 4.6-9.3 where the means gave 1.9-3.9)."""
+    median of three or four seeds scatters more, so its χ² gain would pass the test too often
+    (benchmarks/README.md)."""
     near, grid = _stick_support(x, values, window)
     low, high = x[window.before], x[window.after]
     sides = min(stick_sides(x[np.isfinite(values)], low, high))

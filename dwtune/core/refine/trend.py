@@ -20,11 +20,9 @@ class SizeTrend:
     The slope's uncertainty at a grid size is half the difference of the one-sided slopes
     there (the next size's on one side, the previous one's on the other): the loss curve's
     own bend between budgets, which a slope interpolated between them cannot follow. Why: a
-    depth's loss curve bends where the depth passes its own transition, within a grid step;
-    on the simulated study its slope was 8% off and the correction's error reached 0.0005
-    nats (a quarter of a seed's noise, the same at every seed of a point). Carried so, the
-    study's 68% intervals held the truth in 65.0% of 600 pairs instead of 63.7%
-    (``benchmarks/study_coverage.py``, 100 realisations).
+    depth's loss curve bends where the depth passes its own transition, within a grid step,
+    and the correction's error is the same at every seed of a point (its effect on coverage:
+    benchmarks/README.md, ``benchmarks/study_coverage.py``).
     """
 
     def __init__(self, log_n: Sequence[float], losses: Sequence[float]):
