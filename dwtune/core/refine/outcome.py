@@ -83,6 +83,22 @@ def _strong(point: PairPoint, max_seeds: int) -> bool:
     return finite and ratio >= point.decision.confirm
 
 
+@dataclass(frozen=True)
+class PairState:
+    """A pair's points as they stand, judged once: each point's sign under the pair's noise,
+    and the pair's outcome from all of them."""
+
+    points: tuple[PairPoint, ...]  # sorted, each sign decided
+    outcome: Outcome
+
+
+def judge(points: Sequence[PairPoint], refine: RefineConfig) -> PairState:
+    """The pair's points judged once: the sign rule and the noise built once for this state of
+    its points (:func:`decide_points`), then the outcome read from them (:func:`outcome_of`)."""
+    decided = decide_points(points, refine)
+    return PairState(tuple(decided), outcome_of(decided, refine.max_seeds))
+
+
 def outcome_of(points: Sequence[PairPoint], max_seeds: int) -> Outcome:
     """Status of sorted, decided points from all of them (module doc)."""
     signs = [_provisional_sign(p, max_seeds) for p in points]

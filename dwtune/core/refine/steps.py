@@ -30,6 +30,8 @@ from dwtune.core import vocabulary
 from dwtune.core.refine.design import RefineDesign
 from dwtune.core.refine.outcome import (
     Outcome,
+    PairState,
+    judge,
     outcome_of,
 )
 from dwtune.core.refine.points import Decision, PairPoint
@@ -104,6 +106,21 @@ def decide_seeds(refine: RefineConfig) -> int:
 WIDTH_RESOLUTION = "width resolution: no legal width between the bracket ends"
 
 
+def plan_step(
+    points: Sequence[PairPoint],
+    refine: RefineConfig,
+    rounds: int,
+    width_of: Callable[[float], int] | None = None,
+    span: tuple[float, float] | None = None,
+    *,
+    design: RefineDesign,
+) -> Step:
+    """The pair's next step from its points as they stand (sorted, signs not yet tested): the
+    points judged once (:func:`~dwtune.core.refine.outcome.judge`), then the policy."""
+    state = judge(points, refine)
+    return policy(state, refine, rounds, width_of, span, design=design)
+
+
 def next_step(
     points: Sequence[PairPoint],
     refine: RefineConfig,
@@ -113,16 +130,31 @@ def next_step(
     *,
     design: RefineDesign,
 ) -> Step:
-    """Verify an undecided decisive point, else extend a censored pair (law design), else scan
-    beside the bracket, else cut it, else close the pair. ``width_of(log_n)``: the deeper
-    net's (rounded) width at a size; a probe or cut whose width some point already has would
-    learn nothing new. ``span``: ln of space.budgets' range, where extensions stop."""
+    """:func:`policy` on points whose signs are decided already."""
+    state = PairState(tuple(points), outcome_of(points, refine.max_seeds))
+    return policy(state, refine, rounds, width_of, span, design=design)
+
+
+def policy(
+    state: PairState,
+    refine: RefineConfig,
+    rounds: int,
+    width_of: Callable[[float], int] | None = None,
+    span: tuple[float, float] | None = None,
+    *,
+    design: RefineDesign,
+) -> Step:
+    """Verify an undecided decisive point, else extend a censored pair (where the design
+    extends), else scan beside the bracket, else cut it where the design cuts, else close the
+    pair. ``width_of(log_n)``: the deeper net's (rounded) width at a size; a probe or cut whose
+    width some point already has would learn nothing new. ``span``: ln of space.budgets'
+    range, where extensions stop."""
+    points, outcome = state.points, state.outcome
     widths = {p.width_deep for p in points}
 
     def taken(log_n: float) -> bool:
         return width_of is not None and width_of(log_n) in widths
 
-    outcome = outcome_of(points, refine.max_seeds)
     pending = [p for p in outcome.decisive if not p.decision.decided and p.n]
     if pending:
         return Step(StepKind.VERIFY, outcome, point=pending[0], seeds=decide_seeds(refine))

@@ -35,7 +35,7 @@ from dwtune.core.refine.points import (
 from dwtune.core.refine.steps import (
     Step,
     decide_seeds,
-    next_step,
+    plan_step,
     point_done,
     seed_sequence,
     seeds_wanted,
@@ -156,9 +156,8 @@ class PairRefiner(EarlyCalls):
     def plan(self) -> Step:
         """The pair's next step, from its first points and its study's history alone: the points
         judged once under the pair's noise, then the step policy with the stage's design."""
-        points = decide_points(self.points_of(self.study), self.refine)
-        rounds = cut_rounds(self.study)
-        return next_step(
+        points, rounds = self.points_of(self.study), cut_rounds(self.study)
+        return plan_step(
             points, self.refine, rounds, self._deep_width, self.span, design=self.design
         )
 
