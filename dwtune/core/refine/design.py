@@ -80,9 +80,14 @@ class RefineDesign(Protocol):
 
 def design_for(spec: ExperimentSpec) -> RefineDesign:
     """The design ``spec.refine.design`` names: the one choice, made once."""
-    if spec.refine.design == Design.LAW:
-        return LawDesign(spec)
-    return GridDesign(spec)
+    design: RefineDesign = DESIGNS[spec.refine.design](spec)
+    return design
+
+
+def unseen(name: str) -> str | None:
+    """What the design named ``name`` cannot see (report.md's limits), or None."""
+    design = DESIGNS.get(name)
+    return design.unseen if design is not None else None
 
 
 def midpoint(low: float, high: float, within_noise: Sequence[float]) -> float:
@@ -97,6 +102,7 @@ class GridDesign:
     """Every depth at every ``space.budgets``; one wave; bisection at the midpoint."""
 
     name = Design.GRID.value
+    unseen: str | None = None  # every depth at every size, scanned between them
 
     def __init__(self, spec: ExperimentSpec):
         self.spec = spec
@@ -155,6 +161,12 @@ class LawDesign:
     """Two sizes per pair around a law's N*, waves, extensions and interpolated cuts."""
 
     name = Design.LAW.value
+    unseen: str | None = (
+        "A second sign change away from each N*: `refine.design: law` trains each pair "
+        "near its own N* only, so a dip of Δ beyond the sizes it trained stays unseen and "
+        "the pair is reported bracketed, not non_monotone (`refine.design: grid` trains "
+        "every depth at every size of `space.budgets` and scans between them)."
+    )
 
     def __init__(self, spec: ExperimentSpec):
         self.spec = spec
@@ -330,3 +342,10 @@ def interpolated_cut(
     cut = root - offset if root - low >= high - root else root + offset
     width = high - low
     return min(max(cut, low + GUARD * width), high - GUARD * width)
+
+
+# The designs by their spec name (refine.design): the factory's one table.
+DESIGNS: dict[str, type[GridDesign] | type[LawDesign]] = {
+    GridDesign.name: GridDesign,
+    LawDesign.name: LawDesign,
+}
