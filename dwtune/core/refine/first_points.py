@@ -19,9 +19,9 @@ from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord
 from dwtune.core.refine.points import (
     PairPoint,
-    _usable,
     make_point,
     record_size,
+    usable,
 )
 from dwtune.core.refine.trend import SizeTrend
 from dwtune.core.vocabulary import OTHER_LENGTH_STAGES, PointKind, SizeConvention
@@ -48,7 +48,7 @@ def shallow_trend(table: dict[float, dict[int, TrialRecord]], convention: str) -
     """The size trend of one depth's completed grid means (one rounded width merged)."""
     by_size: dict[int, list[float]] = {}
     for row in table.values():
-        for record in filter(_usable, row.values()):
+        for record in filter(usable, row.values()):
             by_size.setdefault(record_size(record, convention), []).append(record.best_val_loss)
     sizes = sorted(by_size)
     return SizeTrend([math.log(s) for s in sizes], [float(np.mean(by_size[s])) for s in sizes])
@@ -92,7 +92,7 @@ def pair_start(
     tables = {d: by_budget(records, d, budgets, seeds) for d in pair}
     everywhere = sorted({*budgets, *trend_budgets})
     for depth in pair:
-        if not any(_usable(r) for row in tables[depth].values() for r in row.values()):
+        if not any(usable(r) for row in tables[depth].values() for r in row.values()):
             raise InputError(
                 f"refine pair [{shallow_depth}, {deep_depth}]: depth {depth} has no finished grid "
                 f"trials; add it to space.depths and rerun `dwtune run`"

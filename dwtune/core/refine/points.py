@@ -128,13 +128,13 @@ def record_size(record: TrialRecord, convention: str) -> int:
     )
 
 
-def _usable(record: TrialRecord) -> bool:
+def usable(record: TrialRecord) -> bool:
     return record.completed and math.isfinite(record.best_val_loss)
 
 
 def _loss(record: TrialRecord) -> float:
     """The record's loss; NaN for a training that failed or diverged."""
-    return record.best_val_loss if _usable(record) else math.nan
+    return record.best_val_loss if usable(record) else math.nan
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ class PairedDeltas:
 def _quadrature_eval_error(records: Iterable[TrialRecord]) -> float:
     """Mean squared val/loss_se of the completed records (nats²; 0 where none was reported):
     the fallback for records without window losses (module doc)."""
-    errors = [r.val_loss_se**2 for r in records if _usable(r) and math.isfinite(r.val_loss_se)]
+    errors = [r.val_loss_se**2 for r in records if usable(r) and math.isfinite(r.val_loss_se)]
     return float(np.mean(errors)) if errors else 0.0
 
 
@@ -165,9 +165,9 @@ def paired_eval_error(deep: Sequence[TrialRecord], shallow: Sequence[TrialRecord
     rows = [
         np.asarray(d.val_windows, dtype=float) - np.asarray(s.val_windows, dtype=float)
         for d, s in zip(deep, shallow, strict=True)
-        if _usable(d) and _usable(s) and d.val_windows and len(d.val_windows) == len(s.val_windows)
+        if usable(d) and usable(s) and d.val_windows and len(d.val_windows) == len(s.val_windows)
     ]
-    complete = sum(_usable(d) and _usable(s) for d, s in zip(deep, shallow, strict=True))
+    complete = sum(usable(d) and usable(s) for d, s in zip(deep, shallow, strict=True))
     if not rows or len(rows) < complete or rows[0].size < 2:
         return _quadrature_eval_error(deep) + _quadrature_eval_error(shallow)
     per_window: np.ndarray = np.mean(rows, axis=0)  # the mean Δ's share of each window
