@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -39,12 +39,14 @@ from dwtune.core.refine.signs import (
     DeltaPoint,
     PointSigns,
     Shape,
+    SignedPoint,
     SignRule,
     Window,
     classify,
     decided_bounds,
     pair_noise,
     point_signs,
+    signed,
     signs_of_ratios,
 )
 
@@ -72,6 +74,7 @@ class CrossingEstimate:
     bound_low: float | None = None
     bound_high: float | None = None
     noise_dof: float = 0.0  # degrees of freedom the seeds gave the noise (prior excluded)
+    signed: tuple[SignedPoint, ...] = ()  # every point as the rule judged it, sorted by size
 
 
 def _span(window: Window, size: int) -> slice:
@@ -211,11 +214,12 @@ def _empty(
     noise: Noise | None,
     crossings: Sequence[float] = (),
     bounds: tuple[float | None, float | None] = (None, None),
+    judged: tuple[SignedPoint, ...] = (),
 ) -> CrossingEstimate:
     source = noise.source if noise is not None else vocabulary.NOISE_PRIOR
     dof = noise.measured_dof if noise is not None else 0.0
     return CrossingEstimate(
-        status, None, None, None, None, None, None, tuple(crossings), source, *bounds, dof
+        status, None, None, None, None, None, None, tuple(crossings), source, *bounds, dof, judged
     )
 
 
@@ -242,10 +246,12 @@ def estimate_crossing(
     found = tuple(float(roots(x, first.means, first.se, w)[0]) for w in shape.windows)
     crossings = tuple(math.exp(r) for r in found)
     bounds = decided_bounds(x, first.signs, shape)
+    judged = signed(points, first)
     if shape.status != vocabulary.TransitionStatus.BRACKETED:
-        return _empty(shape.status, noise, crossings, bounds)
+        return _empty(shape.status, noise, crossings, bounds, judged)
     chord = _chord(points, x, noise, first, shape.windows[0], found[0], n_boot, seed)
-    return _reported(points, x, noise, first.means, shape, chord, crossings, bounds)
+    estimate = _reported(points, x, noise, first.means, shape, chord, crossings, bounds)
+    return replace(estimate, signed=judged)
 
 
 @dataclass(frozen=True)

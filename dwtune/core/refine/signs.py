@@ -105,6 +105,27 @@ class PointSigns:
     strong: np.ndarray  # beyond `confirm`, and measured (not failures alone)
 
 
+@dataclass(frozen=True)
+class SignedPoint:
+    """One point as the rule judged it: size (the pair's axis), mean Δ, its se, its sign."""
+
+    n: float
+    mean: float
+    se: float
+    sign: int
+
+    def text(self) -> str:
+        return f"{self.mean:+.3f} ± {self.se:.3f} at {self.n:.3g}"
+
+
+def signed(points: Sequence[DeltaPoint], signs: PointSigns) -> tuple[SignedPoint, ...]:
+    """Every point's mean Δ, se and sign as ``signs`` judged them (what a statement quotes)."""
+    return tuple(
+        SignedPoint(p.n, float(m), float(e), int(s))
+        for p, m, e, s in zip(points, signs.means, signs.se, signs.signs, strict=True)
+    )
+
+
 def rule_bounds(points: Sequence[DeltaPoint], noise: Noise, rule: SignRule) -> np.ndarray:
     """The boundary of each point's look; inf where the rule needs more seeds, and where a
     point's Δ are all failures before its last look (failures decide only at max_seeds)."""

@@ -19,7 +19,7 @@ import numpy as np
 from dwtune.core import vocabulary
 from dwtune.core.refine.estimate import CrossingEstimate, estimate_crossing
 from dwtune.core.refine.points import PairPoint, mark_unstable
-from dwtune.core.refine.signs import DeltaPoint, noise_prior, pair_noise, point_signs, sign_rule
+from dwtune.core.refine.signs import SignedPoint, noise_prior, sign_rule
 from dwtune.core.spec import RefineConfig
 from dwtune.core.vocabulary import SizeConvention
 
@@ -75,32 +75,6 @@ def width_at(points: Sequence[PairPoint], log_n: float, depth: int, convention: 
 
 def _bound(size: float | None) -> float:
     return math.nan if size is None else float(size)
-
-
-@dataclass(frozen=True)
-class SignedPoint:
-    """One point as the rule judged it: size (the pair's axis), mean Δ, its se, its sign."""
-
-    n: float
-    mean: float
-    se: float
-    sign: int
-
-    def text(self) -> str:
-        return f"{self.mean:+.3f} ± {self.se:.3f} at {self.n:.3g}"
-
-
-def signed_points(points: Sequence[DeltaPoint], refine: RefineConfig) -> list[SignedPoint]:
-    """Every point's mean Δ, se and sign by the one rule (what the statement quotes)."""
-    points = sorted((p for p in points if p.deltas), key=lambda p: p.n)
-    if not points:
-        return []
-    noise = pair_noise(points, noise_prior(refine))
-    signs = point_signs(points, noise, sign_rule(refine))
-    return [
-        SignedPoint(p.n, float(m), float(e), int(s))
-        for p, m, e, s in zip(points, signs.means, signs.se, signs.signs, strict=True)
-    ]
 
 
 def _listed(points: Sequence[SignedPoint]) -> str:
@@ -192,7 +166,7 @@ def make_transition(
     points = mark_unstable(points)
     measured = [p.delta_point() for p in points]
     estimate = estimate_crossing(measured, prior=noise_prior(refine), rule=sign_rule(refine))
-    said = statement(pair, estimate, signed_points(measured, refine), refine.alpha)
+    said = statement(pair, estimate, estimate.signed, refine.alpha)
     common = _common_fields(pair, points, estimate, said)
     common.update(trials=trials, rounds=rounds, simulated=simulated, reason=reason)
     if estimate.status != vocabulary.TransitionStatus.BRACKETED:
