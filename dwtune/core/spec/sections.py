@@ -352,13 +352,13 @@ class RefineConfig:
     max_seeds: int = 3  # seeds added while |Δ| is within noise
     max_rounds: int = 8  # bisection rounds per pair
     # two-sided false-sign rate of the one sign rule at a true Δ of 0 over all its looks (one
-    # look per added seed up to max_seeds; Pocock-type α-spending, core/refine/sequential.py)
+    # look per added seed up to max_seeds; Pocock-type α-spending, core/sequential.py)
     alpha: float = 0.05
     # a guess of the paired-Δ sd (nats), worth noise_prior_dof pseudo-observations: the seeds
-    # outweigh it as they come in (core/refine/noise.py); it is never taken as known
+    # outweigh it as they come in (core/noise.py); it is never taken as known
     noise_prior: float = 0.003
     noise_prior_dof: float = 0.25
-    # Scan for a second sign change (dwtune.core.refine.steps): once a pair is bracketed, probe
+    # Scan for a second sign change (dwtune.core.transitions): once a pair is bracketed, probe
     # every gap wider than scan_spacing e-folds of N within scan_reach e-folds of the bracket.
     # A dip of Δ narrower than the spacing can slip between probes; 0 turns the scan off.
     scan_spacing: float = 0.35
@@ -366,7 +366,7 @@ class RefineConfig:
     # training-length robustness: factors on the training length at which each bracketed
     # pair's N* is re-estimated after the refine stage (dwtune.study.length_check); () = off
     length_check: tuple[float, ...] = ()
-    # Where each pair's first points lie (core/refine/design.py): "grid" trains every depth at every
+    # Where each pair's first points lie (core/design.py): "grid" trains every depth at every
     # space.budgets; "law" trains each pair's two depths at N*·e^(±reach) of fit.reference's
     # law (e-folds of N), widening beyond a censored edge (or, where no sign is decided, towards
     # the side the mean Δ leans to) inside space.budgets' range.
@@ -377,7 +377,7 @@ class RefineConfig:
     # wave's from the law fitted on the waves before it (core/fit/censored.py: running_law),
     # so the first must hold 3 pairs. 1: every pair at once.
     waves: int = 1
-    # Early decisions (dwtune.core.refine.early): stop a point's trainings once their partial
+    # Early decisions (dwtune.core.early_decision): stop a point's trainings once their partial
     # curves settle the end Δ's sign at refine.alpha, no earlier than early_min_fraction of the
     # steps; the point's sign is then the early rule's. Needs evals along the run (eval_every).
     early_stop: bool = False
