@@ -5,7 +5,8 @@ SIMULATED DATA (dwtune.backends.simulated_surface). For each surface and each no
 ratio, ``--pairs`` depth pairs (Ls, Ld) = (12, 18), each with its own planted N*
 (``simulated.a`` drawn so that ln N*(Ld) is uniform over the grid's interior) and its own
 seeds, are refined end to end through the decision code the refine stage runs
-(:mod:`dwtune.core.pair_points`, :mod:`dwtune.core.transitions`, :mod:`dwtune.core.crossing`:
+(:mod:`dwtune.core.refine.points`, :mod:`dwtune.core.refine.steps`,
+:mod:`dwtune.core.refine.estimate`:
 the functions :class:`dwtune.study.refine.PairRefiner` calls, in the same order), in process:
 no Ray, no Optuna (its journal only records the points; it decides nothing). Trainings are the
 surface's own per-seed outcomes (:func:`seed_outcome`: noise, outliers, divergences), both nets
@@ -48,6 +49,7 @@ import math
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from types import SimpleNamespace
 
 import numpy as np
 from scipy import optimize
@@ -58,9 +60,20 @@ from dwtune.backends.simulated_surface import (
     paired_noise_sd,
     seed_outcome,
 )
-from dwtune.core import pair_points, transitions, vocabulary
-from dwtune.core.pair_points import PairPoint, SizeTrend
+from dwtune.core import vocabulary
 from dwtune.core.records import TrialRecord
+from dwtune.core.refine.design import design_for
+from dwtune.core.refine.outcome import decide_points
+from dwtune.core.refine.points import PairPoint, make_point, merge_points
+from dwtune.core.refine.steps import (
+    decide_seeds,
+    next_step,
+    point_done,
+    seed_sequence,
+    seeds_wanted,
+)
+from dwtune.core.refine.transition import make_transition
+from dwtune.core.refine.trend import SizeTrend
 from dwtune.core.spec import RefineConfig, SimulatedConfig
 
 PAIR = (12, 18)
@@ -115,6 +128,8 @@ class SimulatedPair:
         true_sd = paired_noise_sd(self.config, *PAIR, n_params=self.truth[-1])
         template = REFINE if law is None else LAW_REFINE
         self.refine = dataclasses.replace(template, noise_prior=true_sd / ratio)
+        # the design refine.design names (its steps: the first sizes are placed here)
+        self.design = design_for(SimpleNamespace(refine=self.refine))  # type: ignore[arg-type]
         self.seed_base = 1000 * replicate
         self.budgets = BUDGETS
         if law is not None:  # law design: the guess's error from its own stream (module doc)
@@ -143,12 +158,12 @@ class SimulatedPair:
 
     def point(self, budget: float, seeds: int, kind: str, verified: bool = False) -> PairPoint:
         """Both depths at ``budget`` for the first ``seeds`` seeds (same seeds order as refine)."""
-        order = transitions.seed_sequence(GRID_SEEDS, seeds)[:seeds]
+        order = seed_sequence(GRID_SEEDS, seeds)[:seeds]
         deep = {s: self.record(PAIR[1], budget, s) for s in order}
         shallow = {s: self.record(PAIR[0], budget, s) for s in order}
         sizes = (math.log(budget), int(math.sqrt(budget / 216)), int(math.sqrt(budget / 144)))
         trend = SizeTrend([], [])  # both nets at exactly the budget's size
-        point = pair_points.make_point(budget, sizes, deep, shallow, trend, kind, seeds)
+        point = make_point(budget, sizes, deep, shallow, trend, kind, seeds)
         return dataclasses.replace(point, verified=verified)
 
     def grid(self) -> list[PairPoint]:
@@ -163,12 +178,12 @@ def evaluate(sim: SimulatedPair, context, budget, kind, start, verified) -> Pair
     wanted = start
     while True:
         point = sim.point(budget, wanted, kind, verified)
-        merged = pair_points.merge_points(context, [point])
-        decided = transitions.decide_points(merged, sim.refine)
+        merged = merge_points(context, [point])
+        decided = decide_points(merged, sim.refine)
         point = next(p for p in decided if p.budget == budget)
-        if transitions.point_done(point, kind, wanted, sim.refine):
+        if point_done(point, kind, wanted, sim.refine):
             return point
-        wanted = transitions.seeds_wanted(point.decision, wanted, sim.refine)
+        wanted = seeds_wanted(point.decision, wanted, sim.refine)
 
 
 def refine_pair(sim: SimulatedPair):
@@ -176,8 +191,8 @@ def refine_pair(sim: SimulatedPair):
     refine = sim.refine
     grid, later, rounds = sim.grid(), [], 0
     while True:
-        points = transitions.decide_points(pair_points.merge_points(grid, later), refine)
-        step = transitions.next_step(points, refine, rounds, span=SPAN)
+        points = decide_points(merge_points(grid, later), refine)
+        step = next_step(points, refine, rounds, span=SPAN, design=sim.design)
         if step.kind == "done":
             break
         if step.kind in ("bisect", "scan", "extend"):
@@ -188,10 +203,8 @@ def refine_pair(sim: SimulatedPair):
             start = max(refine.seeds, step.seeds, step.point.requested)
             verified = step.reason == "re-verify"
         later.append(evaluate(sim, points, budget, step.kind, start, verified))
-    merged = pair_points.merge_points(grid, later)
-    return transitions.make_transition(
-        PAIR, merged, refine, trials=0, rounds=rounds, simulated=True
-    )
+    merged = merge_points(grid, later)
+    return make_transition(PAIR, merged, refine, trials=0, rounds=rounds, simulated=True)
 
 
 # --------------------------------------------------------------------------- point tests
@@ -213,8 +226,8 @@ def size_where(sim: SimulatedPair, target: float) -> float | None:
 
 def point_sign(sim: SimulatedPair, log_n: float) -> int:
     """Sign the sequential rule gives a fresh point at ``log_n`` beside the pair's grid."""
-    grid = transitions.decide_points(sim.grid(), sim.refine)
-    start = transitions.decide_seeds(sim.refine)  # a bisect step starts with two seeds
+    grid = decide_points(sim.grid(), sim.refine)
+    start = decide_seeds(sim.refine)  # a bisect step starts with two seeds
     point = evaluate(sim, grid, math.exp(log_n), "bisect", start, False)
     return point.decision.sign
 

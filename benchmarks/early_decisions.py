@@ -9,7 +9,7 @@ seeds, both trained ``--steps`` steps with an eval every ``--eval-every``. Each 
 the seeds' end losses (paired sd ``--noise``), the curves, and the pair's learned noise estimate
 (sd ``--noise`` · sqrt(χ²_ν / ν) on ``ν = --noise-dof`` degrees of freedom, as the refine stage
 learns it from the pair's other seeds), then walks the looks of
-:func:`dwtune.core.early_decision.first_settled`. Per true end Δ (in units of the paired sd):
+:func:`dwtune.core.refine.early.first_settled`. Per true end Δ (in units of the paired sd):
 
 - settled: share of points the rule stopped before the end;
 - false: share of points whose settled sign differs from the true sign (at Δ = 0 every
@@ -22,8 +22,8 @@ learns it from the pair's other seeds), then walks the looks of
 With ``--study``: a small simulated study (depths 6 and 12, the ``late_descent`` curves, evals
 every 25 of 1,000 steps) refined through Ray Tune twice, with ``refine.early_stop`` off and on:
 the refine stage's trainings, how many stopped early, its training FLOPs (the trained tokens
-priced by ``dwtune.core.floor.spent_flops``), the share of the stopped trainings' FLOPs saved,
-and N* with its 95% interval against the planted one.
+priced by ``dwtune.core.oracle_floor.spent_flops``), the share of the stopped trainings'
+FLOPs saved, and N* with its 95% interval against the planted one.
 
 With ``--torch``: real curves, not simulated. The quickstart spec's char-level Shakespeare
 nets, depths 1 and 2 at sizes 1e5 and 1e6, three paired seeds each, trained in this process on
@@ -47,7 +47,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dwtune.backends.simulated_surface import curve_excess
-from dwtune.core.early_decision import EarlyRule, first_settled, planned_evals
+from dwtune.core.refine.early import EarlyRule, first_settled, planned_evals
 from dwtune.core.spec import SimulatedConfig
 
 # true end Δ in paired sd (deeper loses: +); 25 sd is the simulated gap (0.05 nats) far from N*
@@ -139,7 +139,7 @@ def study(early: bool) -> dict:
     import tempfile
 
     from dwtune.backends.simulated import planted_transition
-    from dwtune.core.floor import spent_flops
+    from dwtune.core.oracle_floor import spent_flops
     from dwtune.core.records import grid_requests
     from dwtune.core.spec import load_spec
     from dwtune.storage.store import ExperimentStore
@@ -203,8 +203,8 @@ TORCH_SEEDS = (0, 1, 2)
 def torch_points() -> dict[float, tuple[list[int], np.ndarray, int]]:
     """Per size: (eval steps, seeds × steps of the paired Δ, total steps) of real trainings."""
     from dwtune.backends.trial import run_trial_inprocess
-    from dwtune.core.early_decision import paired_curves
     from dwtune.core.records import make_request
+    from dwtune.core.refine.early import paired_curves
     from dwtune.core.spec import load_spec
 
     spec_path = Path(__file__).resolve().parents[1] / "search_spaces" / "quickstart.yaml"

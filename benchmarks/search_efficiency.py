@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from dwtune.backends.simulated import final_loss, planted_transition
-from dwtune.core import transitions
 from dwtune.core.records import TrialRecord, grid_requests
+from dwtune.core.refine.first_points import pair_start
 from dwtune.core.spec import ExperimentSpec, load_spec
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.refine import RefineStage
@@ -128,7 +128,7 @@ def dense_error(spec: ExperimentSpec, size: int, interpolate: bool) -> float:
     records = dense_records(spec, budgets)
     errors = []
     for pair in spec.refine.pairs:
-        grid = transitions.grid_pair(records, tuple(pair), tuple(budgets), DENSE_SEEDS, 2.0, 0.0)
+        grid = pair_start(records, tuple(pair), tuple(budgets), DENSE_SEEDS, 2.0, 0.0)
         n_star = crossing(list(grid.points), interpolate)
         errors.append(log_error(spec, pair[1], n_star) if math.isfinite(n_star) else math.inf)
     return max(errors)

@@ -24,7 +24,7 @@ which ratio ran. The estimator is never handed the true noise as known: the gues
     python benchmarks/study_coverage.py --studies 200 --jobs 2 [--ratio 5] [KEY=VALUE ...]
 
 ``KEY=VALUE`` overrides the spec, e.g. ``refine.design=law`` (the law
-design, :mod:`dwtune.core.design`).
+design, :mod:`dwtune.core.refine.design`).
 """
 
 from __future__ import annotations

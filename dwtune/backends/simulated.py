@@ -151,7 +151,7 @@ value and closes on it at a slowing rate (at the defaults, 6 vs 12 layers: about
 half the run, 0.003 at 80%); ``η`` is independent eval noise of sd ``curve_eval_noise`` [0.001
 nats] at every eval but the last, which is exactly the final loss on both curves. So the end of
 training, and every decision made from it, is the same under both curves; only a rule that
-looks at partial curves (:mod:`dwtune.core.early_decision`) sees the difference. On
+looks at partial curves (:mod:`dwtune.core.refine.early`) sees the difference. On
 ``interpolated`` a partial Δ already has the final sign, which makes any early rule look
 perfect: measure one on ``late_descent``. No gradients exist: ``grad_norm`` and ``mfu`` are NaN;
 ``step_time_s`` is ``seconds_per_step`` (NaN when 0) and ``tokens_per_s`` follows from it.

@@ -133,11 +133,11 @@ def run(args: argparse.Namespace) -> int:
             f"(set trainer: torch, or use dwtune run for simulated studies)"
         )
     from dwtune.backends.pytorch.perf import device_name
-    from dwtune.backends.pytorch.train import Trainer
+    from dwtune.backends.pytorch.train import TrainingLoop
 
     _check_checkpoint_dir(args.checkpoint_dir)
     try:
-        trainer = Trainer(spec, shape, args.seed)
+        trainer = TrainingLoop(spec, shape, args.seed)
         if args.resume_from:
             trainer.restore(args.resume_from)
         final = _train_with_progress(trainer, args.checkpoint_dir)

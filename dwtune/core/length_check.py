@@ -5,7 +5,7 @@ tokens_per_param, whichever the spec gives: :func:`dwtune.core.records.scaled_le
 the refine stage, each bracketed pair's points near its bracket (:func:`check_points`) are
 trained again at ``f`` times the length with the same paired seeds
 (:mod:`dwtune.study.length_check`), and N* is re-estimated from those points alone with
-:func:`dwtune.core.crossing.estimate_crossing`. Against the refine stage's N* (every point of
+:func:`dwtune.core.refine.estimate.estimate_crossing`. Against the refine stage's N* (every point of
 the pair, 95% interval ``[lo, hi]``, ``σ = σ(ln N*)``)::
 
     shift          = ln(N*_f / N*)                   e-folds of N
@@ -33,9 +33,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dwtune.core import vocabulary
-from dwtune.core.crossing import CrossingEstimate
-from dwtune.core.pair_points import PairPoint
-from dwtune.core.transitions import Transition, outcome_of
+from dwtune.core.refine.estimate import CrossingEstimate
+from dwtune.core.refine.outcome import outcome_of
+from dwtune.core.refine.points import PairPoint
+from dwtune.core.refine.transition import Transition
 from dwtune.core.vocabulary import PointKind, TransitionStatus
 
 
@@ -75,7 +76,7 @@ def check_points(
 ) -> list[PairPoint]:
     """The points of a bracketed pair to retrain (module doc); [] when it is not bracketed.
 
-    ``points``: every point of the pair, sorted by size and decided (refine.decided_points).
+    ``points``: every point of the pair, sorted by size and decided (refine.outcome.decide_points).
     """
     outcome = outcome_of(points, max_seeds)
     if outcome.status != TransitionStatus.BRACKETED:

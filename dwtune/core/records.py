@@ -272,7 +272,7 @@ class TrialRecord:
     # One dict per report: metric name -> value (metrics vocabulary); not a trials.parquet column.
     curve: list[dict[str, Any]] = field(default_factory=list, repr=False)
     # Loss of each held-out window at the best evaluation (vocabulary.VAL_WINDOWS): the paired
-    # evaluation error of Δ (dwtune.core.pair_points); not a trials.parquet column.
+    # evaluation error of Δ (dwtune.core.refine.points); not a trials.parquet column.
     val_windows: list[float] = field(default_factory=list, repr=False)
 
     @property

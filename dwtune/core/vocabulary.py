@@ -46,7 +46,7 @@ class Stage(StrEnum):
 
 
 class TransitionStatus(StrEnum):
-    """Where a depth pair's transition N* stands (core.transitions, transitions.parquet)."""
+    """Where a depth pair's transition N* stands (core.refine.outcome, transitions.parquet)."""
 
     BRACKETED = "bracketed"  # the deeper net loses below a size and wins above it
     CENSORED_LOW = "censored_low"  # the deeper net already wins at the smallest size tried
@@ -61,12 +61,13 @@ CENSORED_STATUSES = (TransitionStatus.CENSORED_LOW, TransitionStatus.CENSORED_HI
 
 
 class PointKind(StrEnum):
-    """What trained a pair point: the grid, a verify step (more seeds), a bisect step or a
-    scan step (a probe for a second sign change beside the bracket)."""
+    """What trained a pair point: its first points, a verify step (more seeds), a cut inside
+    the bracket, a scan step (a probe for a second sign change beside the bracket) or an
+    extension beyond a censored edge."""
 
-    GRID = "grid"
+    GRID = "grid"  # a pair's first points, wherever its design placed them ("grid" on disk)
     VERIFY = "verify"
-    BISECT = "bisect"
+    CUT = "bisect"  # a cut inside the bracket (StepKind.CUT)
     SCAN = "scan"
     EXTEND = "extend"
 
@@ -75,7 +76,9 @@ class StepKind(StrEnum):
     """What the refine stage does next for a pair."""
 
     VERIFY = "verify"  # add seeds at a point within noise
-    BISECT = "bisect"  # train both depths at a new size inside the bracket
+    # train both depths at a new size inside the bracket, where the design cuts it (the grid
+    # design's midpoint, the law design's interpolated cut); "bisect" on disk, as written before
+    CUT = "bisect"
     SCAN = "scan"  # train both depths at a new size beside the bracket (non_monotone search)
     EXTEND = "extend"  # law design: train both depths beyond a censored pair's decided edge
     DONE = "done"

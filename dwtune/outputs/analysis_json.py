@@ -1,4 +1,4 @@
-"""`dwtune analyze --json`: an :class:`~dwtune.core.analysis.result.Analysis` as one JSON
+"""`dwtune analyze --json`: an :class:`~dwtune.core.analysis.result.AnalysisResult` as one JSON
 object (NaN and inf as null; the keys are docs/analyze.md's)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dwtune.core.analysis.jitter import JITTER_DEGREE, JITTER_MIN_POINTS, JITTER
 from dwtune.core.analysis.result import (
     RULE_TEST,
     AnalysedPair,
-    Analysis,
+    AnalysisResult,
     NoiseSummary,
     ReferenceCheck,
     TableFit,
@@ -19,14 +19,14 @@ from dwtune.core.analysis.result import (
 from dwtune.core.analysis.table import Checkpoints
 from dwtune.core.analysis.tokens import TOKEN_TOLERANCE
 from dwtune.core.analysis.verdicts import noise_range
-from dwtune.core.decision import SignRule
+from dwtune.core.refine.signs import SignRule
 from dwtune.core.vocabulary import LEVEL, FitStatus
 from dwtune.storage.fit_json import fit_to_dict, json_ready
 
 AGREES = {vocabulary.AGREEMENT_AGREES: True, vocabulary.AGREEMENT_DISAGREES: False}
 
 
-def analysis_dict(analysis: Analysis) -> dict:
+def analysis_dict(analysis: AnalysisResult) -> dict:
     """The whole analysis, as ``--json`` prints it."""
     result = {
         "source": analysis.source,

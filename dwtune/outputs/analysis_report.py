@@ -1,6 +1,6 @@
 """`dwtune analyze --report DIR`: report.md and a figure of Δ per pair against size.
 
-Drawn from the same :class:`~dwtune.core.analysis.result.Analysis` the console text and
+Drawn from the same :class:`~dwtune.core.analysis.result.AnalysisResult` the console text and
 ``--json`` render, so the report never disagrees with them. Like a
 study's report (:mod:`dwtune.outputs.report`): matplotlib's object API on the Agg canvas (no
 pyplot), atomic writes, a SIMULATED watermark and banner on simulated data.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dwtune.core.analysis.result import AnalysedPair, Analysis
+from dwtune.core.analysis.result import AnalysedPair, AnalysisResult
 from dwtune.core.vocabulary import (
     FIGURES_DIR,
     REPORT_FILE,
@@ -81,7 +81,7 @@ def _draw_pair(ax, held: AnalysedPair, law: str | None) -> None:
     ax.legend(fontsize=7)
 
 
-def plot_pair_deltas(analysis: Analysis, path: Path) -> Path:
+def plot_pair_deltas(analysis: AnalysisResult, path: Path) -> Path:
     """One panel per pair (below 0: the deeper net wins)."""
     pairs, simulated = analysis.pairs, analysis.simulated
     ncols = min(COLUMNS, max(len(pairs), 1))
@@ -99,7 +99,7 @@ def plot_pair_deltas(analysis: Analysis, path: Path) -> Path:
     return save_png(fig, path)
 
 
-def markdown(analysis: Analysis, figure: Path, out: Path) -> str:
+def markdown(analysis: AnalysisResult, figure: Path, out: Path) -> str:
     ref, law = analysis.reference, reference_law(analysis)
     lines = [f"# Transition analysis of {analysis.source}", ""]
     if analysis.simulated:
@@ -108,7 +108,7 @@ def markdown(analysis: Analysis, figure: Path, out: Path) -> str:
         f"- checkpoints: {analysis.checkpoints.describe()}",
         f"- window: |ln N_deep − ln N_shallow| ≤ {analysis.window:.3g}",
         "- Δ = loss(deeper) − loss(shallower) at the deeper net's size; N* from the refine "
-        "stage's estimator (dwtune.core.crossing)",
+        "stage's estimator (dwtune.core.refine.estimate)",
     ]
     if ref:
         a, b = ref.reference.law.a, ref.reference.law.b
@@ -134,7 +134,7 @@ def markdown(analysis: Analysis, figure: Path, out: Path) -> str:
     return "\n".join(lines)
 
 
-def write_analysis_report(analysis: Analysis, out_dir: str | Path) -> tuple[Path, ...]:
+def write_analysis_report(analysis: AnalysisResult, out_dir: str | Path) -> tuple[Path, ...]:
     """report.md and figures/``Figure.ANALYSIS_DELTAS`` under ``out_dir``; returns their paths."""
     out = Path(out_dir)
     figure = plot_pair_deltas(analysis, out / FIGURES_DIR / Figure.ANALYSIS_DELTAS)

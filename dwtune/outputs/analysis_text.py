@@ -1,12 +1,12 @@
 """The human-readable form of `dwtune analyze`: plain text from its
-:class:`~dwtune.core.analysis.result.Analysis`."""
+:class:`~dwtune.core.analysis.result.AnalysisResult`."""
 
 from __future__ import annotations
 
 import math
 
 from dwtune.core import vocabulary
-from dwtune.core.analysis.result import RULE_TEST, AnalysedPair, Analysis, TableFit
+from dwtune.core.analysis.result import RULE_TEST, AnalysedPair, AnalysisResult, TableFit
 from dwtune.core.analysis.verdicts import noise_range
 
 STATUS_TEXT = {
@@ -102,7 +102,7 @@ def pair_lines(held: AnalysedPair, law: str | None) -> list[str]:
     return lines + ["  " + r for r in plain_table(headers, _point_rows(held, law))]
 
 
-def _jitter_lines(analysis: Analysis) -> list[str]:
+def _jitter_lines(analysis: AnalysisResult) -> list[str]:
     noise = analysis.noise
     jitter = noise.jitter
     if jitter is None or noise.limits is None:
@@ -119,7 +119,7 @@ def _jitter_lines(analysis: Analysis) -> list[str]:
     return [*lines, f"  what it cannot show: {noise.limits}"]
 
 
-def noise_lines(analysis: Analysis) -> list[str]:
+def noise_lines(analysis: AnalysisResult) -> list[str]:
     """The noise method in words, the per-depth jitter, and what it cannot show."""
     noise = analysis.noise
     lines = [f"noise ({NOISE_NAMES.get(noise.method, noise.method)}):"]
@@ -131,7 +131,7 @@ def noise_lines(analysis: Analysis) -> list[str]:
     return lines
 
 
-def warning_lines(analysis: Analysis) -> list[str]:
+def warning_lines(analysis: AnalysisResult) -> list[str]:
     tokens = analysis.tokens
     lines = [f"warning: {w}" for w in tokens.warnings]
     if tokens.target_warning:
@@ -171,12 +171,12 @@ def fit_lines(table: TableFit) -> list[str]:
     return lines
 
 
-def reference_law(analysis: Analysis) -> str | None:
+def reference_law(analysis: AnalysisResult) -> str | None:
     """The reference law's name, where the table was held against one."""
     return analysis.reference.reference.law.name if analysis.reference else None
 
 
-def format_analysis(analysis: Analysis) -> str:
+def format_analysis(analysis: AnalysisResult) -> str:
     """The text `dwtune analyze` prints by default."""
     law = reference_law(analysis)
     lines = [vocabulary.SIMULATED_BANNER] if analysis.simulated else []

@@ -21,7 +21,7 @@ from dwtune.core.errors import InputError
 from dwtune.core.fit.bootstrap import PairPoints
 from dwtune.core.length_check import LengthShift
 from dwtune.core.projection import DepthWidthLaw, no_projection_reason
-from dwtune.core.transitions import Transition
+from dwtune.core.refine.transition import Transition
 from dwtune.core.units import parse_size
 from dwtune.core.vocabulary import (
     COMPLETED_STATUSES,

@@ -1,7 +1,7 @@
 """Every Parquet schema of an experiment folder, in one place.
 
 A column of ``trials.parquet`` is a :class:`~dwtune.core.records.TrialRecord` field and a column
-of ``transitions.parquet`` a :class:`~dwtune.core.transitions.Transition` field (of
+of ``transitions.parquet`` a :class:`~dwtune.core.refine.transition.Transition` field (of
 ``length_check.parquet`` a :class:`~dwtune.core.length_check.LengthShift` field), with the Arrow
 type of the field's annotation; adding a field to a record adds its column. ``curves.parquet``,
 ``pair_deltas.parquet`` and ``projections.parquet`` are written out here field by field.
@@ -25,7 +25,7 @@ import pyarrow as pa
 from dwtune.core import vocabulary
 from dwtune.core.length_check import LengthShift
 from dwtune.core.records import TrialRecord
-from dwtune.core.transitions import Transition
+from dwtune.core.refine.transition import Transition
 from dwtune.core.vocabulary import (
     CURVES_FILE,
     LENGTH_CHECK_FILE,
@@ -295,7 +295,7 @@ CURVES_SCHEMA = described(
 )
 
 # pair_deltas.parquet: every paired Δ of the refine stage, one row per (pair, point, seed)
-# (dwtune.core.pair_points for the unstable flags).
+# (dwtune.core.refine.points for the unstable flags).
 PAIR_DELTAS_SCHEMA = described(
     PAIR_DELTAS_FILE,
     [

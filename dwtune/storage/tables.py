@@ -5,7 +5,7 @@ metadata and the atomic write of :mod:`.provenance`), so no table is written by 
 
 - ``trials.parquet`` and ``curves.parquet``: every :class:`~dwtune.core.records.TrialRecord`
   (all fields but the curve and the window losses; the curve one row per report);
-- ``transitions.parquet``: one :class:`~dwtune.core.transitions.Transition` per depth pair;
+- ``transitions.parquet``: one :class:`~dwtune.core.refine.transition.Transition` per depth pair;
 - ``length_check.parquet``: one :class:`~dwtune.core.length_check.LengthShift` per pair and
   factor;
 - ``pair_deltas.parquet``: every paired Δ of the refine stage, per (pair, point, seed), read
@@ -27,13 +27,13 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from dwtune.core.crossing import DeltaPoint
 from dwtune.core.errors import InputError
 from dwtune.core.fit.bootstrap import PairPoints
 from dwtune.core.length_check import LengthShift
 from dwtune.core.projection import BudgetProjection, DepthProjection
 from dwtune.core.records import TrialRecord
-from dwtune.core.transitions import Transition
+from dwtune.core.refine.signs import DeltaPoint
+from dwtune.core.refine.transition import Transition
 from dwtune.core.vocabulary import SIMULATED_COLUMN, PointKind, Stage
 from dwtune.storage.provenance import frame_attrs, read_parquet_checked, write_parquet_atomic
 from dwtune.storage.schemas import (

@@ -42,7 +42,7 @@ from dwtune.study.planning import Plan, make_plan
 if TYPE_CHECKING:
     import pandas as pd
 
-    from dwtune.core.analysis.result import Analysis as CoreAnalysis
+    from dwtune.core.analysis.result import AnalysisResult
     from dwtune.core.fit import FitResult
 
 SpecLike = ExperimentSpec | Mapping[str, Any] | str | Path
@@ -244,7 +244,7 @@ class Analysis:
     """``dwtune analyze``'s result: per depth pair its status and N* with intervals, the noise,
     the reference law's test and the fit (``to_dict()`` is ``analyze --json``)."""
 
-    def __init__(self, result: CoreAnalysis):
+    def __init__(self, result: AnalysisResult):
         self.result = result
 
     @property

@@ -29,8 +29,8 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dwtune.core.early_decision import PointNoise
 from dwtune.core.records import TrialRecord, TrialRequest
+from dwtune.core.refine.early import PointNoise
 
 Stream = Generator[list[TrialRequest], list[TrialRecord], Any]
 Reuse = Callable[[TrialRequest], TrialRecord | None]

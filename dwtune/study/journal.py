@@ -14,7 +14,7 @@ import optuna
 from optuna.trial import TrialState
 
 from dwtune.core.errors import InputError
-from dwtune.core.pair_points import PairPoint
+from dwtune.core.refine.points import PairPoint
 from dwtune.core.vocabulary import JOURNAL_SUFFIX, REFINE_DIR
 from dwtune.storage import loaders
 from dwtune.storage.store import ExperimentStore

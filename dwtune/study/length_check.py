@@ -14,16 +14,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dwtune.core import crossing, pair_points
 from dwtune.core.length_check import LengthShift, check_points, describe, length_shift
-from dwtune.core.pair_points import PairPoint
 from dwtune.core.records import SPEC_RATE, TrialRecord, TrialRequest, make_request
+from dwtune.core.refine.estimate import estimate_crossing
+from dwtune.core.refine.first_points import shallow_trend
+from dwtune.core.refine.outcome import decide_points
+from dwtune.core.refine.points import PairPoint, make_point, mark_unstable
+from dwtune.core.refine.signs import noise_prior, sign_rule
+from dwtune.core.refine.transition import Transition
 from dwtune.core.spec import ExperimentSpec
-from dwtune.core.transitions import Transition, noise_prior, sign_rule
 from dwtune.core.vocabulary import Stage, TransitionStatus
 from dwtune.storage.experiment import ExperimentWriter
 from dwtune.storage.store import ExperimentStore
-from dwtune.study.refine import PairRefiner, RefineStage, decided_points
+from dwtune.study.refine import PairRefiner, RefineStage
 from dwtune.study.runners.base import reusable_record
 
 RunTrials = Callable[[list[TrialRequest]], list[TrialRecord]]
@@ -57,14 +60,14 @@ def _request(spec: ExperimentSpec, refiner: PairRefiner, cell, seed: int, factor
         lr=lr,
         lr_source=source,
         length_factor=factor,
-        pair=refiner.grid.label,
+        pair=refiner.start.label,
         point_kind=kind,
     )
 
 
 def plan_check(spec: ExperimentSpec, refiner: PairRefiner, t: Transition, factor: float):
     """The pair's check at ``factor``: its points near the bracket, both depths × their seeds."""
-    points = decided_points(refiner.points_of, refiner.study, spec.refine)
+    points = decide_points(refiner.points_of(refiner.study), spec.refine)
     chosen = check_points(points, spec.space.budgets, spec.refine.max_seeds)
     shallow, deep = refiner.pair
     requests = []
@@ -104,14 +107,14 @@ def checked_points(spec: ExperimentSpec, check: PairCheck, records: dict) -> lis
         p.budget: {seed: pair[1] for seed, pair in table.items()}
         for p, table in zip(check.points, tables, strict=True)
     }
-    trend = pair_points.shallow_trend(shallow_table, convention)
+    trend = shallow_trend(shallow_table, convention)
     made = []
     for point, table in zip(check.points, tables, strict=True):
         deep = {seed: pair[0] for seed, pair in table.items()}
         shallow = {seed: pair[1] for seed, pair in table.items()}
         sizes = (point.log_n, point.width_deep, point.width_shallow)
         made.append(
-            pair_points.make_point(
+            make_point(
                 point.budget, sizes, deep, shallow, trend, point.kind, len(table), convention
             )
         )
@@ -121,8 +124,8 @@ def checked_points(spec: ExperimentSpec, check: PairCheck, records: dict) -> lis
 def evaluate(spec: ExperimentSpec, check: PairCheck, records: dict) -> LengthShift:
     """N* from the check's points alone (the refine stage's noise prior and sign rule), and
     its row."""
-    points = pair_points.mark_unstable(checked_points(spec, check, records))
-    estimate = crossing.estimate_crossing(
+    points = mark_unstable(checked_points(spec, check, records))
+    estimate = estimate_crossing(
         [p.delta_point() for p in points if p.n],
         prior=noise_prior(spec.refine),
         rule=sign_rule(spec.refine),

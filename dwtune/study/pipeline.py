@@ -28,8 +28,8 @@ import pandas as pd
 from dwtune.core.errors import InputError
 from dwtune.core.projection import project_budget
 from dwtune.core.records import grid_requests
+from dwtune.core.refine.transition import Transition
 from dwtune.core.spec import ExperimentSpec, load_spec, spec_from_dict
-from dwtune.core.transitions import Transition
 from dwtune.core.units import parse_size
 from dwtune.core.vocabulary import (
     CURVES_FILE,

@@ -26,12 +26,13 @@ from dwtune.core.budget import (
     flops_per_token,
 )
 from dwtune.core.errors import InputError
+from dwtune.core.refine.design import design_for
 from dwtune.core.spec import BUILTIN_CORPORA, DataConfig, ExperimentSpec
 from dwtune.core.units import format_size
 
 if TYPE_CHECKING:  # the estimate runs the refine stage: imported where a cost is asked for
-    from dwtune.core.transitions import Transition
-    from dwtune.study.estimate import RefineEstimate
+    from dwtune.core.refine.transition import Transition
+    from dwtune.study.cost_estimate import RefineEstimate
 
 BENCH_RESULTS = Path(DataConfig().cache_dir).expanduser() / "bench" / "results.jsonl"
 # `dwtune plan`'s exit code when `dwtune run` would refuse the study (a missing corpus, too
@@ -455,10 +456,10 @@ def study_cost(
     estimate: RefineEstimate | None = None,
 ) -> list[cost.StageCost]:
     """Each stage's cost, the refine stage's from ``estimate`` (the simulated twin's run,
-    :mod:`dwtune.study.estimate`), run here when not given; a sharded trial holds its workers'
+    :mod:`dwtune.study.cost_estimate`), run here when not given; a sharded trial holds its workers'
     GPUs (one each) while it runs."""
     from dwtune.core.records import grid_requests
-    from dwtune.study.estimate import refine_estimate
+    from dwtune.study.cost_estimate import refine_estimate
 
     estimate = estimate or refine_estimate(spec)
     per_gpu = round(1 / spec.resources.gpu) if 0 < spec.resources.gpu < 1 else 1
@@ -503,7 +504,7 @@ def cost_info(
     )
     if not 0 < used <= 1:
         raise InputError(f"--mfu: got {used}; expected 0 < MFU <= 1")
-    from dwtune.study.estimate import refine_estimate
+    from dwtune.study.cost_estimate import refine_estimate
 
     estimate = refine_estimate(spec)
     stages = study_cost(spec, peak, used, gpus, device, estimate)
@@ -520,7 +521,7 @@ def cost_info(
         "stages": [dataclasses.asdict(s) for s in stages],
         "total": dataclasses.asdict(total),
         # refine.waves: each wave's pairs; the grid stage trains the first wave's first points
-        "waves": [[f"{a}-{b}" for a, b in wave] for wave in spec.refine_waves()],
+        "waves": [[f"{a}-{b}" for a, b in wave] for wave in design_for(spec).waves()],
         "floor": floor_info(spec, peak, used, total, estimate.transitions),
     }
 
@@ -532,11 +533,11 @@ def floor_info(
     planned: cost.StageCost,
     found: Sequence[Transition] = (),
 ) -> dict:
-    """The oracle floor (core/floor.py) priced as the plan prices its trainings (evaluation
+    """The oracle floor (core/oracle_floor.py) priced as the plan prices its trainings (evaluation
     included), η = floor FLOPs ÷ planned FLOPs, and the precision the plan buys: the median
     σ(ln N*) of the simulated twin's bracketed pairs (``found``) beside the planned GPU-hours
     per pair (``plan --cost --json``'s ``cost.floor``)."""
-    from dwtune.core.floor import efficiency, oracle_floor
+    from dwtune.core.oracle_floor import efficiency, oracle_floor
     from dwtune.core.projection import reference
 
     law = reference(spec.fit.reference)

@@ -63,10 +63,11 @@ PURE_MODULES = [
     "core.records",
     "core.units",
     "core.vocabulary",
-    "core.transitions",
+    "core.refine.steps",
+    "core.refine.transition",
     "core.fit",
     "core.projection",
-    "core.floor",
+    "core.oracle_floor",
     "storage.store",
     "backends.simulated",
 ]

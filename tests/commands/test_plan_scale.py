@@ -364,7 +364,7 @@ def test_the_cost_prints_the_precision_the_plan_buys_per_gpu_hour(
     """plan --cost: the median σ(ln N*) of the simulated twin's bracketed pairs beside the
     planned GPU-hours per pair, in the text and in --json (cost.floor)."""
     from dwtune.core.spec import load_spec
-    from dwtune.study.estimate import refine_estimate
+    from dwtune.study.cost_estimate import refine_estimate
 
     raw = simulated_raw(
         name="bought",

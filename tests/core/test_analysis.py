@@ -23,10 +23,10 @@ from dwtune.core.analysis import (
     size_groups,
     validate,
 )
-from dwtune.core.crossing import DeltaPoint, point_signs
 from dwtune.core.errors import InputError
-from dwtune.core.noise import Noise
 from dwtune.core.projection import LEVINE2020, optimal_depth, transition_size
+from dwtune.core.refine.noise import Noise
+from dwtune.core.refine.signs import DeltaPoint, point_signs
 
 
 def table(depth, params, loss, seed=None, tokens=None, failed=None) -> RunTable:

@@ -5,9 +5,20 @@ import math
 import numpy as np
 import pytest
 
-from dwtune.core import crossing, vocabulary
-from dwtune.core.crossing import DeltaPoint, estimate_crossing
-from dwtune.core.noise import NoisePrior
+from dwtune.core import vocabulary
+from dwtune.core.refine.estimate import CLIP_SD, Z95, clipped_means, estimate_crossing
+from dwtune.core.refine.noise import NoisePrior
+from dwtune.core.refine.signs import (
+    DEFAULT_RULE,
+    DeltaPoint,
+    Window,
+    classify,
+    pair_noise,
+    point_means,
+    point_signs,
+    signs_of_ratios,
+)
+from dwtune.core.refine.stick import KINK_EVIDENT, PROFILE_Q95, broken_stick_band, stick_world
 
 TRUTH = math.log(1e8)  # planted crossing, ln N
 GAP, SCALE = 0.05, 0.5  # nats, e-folds (the simulated default surface)
@@ -39,7 +50,7 @@ def test_a_planted_crossing_lies_inside_its_intervals_and_they_nest():
     star, low, high = (
         math.log(v) for v in (estimate.n_star, estimate.n_star_low, estimate.n_star_high)
     )
-    reach = 0.5 * (0.5 * (high - low) + max(star - low, high - star)) / crossing.Z95
+    reach = 0.5 * (0.5 * (high - low) + max(star - low, high - star)) / Z95
     assert estimate.sigma_ln == pytest.approx(max(half68, reach))
     assert estimate.crossings == (estimate.n_star,) and estimate.noise_source == "measured"
 
@@ -73,8 +84,8 @@ def test_a_second_sign_change_beyond_noise_is_non_monotone_with_every_crossing()
 
 
 def _signs_of(points):
-    noise = crossing.pair_noise(points, NoisePrior())
-    return crossing.point_signs(points, noise, crossing.DEFAULT_RULE)
+    noise = pair_noise(points, NoisePrior())
+    return point_signs(points, noise, DEFAULT_RULE)
 
 
 def test_a_reversed_point_within_noise_does_not_make_a_pair_non_monotone():
@@ -97,9 +108,9 @@ def test_a_reversed_point_within_noise_does_not_make_a_pair_non_monotone():
 
 def test_failed_trainings_count_as_the_most_extreme_delta_of_their_sign():
     points = [DeltaPoint(1e6, (0.04, math.inf)), DeltaPoint(1e7, (-0.03, -math.inf))]
-    assert crossing.point_means(points) == pytest.approx([0.04, -0.03])
+    assert point_means(points) == pytest.approx([0.04, -0.03])
     only_failures = [DeltaPoint(1e6, (math.inf,)), DeltaPoint(1e7, (-0.02,))]
-    assert crossing.point_means(only_failures)[0] == 0.0  # no positive finite Δ: 0, no sign
+    assert point_means(only_failures)[0] == 0.0  # no positive finite Δ: 0, no sign
 
 
 def test_failures_alone_never_make_a_pair_non_monotone():
@@ -137,13 +148,13 @@ def _kinked_points(xs, noise: float, x_star: float = 16.0) -> list[DeltaPoint]:
 def test_the_95_interval_holds_the_broken_stick_profile_of_a_kinked_delta():
     x_star = 16.0
     points = _kinked_points([15.0, 15.5, 15.8, 15.95, 16.05, 16.2, 16.5, 17.0], 0.001, x_star)
-    est = crossing.estimate_crossing(points, prior=NoisePrior(0.001))
+    est = estimate_crossing(points, prior=NoisePrior(0.001))
     assert est.status == "bracketed"
     x = np.log([p.n for p in points])
-    means = crossing.point_means(points)
+    means = point_means(points)
     se = np.full(x.size, 0.001 / math.sqrt(3))
-    window = crossing.classify(*crossing._signs(means, se, 2.0, 3.0)).windows[0]
-    band = crossing.broken_stick_band(x, means, se, window, crossing.PROFILE_Q95)
+    window = classify(*signs_of_ratios(means, se, 2.0, 3.0)).windows[0]
+    band = broken_stick_band(x, means, se, window, PROFILE_Q95)
     assert math.log(est.n_star_low) <= band[0] <= band[1] <= math.log(est.n_star_high)
     assert band[0] <= x_star <= band[1]
 
@@ -167,7 +178,7 @@ NOISE_STEEPENED = (
 def _chord_only(monkeypatch):
     """The estimate as it was before a local fit's crossing was reported: the kink-corrected
     chord (local_zero finds nothing, as where too few points lie beside the bracket)."""
-    monkeypatch.setattr(crossing, "local_zero", lambda *args: math.nan)
+    monkeypatch.setattr("dwtune.core.refine.stick.local_zero", lambda *args: math.nan)
 
 
 def test_sigma_is_never_below_what_the_pairs_own_95_interval_implies(monkeypatch):
@@ -181,7 +192,7 @@ def test_sigma_is_never_below_what_the_pairs_own_95_interval_implies(monkeypatch
     chord = estimate_crossing(points, prior=NoisePrior(0.002), seed=0)
     for estimate in (local, chord):
         assert estimate.status == vocabulary.TransitionStatus.BRACKETED
-        half95 = 0.5 * math.log(estimate.n_star_high / estimate.n_star_low) / crossing.Z95
+        half95 = 0.5 * math.log(estimate.n_star_high / estimate.n_star_low) / Z95
         assert estimate.sigma_ln >= half95 * (1 - 1e-9)
     half68 = 0.5 * math.log(chord.n_star_high_68 / chord.n_star_low_68)
     assert half68 < 0.75 * half95  # the case this guards: the bootstrap alone is too narrow
@@ -196,7 +207,7 @@ def test_the_chords_bias_at_a_kink_is_removed_from_n_star():
     # 16.08, past the kink; the broken-stick world measures that bias and N* moves back to 16
     x_star = 16.0
     points = _kinked_points([15.0, 15.5, 15.75, 15.9, 16.1, 16.25, 16.5, 17.0], 0.0005, x_star)
-    est = crossing.estimate_crossing(points, prior=NoisePrior(0.0005))
+    est = estimate_crossing(points, prior=NoisePrior(0.0005))
     assert est.status == "bracketed"
     chord = 15.9 + 0.01 / 0.011 * 0.2
     assert abs(math.log(est.n_star) - x_star) < 0.2 * (chord - x_star)
@@ -210,9 +221,9 @@ def test_the_intervals_also_hold_the_uncorrected_chord(monkeypatch):
     # 92% (95%) and 64% (68%) of pairs at a planted b 30% low. Both intervals now hold the
     # chord's replicates with and without the correction.
     points = _kinked_points([15.0, 15.5, 15.75, 15.9, 16.1, 16.25, 16.5, 17.0], 0.0005)
-    est = crossing.estimate_crossing(points, prior=NoisePrior(0.0005))
-    monkeypatch.setattr(crossing, "KINK_EVIDENT", math.inf)  # no correction
-    plain = crossing.estimate_crossing(points, prior=NoisePrior(0.0005))
+    est = estimate_crossing(points, prior=NoisePrior(0.0005))
+    monkeypatch.setattr("dwtune.core.refine.stick.KINK_EVIDENT", math.inf)  # no correction
+    plain = estimate_crossing(points, prior=NoisePrior(0.0005))
     assert est.n_star_low <= plain.n_star_low and est.n_star_high >= plain.n_star_high
     assert est.n_star_low_68 <= plain.n_star_low_68
     assert est.n_star_high_68 >= plain.n_star_high_68 > math.exp(16.0 + 0.05)  # the chord's
@@ -237,7 +248,7 @@ def test_noise_that_looks_like_a_kink_does_not_move_the_chord(monkeypatch):
     # now waits for a kink its second slope shows beyond noise (KINK_EVIDENT). The intervals
     # hold the chord with and without the correction, so a correction for noise widens them.
     def rms_error_68_and_width(gate: float) -> tuple[float, float, float]:
-        monkeypatch.setattr(crossing, "KINK_EVIDENT", gate)
+        monkeypatch.setattr("dwtune.core.refine.stick.KINK_EVIDENT", gate)
         rng = np.random.default_rng(4)
         errors, held, widths = [], 0, []
         for k in range(60):
@@ -250,7 +261,7 @@ def test_noise_that_looks_like_a_kink_does_not_move_the_chord(monkeypatch):
 
     # measured: rms 0.0058, 67% at 68%, median 68% width 0.0122 e-folds (gated) against
     # 0.0079, 72% and 0.0159 (always corrected)
-    gated, gated_68, gated_width = rms_error_68_and_width(crossing.KINK_EVIDENT)
+    gated, gated_68, gated_width = rms_error_68_and_width(KINK_EVIDENT)
     always, _, always_width = rms_error_68_and_width(0.0)
     assert gated < 0.8 * always
     assert gated_68 >= 0.55
@@ -268,9 +279,9 @@ def test_the_kink_test_weighs_means_by_their_standard_errors_not_medians():
     means = np.array([np.mean(s) for s in seeds])
     medians = np.array([np.median(s) for s in seeds])
     se = np.full(4, 0.001)
-    window = (1, 2, 1, 2)
-    assert math.isnan(crossing._stick_world(x, medians, se, window, means)[0])
-    assert not math.isnan(crossing._stick_world(x, medians, se, window)[0])  # medians: a kink
+    window = Window(1, 2)
+    assert math.isnan(stick_world(x, medians, se, window, means)[0])
+    assert not math.isnan(stick_world(x, medians, se, window)[0])  # medians: a kink
 
 
 # A pair of the flat surface (Δ = 0.05·tanh³((x* − x)/0.5), paired noise 0.002) as
@@ -299,16 +310,16 @@ def test_the_95_interval_reaches_across_a_flat_crossing(monkeypatch):
     assert estimate.n_star_low <= math.exp(planted) <= estimate.n_star_high
     # the profile band holds it with its flat legs; with straight legs only it cannot reach
     # across the flat points (the interval holds it then through the chord's replicates)
-    noise = crossing.pair_noise(points, NoisePrior(0.002))
-    first = crossing.point_signs(points, noise, crossing.DEFAULT_RULE)
-    window = crossing.classify(list(first.signs), list(first.strong)).windows[0]
+    noise = pair_noise(points, NoisePrior(0.002))
+    first = point_signs(points, noise, DEFAULT_RULE)
+    window = classify(list(first.signs), list(first.strong)).windows[0]
     x = np.log([p.n for p in points])
 
     def band() -> tuple[float, float]:
-        return crossing.broken_stick_band(x, first.means, first.se, window, crossing.PROFILE_Q95)
+        return broken_stick_band(x, first.means, first.se, window, PROFILE_Q95)
 
     assert band()[0] <= planted <= band()[1]
-    monkeypatch.setattr(crossing, "STICK_POWERS", (1.0,))
+    monkeypatch.setattr("dwtune.core.refine.stick.STICK_POWERS", (1.0,))
     assert not band()[0] <= planted <= band()[1]
 
 
@@ -360,7 +371,9 @@ def test_without_a_kink_the_reported_n_star_is_a_lines_crossing_and_errs_less_th
     else:
         made, prior = [_flat_points(rng) for _ in range(40)], NoisePrior(0.002)
     line = _median_error(made, prior)
-    monkeypatch.setattr(crossing, "LINE_UNLESS_KINK", -1.0)  # the stick whatever its gain
+    monkeypatch.setattr(
+        "dwtune.core.refine.stick.LINE_UNLESS_KINK", -1.0
+    )  # the stick whatever its gain
     assert line < 0.85 * _median_error(made, prior)
 
 
@@ -371,7 +384,9 @@ def test_a_kink_beyond_doubt_reports_the_sticks_crossing(monkeypatch):
     x_star = 16.0
     points = _kinked_points([15.0, 15.5, 15.8, 15.95, 16.2, 16.35, 16.5, 17.0], 0.0005, x_star)
     kinked = math.log(estimate_crossing(points, prior=NoisePrior(0.0005)).n_star)
-    monkeypatch.setattr(crossing, "LINE_UNLESS_KINK", math.inf)  # the line whatever the kink
+    monkeypatch.setattr(
+        "dwtune.core.refine.stick.LINE_UNLESS_KINK", math.inf
+    )  # the line whatever the kink
     line = math.log(estimate_crossing(points, prior=NoisePrior(0.0005)).n_star)
     assert abs(kinked - x_star) < 0.01 and abs(line - x_star) > 0.1
 
@@ -381,13 +396,13 @@ def test_a_spiked_seed_moves_the_reported_points_value_by_its_clip_at_most():
     calm = DeltaPoint(1e8, (0.010, 0.011, 0.009, 0.010))
     spiked = DeltaPoint(1e8, (0.010, 0.011, 0.009, 0.500))
     failed = DeltaPoint(1e8, (0.010, math.inf))
-    means = crossing.point_means([calm, spiked])
-    values = crossing.clipped_means([calm, spiked], means, sd)
+    means = point_means([calm, spiked])
+    values = clipped_means([calm, spiked], means, sd)
     assert values[0] == pytest.approx(0.010)  # nothing beyond the clip: the plain mean
     median = float(np.median(spiked.deltas))
-    clipped = (0.010 + 0.011 + 0.009 + median + crossing.CLIP_SD * 0.001) / 4
+    clipped = (0.010 + 0.011 + 0.009 + median + CLIP_SD * 0.001) / 4
     assert values[1] == pytest.approx(clipped) and values[1] < means[1] / 10
-    assert crossing.clipped_means([failed], np.array([0.7]), sd[:1])[0] == 0.7  # its mean
+    assert clipped_means([failed], np.array([0.7]), sd[:1])[0] == 0.7  # its mean
 
 
 def test_on_sparse_points_the_reported_n_star_is_the_chords(monkeypatch):
@@ -404,7 +419,7 @@ def test_on_sparse_points_the_reported_n_star_is_the_chords(monkeypatch):
 def test_bootstrap_sign_patterns_group_as_numpy_unique_rows_does():
     """The bootstrap's fast grouping of replicates by sign pattern: the same patterns, in the
     same order, and the same replicate-to-pattern map as ``np.unique(axis=0)``."""
-    from dwtune.core.crossing import _unique_rows
+    from dwtune.core.refine.estimate import _unique_rows
 
     rng = np.random.default_rng(3)
     for replicates, points in [(1, 3), (200, 5), (2000, 12)]:

@@ -1,16 +1,25 @@
-"""The law design (core/design.py) and the refine steps it drives (core/transitions.py)."""
+"""The law design (core/refine/design.py) and the refine steps it drives (core/refine/steps.py)."""
 
 import dataclasses
 import math
 
 import pytest
 
-from dwtune.core import crossing, design, transitions
 from dwtune.core.errors import InputError
 from dwtune.core.fit.censored import running_law
 from dwtune.core.projection import reference, transition_size
+from dwtune.core.refine.design import (
+    GUARD,
+    PLAN_Z,
+    design_for,
+    extension,
+    interpolated_cut,
+    law_sizes,
+)
+from dwtune.core.refine.steps import decide_seeds
+from dwtune.core.refine.stick import PROFILE_REACH
 from dwtune.core.spec import RefineConfig
-from tests.helpers.refine_points import REFINE, point
+from tests.helpers.refine_points import REFINE, next_step, point
 
 LAW = dataclasses.replace(REFINE, design="law", reach=0.5)
 SPAN = (12.0, 24.0)  # ln of space.budgets' range
@@ -18,54 +27,54 @@ SPAN = (12.0, 24.0)  # ln of space.budgets' range
 
 def test_law_sizes_sit_reach_e_folds_either_side_of_the_laws_n_star():
     law = reference("levine2020")
-    low, high = design.law_sizes(law, 18, 0.5)
+    low, high = law_sizes(law, 18, 0.5)
     assert math.log(high / low) == pytest.approx(1.0)
     assert math.sqrt(low * high) == pytest.approx(transition_size(law, 18))
 
 
 def test_an_extension_doubles_the_span_its_points_cover_in_the_censored_direction():
-    assert design.extension([16.0, 17.0], +1, 0.5, SPAN) == pytest.approx(18.0)
-    assert design.extension([16.0, 17.0, 18.0], +1, 0.5, SPAN) == pytest.approx(20.0)
-    assert design.extension([16.0, 17.0], -1, 0.5, SPAN) == pytest.approx(15.0)
-    assert design.extension([16.0, 16.2], +1, 0.5, SPAN) == pytest.approx(17.2)  # 2·reach
+    assert extension([16.0, 17.0], +1, 0.5, SPAN) == pytest.approx(18.0)
+    assert extension([16.0, 17.0, 18.0], +1, 0.5, SPAN) == pytest.approx(20.0)
+    assert extension([16.0, 17.0], -1, 0.5, SPAN) == pytest.approx(15.0)
+    assert extension([16.0, 16.2], +1, 0.5, SPAN) == pytest.approx(17.2)  # 2·reach
 
 
 def test_an_extension_stops_at_the_budget_range():
-    assert design.extension([22.0, 23.5], +1, 0.5, SPAN) == pytest.approx(24.0)
-    assert design.extension([23.0, 24.0], +1, 0.5, SPAN) is None
-    assert design.extension([12.0, 13.0], -1, 0.5, SPAN) is None
-    assert design.extension([16.0, 17.0], 0, 0.5, SPAN) is None
+    assert extension([22.0, 23.5], +1, 0.5, SPAN) == pytest.approx(24.0)
+    assert extension([23.0, 24.0], +1, 0.5, SPAN) is None
+    assert extension([12.0, 13.0], -1, 0.5, SPAN) is None
+    assert extension([16.0, 17.0], 0, 0.5, SPAN) is None
 
 
 def test_a_cut_lies_beside_the_interpolated_root_on_the_wider_side():
     # the line through +0.03 at 10 and -0.01 at 11 has its root at 10.75 (slope 0.04 / e-fold)
-    assert design.interpolated_cut(10.0, 11.0, 0.03, -0.01) == pytest.approx(0.75 + 10.0)
+    assert interpolated_cut(10.0, 11.0, 0.03, -0.01) == pytest.approx(0.75 + 10.0)
     # PLAN_Z·se / slope e-folds toward the wider (lower) side of the root
     se = 0.001
-    expected = 10.75 - design.PLAN_Z * se / 0.04
-    assert design.interpolated_cut(10.0, 11.0, 0.03, -0.01, se) == pytest.approx(expected)
+    expected = 10.75 - PLAN_Z * se / 0.04
+    assert interpolated_cut(10.0, 11.0, 0.03, -0.01, se) == pytest.approx(expected)
     # upper side wider: the cut moves up from the root
-    upper = design.interpolated_cut(10.0, 11.0, 0.01, -0.03, se)
-    assert upper == pytest.approx(10.25 + design.PLAN_Z * se / 0.04)
+    upper = interpolated_cut(10.0, 11.0, 0.01, -0.03, se)
+    assert upper == pytest.approx(10.25 + PLAN_Z * se / 0.04)
 
 
 def test_a_cut_keeps_its_guard_from_the_ends_and_falls_back_to_the_midpoint():
-    near_end = design.interpolated_cut(10.0, 11.0, 0.0001, -0.1)
-    assert near_end == pytest.approx(10.0 + design.GUARD)
-    assert design.interpolated_cut(10.0, 11.0, math.inf, -0.01) == pytest.approx(10.5)
-    assert design.interpolated_cut(10.0, 11.0, -0.01, -0.02) == pytest.approx(10.5)
+    near_end = interpolated_cut(10.0, 11.0, 0.0001, -0.1)
+    assert near_end == pytest.approx(10.0 + GUARD)
+    assert interpolated_cut(10.0, 11.0, math.inf, -0.01) == pytest.approx(10.5)
+    assert interpolated_cut(10.0, 11.0, -0.01, -0.02) == pytest.approx(10.5)
 
 
 def test_the_law_design_extends_a_censored_pair_and_the_grid_design_closes_it():
     deeper_loses = [point(16, 0.02), point(17, 0.01)]  # N* above both points
-    step = transitions.next_step(deeper_loses, LAW, rounds=0, span=SPAN)
+    step = next_step(deeper_loses, LAW, rounds=0, span=SPAN)
     assert (step.kind, step.log_n) == ("extend", pytest.approx(18.0))
     deeper_wins = [point(16, -0.01), point(17, -0.02)]
-    step = transitions.next_step(deeper_wins, LAW, rounds=0, span=SPAN)
+    step = next_step(deeper_wins, LAW, rounds=0, span=SPAN)
     assert (step.kind, step.log_n) == ("extend", pytest.approx(15.0))
-    closed = transitions.next_step(deeper_loses, REFINE, rounds=0, span=SPAN)
+    closed = next_step(deeper_loses, REFINE, rounds=0, span=SPAN)
     assert (closed.kind, closed.reason) == ("done", "censored_high")
-    at_edge = transitions.next_step([point(23, 0.02), point(24, 0.01)], LAW, 0, span=SPAN)
+    at_edge = next_step([point(23, 0.02), point(24, 0.01)], LAW, 0, span=SPAN)
     assert (at_edge.kind, at_edge.reason) == ("done", "censored_high")
 
 
@@ -77,27 +86,27 @@ def test_the_law_design_widens_a_pair_whose_first_points_are_all_within_noise():
         return point(log_n, mean, decided=False, n=LAW.max_seeds)
 
     leans_up = [near(16, 0.0004), near(17, -0.0001)]  # mean Δ positive: N* above
-    closed = transitions.next_step(leans_up, REFINE, rounds=0, span=SPAN)
+    closed = next_step(leans_up, REFINE, rounds=0, span=SPAN)
     assert (closed.kind, closed.reason) == ("done", "undecided")
-    step = transitions.next_step(leans_up, LAW, rounds=0, span=SPAN)
+    step = next_step(leans_up, LAW, rounds=0, span=SPAN)
     assert (step.kind, step.log_n) == ("extend", pytest.approx(18.0))
     leans_down = [near(16, 0.0001), near(16.2, -0.0004)]
-    step = transitions.next_step(leans_down, LAW, rounds=0, span=SPAN)
+    step = next_step(leans_down, LAW, rounds=0, span=SPAN)
     assert (step.kind, step.log_n) == ("extend", pytest.approx(15.0))  # 2·reach below
     # the widened point decided negative: N* lies below it, among or under the first points
     widened = [*leans_up, point(18, -0.02, n=2)]
-    step = transitions.next_step(widened, LAW, rounds=0, span=SPAN)
+    step = next_step(widened, LAW, rounds=0, span=SPAN)
     assert (step.kind, step.log_n) == ("extend", pytest.approx(16.0 - 2.0))
 
 
 def test_the_law_design_cuts_beside_the_root_where_the_grid_design_bisects():
     ends = [point(15, 0.03), point(17, -0.01)]
-    grid = transitions.next_step(ends, REFINE, rounds=0)
-    law = transitions.next_step(ends, LAW, rounds=0)
+    grid = next_step(ends, REFINE, rounds=0)
+    law = next_step(ends, LAW, rounds=0)
     assert grid.log_n == pytest.approx(16.0)
-    se = 0.002 / math.sqrt(transitions.decide_seeds(LAW))  # the helper's sd over √seeds
+    se = 0.002 / math.sqrt(decide_seeds(LAW))  # the helper's sd over √seeds
     assert law.kind == "bisect"
-    assert law.log_n == pytest.approx(design.interpolated_cut(15, 17, 0.03, -0.01, se))
+    assert law.log_n == pytest.approx(interpolated_cut(15, 17, 0.03, -0.01, se))
     assert law.log_n != pytest.approx(16.0)
 
 
@@ -123,17 +132,19 @@ def test_the_law_design_grid_trains_each_pairs_two_depths_at_its_two_sizes():
     assert len(dense.grid()) == len(dense.space.depths) * len(dense.space.budgets)
     pairs = spec.refine.pairs
     cells = {(c.depth, round(c.budget)) for c in spec.grid()}
-    wanted = {(d, round(n)) for pair in pairs for n in spec.pair_budgets(pair) for d in pair}
+    wanted = {
+        (d, round(n)) for pair in pairs for n in design_for(spec).pair_budgets(pair) for d in pair
+    }
     # the shallowest depth, a shallower net at two sizes only, is trained at its pair's law N*
-    # too, so that its size trend shows a bend (ExperimentSpec.depth_budgets)
+    # too, so that its size trend shows a bend (LawDesign.depth_budgets)
     first = min(pairs)
     centre = (first[0], round(transition_size(reference(spec.fit.reference), first[1])))
     assert cells == wanted | {centre} and len(cells) == 2 * 2 * len(pairs) + 1
-    first_sizes = {*spec.pair_budgets(first), spec.law_centre(first)}
-    assert spec.depth_budgets(first[0]) == tuple(sorted(first_sizes))
+    first_sizes = {*design_for(spec).pair_budgets(first), design_for(spec).law_centre(first)}
+    assert design_for(spec).depth_budgets(first[0]) == tuple(sorted(first_sizes))
     middle = pairs[1][0]  # shallower in one pair, deeper in another: four sizes already
-    assert len(spec.depth_budgets(middle)) == 4
-    assert dense.depth_budgets(middle) == tuple(sorted(dense.space.budgets))
+    assert len(design_for(spec).depth_budgets(middle)) == 4
+    assert design_for(dense).depth_budgets(middle) == tuple(sorted(dense.space.budgets))
 
 
 def test_waves_rank_the_pairs_by_depth_and_the_grid_trains_the_first_wave_alone():
@@ -147,23 +158,23 @@ def test_waves_rank_the_pairs_by_depth_and_the_grid_trains_the_first_wave_alone(
             "refine.pairs=[[24, 30], [6, 12], [30, 36], [12, 18], [18, 24]]",
         ],
     )
-    first, second = spec.refine_waves()
+    first, second = design_for(spec).waves()
     assert first == ((6, 12), (12, 18), (18, 24))  # the shallower three, the larger run
     assert second == ((24, 30), (30, 36))  # in refine.pairs' order
     assert {c.depth for c in spec.grid()} == {6, 12, 18, 24}
-    assert spec.grid() == spec.wave_cells(first)
+    assert spec.grid() == design_for(spec).wave_cells(first)
     # a later wave's cells at another law's sizes; a depth the earlier waves gave two sizes
     # needs no third (its pair's law N*) for its size trend
     law = dataclasses.replace(reference("levine2020"), b=0.07)
-    cells = spec.wave_cells(second, law, {24: {1.0, 2.0}})
+    cells = design_for(spec).wave_cells(second, law, {24: {1.0, 2.0}})
     assert {(c.depth, c.budget) for c in cells} == {
-        (d, n) for pair in second for d in pair for n in spec.pair_budgets(pair, law)
+        (d, n) for pair in second for d in pair for n in design_for(spec).pair_budgets(pair, law)
     }
-    alone = spec.wave_cells(second, law)  # depth 24 trained nowhere before: its N* too
+    alone = design_for(spec).wave_cells(second, law)  # depth 24 trained nowhere before: its N* too
     assert len(alone) == len(cells) + 1
     # the grid design trains every depth at every budget first: one wave, whatever is asked
     dense = spec.with_overrides("refine.design=grid")
-    assert dense.refine_waves() == (dense.refine.pairs,)
+    assert design_for(dense).waves() == (dense.refine.pairs,)
 
 
 @pytest.mark.parametrize(
@@ -220,19 +231,19 @@ def test_a_bracket_closes_only_once_the_kink_correction_has_points_on_both_sides
     PROFILE_REACH: a support probe goes where they lack, then the pair closes (grid and law
     design alike)."""
     refine = dataclasses.replace(REFINE, scan_spacing=0)  # no scan: the support alone
-    reach = crossing.PROFILE_REACH  # the bracket is narrower than the stick's reach
+    reach = PROFILE_REACH  # the bracket is narrower than the stick's reach
     ends = [point(15.0, 0.004, n=4), point(15.04, -0.004, n=4)]
     far = [point(13.0, 0.03, n=4), point(17.0, -0.03, n=4)]  # beyond the reach
-    step = transitions.next_step([far[0], *ends, far[1]], refine, rounds=0)
+    step = next_step([far[0], *ends, far[1]], refine, rounds=0)
     assert step.kind == "scan" and step.log_n == pytest.approx(15.0 - 0.5 * reach)
     below = point(step.log_n, 0.01)
-    step = transitions.next_step([far[0], below, *ends, far[1]], refine, rounds=0)
+    step = next_step([far[0], below, *ends, far[1]], refine, rounds=0)
     assert step.kind == "scan" and step.log_n == pytest.approx(15.04 + 0.5 * reach)
     above = point(step.log_n, -0.01)
     # two a side, but four within 0.3 e-folds: the reported N*'s line wants a fifth (the
     # side with fewer, a tie here: below, 0.5 of the reach taken, so 0.75)
-    step = transitions.next_step([far[0], below, *ends, above, far[1]], refine, rounds=0)
+    step = next_step([far[0], below, *ends, above, far[1]], refine, rounds=0)
     assert step.kind == "scan" and step.log_n == pytest.approx(15.0 - 0.75 * reach)
     fifth = point(step.log_n, 0.012)
-    step = transitions.next_step([far[0], fifth, below, *ends, above, far[1]], refine, rounds=0)
+    step = next_step([far[0], fifth, below, *ends, above, far[1]], refine, rounds=0)
     assert (step.kind, step.reason) == ("done", "tolerance reached")

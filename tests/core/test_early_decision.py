@@ -9,7 +9,9 @@ from scipy import stats
 
 from dwtune.backends.simulated_surface import curve_excess
 from dwtune.core import vocabulary
-from dwtune.core.early_decision import (
+from dwtune.core.errors import InputError
+from dwtune.core.records import grid_requests, record_from_result
+from dwtune.core.refine.early import (
     NOT_SETTLED,
     EarlyRule,
     PointNoise,
@@ -20,10 +22,8 @@ from dwtune.core.early_decision import (
     point_call,
     trend_fit,
 )
-from dwtune.core.errors import InputError
-from dwtune.core.records import grid_requests, record_from_result
+from dwtune.core.refine.outcome import decide_points
 from dwtune.core.spec import SimulatedConfig, spec_from_dict
-from dwtune.core.transitions import decide_points
 from tests.helpers.refine_points import REFINE, point
 from tests.helpers.specs import small_simulated
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from dwtune.core import floor
+from dwtune.core import oracle_floor as floor
 from dwtune.core.budget import ModelShape, flops_per_token
 from dwtune.core.projection import LEVINE2020
 from dwtune.core.spec import ExperimentSpec

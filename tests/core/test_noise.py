@@ -6,15 +6,15 @@ import math
 import numpy as np
 import pytest
 
-from dwtune.core import crossing, noise, vocabulary
-from dwtune.core.crossing import DeltaPoint
-from dwtune.core.noise import NoisePrior
+from dwtune.core import vocabulary
+from dwtune.core.refine.noise import NoisePrior, robust_twin_sd, unstable_trainings
+from dwtune.core.refine.signs import DeltaPoint, pair_noise
 
 GUESS = NoisePrior(0.003, 0.5)
 
 
 def _noise(points, prior=GUESS):
-    return crossing.pair_noise(points, prior)
+    return pair_noise(points, prior)
 
 
 def test_the_prior_is_pseudo_observations_never_a_known_value():
@@ -57,12 +57,12 @@ def test_noise_follows_size_locally():
 
 def test_an_unstable_training_is_flagged_by_its_twins_and_only_upwards():
     twins = [[1.771, 1.773], [1.802, 1.794], [1.650, 1.661], [1.700, 1.690], [1.773, 2.034]]
-    scale = noise.robust_twin_sd(twins)
+    scale = robust_twin_sd(twins)
     assert 0.005 < scale < 0.02  # the wild pair does not inflate a median
-    flags = noise.unstable_trainings(twins, scale)
+    flags = unstable_trainings(twins, scale)
     assert flags[-1] == [False, True] and not any(any(row) for row in flags[:-1])
     # only the worse of the two is flagged: a training far *better* than its twin is not
-    assert noise.unstable_trainings([[2.034, 1.773]], scale) == [[True, False]]
+    assert unstable_trainings([[2.034, 1.773]], scale) == [[True, False]]
     # too few twins to measure a scale: nothing is flagged
-    assert math.isnan(noise.robust_twin_sd(twins[:2]))
-    assert noise.unstable_trainings(twins[:2], math.nan) == [[False, False], [False, False]]
+    assert math.isnan(robust_twin_sd(twins[:2]))
+    assert unstable_trainings(twins[:2], math.nan) == [[False, False], [False, False]]

@@ -7,9 +7,30 @@ import math
 import numpy as np
 import pytest
 
-from dwtune.core import crossing, pair_points, transitions, vocabulary
-from dwtune.core.pair_points import SizeTrend
+from dwtune.core import vocabulary
 from dwtune.core.records import TrialRecord
+from dwtune.core.refine.first_points import (
+    PairStart,
+    extended_trend,
+    extension_budgets,
+    on_extended_trend,
+    pair_start,
+    retrended,
+)
+from dwtune.core.refine.outcome import decide_points
+from dwtune.core.refine.points import (
+    UNTESTED,
+    PairPoint,
+    deltas_from_losses,
+    make_point,
+    mark_unstable,
+    merge_points,
+    paired_eval_error,
+    with_early_ends,
+)
+from dwtune.core.refine.signs import noise_prior, pair_noise, usable_groups
+from dwtune.core.refine.transition import make_transition
+from dwtune.core.refine.trend import SizeTrend
 from dwtune.core.spec import RefineConfig
 
 # the quickstart's layout: depths 1 and 2, three budgets, two paired seeds, max_seeds 2
@@ -36,7 +57,7 @@ def test_identical_windows_give_a_paired_evaluation_error_below_the_quadrature()
     for record in (*deep, *shallow):
         record.best_val_loss = float(np.mean(record.val_windows))
         record.val_loss_se = float(np.std(record.val_windows, ddof=1) / math.sqrt(128))
-    paired = pair_points.paired_eval_error(deep, shallow)
+    paired = paired_eval_error(deep, shallow)
     quadrature = np.mean([r.val_loss_se**2 for r in deep]) + np.mean(
         [r.val_loss_se**2 for r in shallow]
     )
@@ -45,13 +66,13 @@ def test_identical_windows_give_a_paired_evaluation_error_below_the_quadrature()
     # records without window losses fall back to the quadrature
     for record in (*deep, *shallow):
         record.val_windows = []
-    assert pair_points.paired_eval_error(deep, shallow) == pytest.approx(quadrature)
+    assert paired_eval_error(deep, shallow) == pytest.approx(quadrature)
 
 
-def _quick_grid(losses: dict) -> pair_points.PairGrid:
+def _quick_grid(losses: dict) -> PairStart:
     """The quickstart's grid from {(depth, budget, seed): loss}."""
     records = [_record(d, b, s, loss) for (d, b, s), loss in losses.items()]
-    return pair_points.grid_pair(records, (1, 2), BUDGETS, (0, 1))
+    return pair_start(records, (1, 2), BUDGETS, (0, 1))
 
 
 QUICK_LOSSES = {  # the shape of the quickstart's measured losses (nats)
@@ -62,37 +83,37 @@ QUICK_LOSSES = {  # the shape of the quickstart's measured losses (nats)
 
 
 def test_an_unstable_training_at_one_size_leaves_the_other_sizes_decisions_unchanged():
-    clean = transitions.decide_points(list(_quick_grid(QUICK_LOSSES).points), QUICK)
+    clean = decide_points(list(_quick_grid(QUICK_LOSSES).points), QUICK)
     wild = dict(QUICK_LOSSES)
     wild[(1, 1e6, 1)] = 2.034  # seed 1 of the 1-layer net went unstable at 1e6
-    marked = transitions.decide_points(list(_quick_grid(wild).points), QUICK)
+    marked = decide_points(list(_quick_grid(wild).points), QUICK)
     assert marked[2].unstable_shallow == (1,) and marked[2].failures_shallow == 1
     for before, after in zip(clean[:2], marked[:2], strict=True):
         assert after.decision.sign == before.decision.sign == 1
         assert after.decision.sd == pytest.approx(before.decision.sd, rel=0.2)
     # without the rule, its 0.26-nat gap is seed noise for every size: nothing is decided
-    groups = crossing.usable_groups([p.delta_point() for p in _quick_grid(wild).points])
-    unflagged = crossing.pair_noise(
+    groups = usable_groups([p.delta_point() for p in _quick_grid(wild).points])
+    unflagged = pair_noise(
         [dataclasses.replace(p.delta_point()) for p in _quick_grid(wild).points],
-        transitions.noise_prior(QUICK),
+        noise_prior(QUICK),
     )
     assert groups[2].size == 2 and unflagged.sd[0] > 5 * marked[0].decision.sd
 
 
 def test_the_reported_status_uses_the_loops_signs_and_never_a_single_seed():
     grid = list(_quick_grid(QUICK_LOSSES).points)
-    decided = transitions.decide_points(grid, QUICK)
-    t = transitions.make_transition((1, 2), grid, QUICK, trials=0, rounds=0, simulated=False)
+    decided = decide_points(grid, QUICK)
+    t = make_transition((1, 2), grid, QUICK, trials=0, rounds=0, simulated=False)
     assert [p.decision.sign for p in decided] == [1, 1, 1]
     assert t.status == vocabulary.TransitionStatus.CENSORED_HIGH
     assert t.n_star_low == pytest.approx(math.exp(decided[-1].log_n))
     # one seed per size: the loop's rule (two seeds first) decides nothing, nor does the report
     single = {k: v for k, v in QUICK_LOSSES.items() if k[2] == 0}
     records = [_record(d, b, s, loss) for (d, b, s), loss in single.items()]
-    one = pair_points.grid_pair(records, (1, 2), BUDGETS, (0,)).points
+    one = pair_start(records, (1, 2), BUDGETS, (0,)).points
     four = dataclasses.replace(QUICK, seeds=1, max_seeds=4)
-    assert not any(p.decision.decided for p in transitions.decide_points(list(one), four))
-    t = transitions.make_transition((1, 2), list(one), four, trials=0, rounds=0, simulated=False)
+    assert not any(p.decision.decided for p in decide_points(list(one), four))
+    t = make_transition((1, 2), list(one), four, trials=0, rounds=0, simulated=False)
     assert t.status == vocabulary.TransitionStatus.UNDECIDED and math.isnan(t.n_star_low)
 
 
@@ -101,7 +122,7 @@ def test_an_undecided_pair_keeps_the_bound_its_decided_points_give():
     noisy = dict(QUICK_LOSSES)
     noisy[(2, 1e6, 0)], noisy[(2, 1e6, 1)] = 1.773 + 0.004, 1.781 - 0.006
     grid = list(_quick_grid(noisy).points)
-    t = transitions.make_transition((1, 2), grid, QUICK, trials=0, rounds=0, simulated=False)
+    t = make_transition((1, 2), grid, QUICK, trials=0, rounds=0, simulated=False)
     assert t.status == vocabulary.TransitionStatus.UNDECIDED
     assert t.n_star_low == pytest.approx(math.exp(grid[1].log_n)) and math.isnan(t.n_star_high)
     assert t.statement.startswith(f"N* > {math.exp(grid[1].log_n):.3g} at 95%")
@@ -113,7 +134,7 @@ def test_the_statement_names_a_bracketed_n_star_with_its_interval():
     losses = dict(QUICK_LOSSES)
     losses[(2, 1e6, 0)], losses[(2, 1e6, 1)] = 1.740, 1.751  # the 2-layer net wins at 1e6
     grid = list(_quick_grid(losses).points)
-    t = transitions.make_transition((1, 2), grid, QUICK, trials=0, rounds=0, simulated=False)
+    t = make_transition((1, 2), grid, QUICK, trials=0, rounds=0, simulated=False)
     assert t.status == vocabulary.TransitionStatus.BRACKETED
     assert t.statement.startswith(f"N* = {t.n_star:.3g}, 95% interval [{t.n_star_low:.3g}")
     assert "loses to the 1-layer net of the same size below it" in t.statement
@@ -121,33 +142,31 @@ def test_the_statement_names_a_bracketed_n_star_with_its_interval():
 
 def test_points_keep_their_losses_through_a_journal():
     point = _quick_grid(QUICK_LOSSES).points[0]
-    loaded = pair_points.PairPoint.from_dict(point.to_dict())
+    loaded = PairPoint.from_dict(point.to_dict())
     assert loaded == point and loaded.losses[0][1:] == (2.547, 2.453)
-    assert pair_points.mark_unstable([loaded]) == pair_points.mark_unstable([point])
+    assert mark_unstable([loaded]) == mark_unstable([point])
 
 
 def test_a_failed_training_takes_its_depths_worst_stable_loss():
     losses = [(2.0, 1.9), (math.nan, 1.95), (2.1, math.nan)]
-    kept, deltas, failed_deep, failed_shallow = pair_points.deltas_from_losses(losses, 0.0)
+    kept, deltas, failed_deep, failed_shallow = deltas_from_losses(losses, 0.0)
     assert kept == [0, 1, 2] and (failed_deep, failed_shallow) == (1, 1)
     assert deltas == pytest.approx([0.1, 2.1 - 1.95, 2.1 - 1.95])
-    flagged = pair_points.deltas_from_losses(
-        losses, 0.0, [(False, False), (False, True), (False, False)]
-    )
+    flagged = deltas_from_losses(losses, 0.0, [(False, False), (False, True), (False, False)])
     assert flagged[3] == 2  # the flagged shallow training counts as a failure too
     assert SizeTrend([], []).slope_at(1.0) == 0.0
 
 
-def _four_seed_point() -> pair_points.PairPoint:
-    return pair_points.PairPoint(
+def _four_seed_point() -> PairPoint:
+    return PairPoint(
         budget=1e7, log_n=math.log(1e7), width_deep=64, width_shallow=90, seeds=(0, 1, 2, 3),
-        deltas=(0.01, 0.02, 0.03, 0.04), decision=pair_points.UNTESTED, requested=4,
+        deltas=(0.01, 0.02, 0.03, 0.04), decision=UNTESTED, requested=4,
         losses=((0, 3.0, 2.99), (1, 3.0, 2.98), (2, 3.0, 2.97), (3, 3.0, 2.96)),
     )  # fmt: skip
 
 
 def test_an_early_batch_among_more_seeds_keeps_their_deltas_and_drops_the_early_sign():
-    point = pair_points.with_early_ends(_four_seed_point(), (0, 1), (-0.5, -0.6), -1)
+    point = with_early_ends(_four_seed_point(), (0, 1), (-0.5, -0.6), -1)
     assert point.seeds == (0, 1, 2, 3)
     assert point.deltas == (-0.5, -0.6, 0.03, 0.04)
     assert point.early_sign == 0  # seeds trained to the end: the end-of-training rule decides
@@ -158,7 +177,7 @@ def test_a_point_of_its_early_batch_alone_keeps_the_early_sign():
     two = dataclasses.replace(
         _four_seed_point(), seeds=(0, 1), deltas=(0.01, 0.02), requested=2, losses=()
     )
-    point = pair_points.with_early_ends(two, (1, 0), (0.2, 0.1), +1)
+    point = with_early_ends(two, (1, 0), (0.2, 0.1), +1)
     assert point.deltas == (0.1, 0.2)  # aligned with the sorted seeds
     assert point.early_sign == 1
 
@@ -186,7 +205,7 @@ def _point_at(budget, log_n_shallow, kind, trend, gap=0.0):
         for s in (0, 1)
     }  # fmt: skip
     sizes = (log_n_deep, 100, 140)
-    point = pair_points.make_point(budget, sizes, deep, shallow, trend, kind, 2)
+    point = make_point(budget, sizes, deep, shallow, trend, kind, 2)
     return point
 
 
@@ -198,13 +217,13 @@ def test_an_extension_point_extends_the_trend_a_point_beyond_the_grid_sizes_is_m
     trend = SizeTrend(list(grid_x), [_curved_loss(x) for x in grid_x])
     shallow_x = {math.exp(15.2): 15.2, math.exp(15.8): 15.8 - 0.06}
     extension = _point_at(math.exp(15.2), 15.2, vocabulary.PointKind.EXTEND, trend)
-    near = _point_at(math.exp(15.8), 15.8 - 0.06, vocabulary.PointKind.BISECT, trend)
+    near = _point_at(math.exp(15.8), 15.8 - 0.06, vocabulary.PointKind.CUT, trend)
 
-    extended = pair_points.extended_trend(trend, [extension, near], lambda b: shallow_x[b])
+    extended = extended_trend(trend, [extension, near], lambda b: shallow_x[b])
     assert list(extended.x) == [15.2, 16.5, 17.2]  # the extension's size, not the bisect's
     before = abs(np.mean(near.deltas))  # true Δ is 0
     shallow = shallow_x.__getitem__
-    corrected, along = pair_points.on_extended_trend([extension, near], trend, shallow)
+    corrected, along = on_extended_trend([extension, near], trend, shallow)
     assert list(along.x) == list(extended.x)
     after_point = corrected[1]
     after = abs(np.mean(after_point.deltas))
@@ -222,28 +241,28 @@ def test_an_extension_point_verified_later_stays_in_the_trend():
     shallow_x = {math.exp(15.2): 15.2, math.exp(15.8): 15.8 - 0.06}
     extension = _point_at(math.exp(15.2), 15.2, vocabulary.PointKind.EXTEND, trend)
     verified = dataclasses.replace(extension, kind=vocabulary.PointKind.VERIFY)
-    near = _point_at(math.exp(15.8), 15.8 - 0.06, vocabulary.PointKind.BISECT, trend)
+    near = _point_at(math.exp(15.8), 15.8 - 0.06, vocabulary.PointKind.CUT, trend)
     told = [extension, near, verified]
-    merged = pair_points.merge_points([], told)
-    assert [p.kind for p in merged] == [vocabulary.PointKind.VERIFY, vocabulary.PointKind.BISECT]
-    extensions = pair_points.extension_budgets(told)
+    merged = merge_points([], told)
+    assert [p.kind for p in merged] == [vocabulary.PointKind.VERIFY, vocabulary.PointKind.CUT]
+    extensions = extension_budgets(told)
     shallow = shallow_x.__getitem__
-    extended = pair_points.extended_trend(trend, merged, shallow, extensions)
+    extended = extended_trend(trend, merged, shallow, extensions)
     assert list(extended.x) == [15.2, 16.5, 17.2]
-    assert pair_points.extended_trend(trend, merged, shallow) is trend  # by kind alone: lost
+    assert extended_trend(trend, merged, shallow) is trend  # by kind alone: lost
 
 
 def test_retrending_a_point_twice_changes_nothing_and_no_extension_keeps_the_points():
     trend = SizeTrend([16.5, 17.2], [_curved_loss(16.5), _curved_loss(17.2)])
     other = SizeTrend([15.0, 16.5, 17.2], [_curved_loss(x) for x in (15.0, 16.5, 17.2)])
-    point = _point_at(math.exp(16.0), 15.95, vocabulary.PointKind.BISECT, trend, gap=0.01)
-    once = pair_points.retrended(point, other, 15.95)
+    point = _point_at(math.exp(16.0), 15.95, vocabulary.PointKind.CUT, trend, gap=0.01)
+    once = retrended(point, other, 15.95)
     assert once.deltas != point.deltas
-    assert pair_points.retrended(once, other, 15.95) == once
-    back = pair_points.retrended(once, trend, 15.95)
+    assert retrended(once, other, 15.95) == once
+    back = retrended(once, trend, 15.95)
     # (the records' integer sizes put ln N within 1e-7 of the float one)
     assert back.deltas == pytest.approx(point.deltas, abs=1e-7)
     assert back.extra_sd == pytest.approx(point.extra_sd, abs=1e-7)
-    assert pair_points.on_extended_trend([point], trend, lambda b: 15.95) == ([point], trend)
-    loaded = pair_points.PairPoint.from_dict(once.to_dict())
+    assert on_extended_trend([point], trend, lambda b: 15.95) == ([point], trend)
+    loaded = PairPoint.from_dict(once.to_dict())
     assert loaded == once

@@ -6,8 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from dwtune.core import sequential, transitions
-from dwtune.core.pair_points import Decision, PairPoint
+from dwtune.core.refine.outcome import decide_points
+from dwtune.core.refine.points import Decision, PairPoint
+from dwtune.core.refine.sequential import boundaries, t_boundary
+from dwtune.core.refine.steps import seeds_wanted
 from dwtune.core.spec import RefineConfig
 
 REFINE = RefineConfig(pairs=((6, 12),), seeds=1, max_seeds=4, alpha=0.05, noise_prior=0.002)
@@ -15,9 +17,9 @@ SD = 0.002  # nats: paired noise of the Monte Carlo points
 
 
 def test_boundaries_spend_alpha_over_the_looks():
-    one = sequential.boundaries(1, 0.05)
+    one = boundaries(1, 0.05)
     assert one[0] == pytest.approx(1.96, abs=0.005)  # a single look is the fixed-sample test
-    four = sequential.boundaries(4, 0.05)
+    four = boundaries(4, 0.05)
     assert all(c > 1.96 for c in four)  # repeated looks need wider boundaries
     rng = np.random.default_rng(0)
     sums = np.cumsum(rng.standard_normal((200_000, 4)), axis=1) / np.sqrt(np.arange(1, 5))
@@ -26,8 +28,8 @@ def test_boundaries_spend_alpha_over_the_looks():
 
 
 def test_an_estimated_noise_widens_the_boundary_like_a_student_t():
-    assert sequential.t_boundary(2.0, math.inf) == 2.0
-    assert sequential.t_boundary(2.0, 5) > sequential.t_boundary(2.0, 50) > 2.0
+    assert t_boundary(2.0, math.inf) == 2.0
+    assert t_boundary(2.0, 5) > t_boundary(2.0, 50) > 2.0
 
 
 def _point(log_n: float, deltas) -> PairPoint:
@@ -48,11 +50,11 @@ def _sign_at_zero(rng, refine, decide, true_sd=SD) -> int:
         point = decide(context, _point(20, noise[:wanted]), refine)
         if point.decision.decided or wanted >= refine.max_seeds:
             return point.decision.sign
-        wanted = transitions.seeds_wanted(point.decision, wanted, refine)
+        wanted = seeds_wanted(point.decision, wanted, refine)
 
 
 def _one_rule(context, point, refine):
-    return transitions.decide_points([*context, point], refine)[-1]
+    return decide_points([*context, point], refine)[-1]
 
 
 @pytest.mark.parametrize("ratio", [0.5, 1.0, 2.0, 5.0])

@@ -7,9 +7,10 @@ import math
 
 import numpy as np
 
-from dwtune.core.crossing import DeltaPoint, estimate_crossing
 from dwtune.core.fit import TransitionObservation
 from dwtune.core.fit.bootstrap import PairPoints, observation_from_estimate
+from dwtune.core.refine.estimate import estimate_crossing
+from dwtune.core.refine.signs import DeltaPoint
 
 A, B = 5.039, 0.0555
 PAIRS = ((6, 12), (12, 18), (18, 24), (24, 30), (30, 36), (36, 48))

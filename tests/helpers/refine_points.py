@@ -4,9 +4,12 @@ decisions."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
-from dwtune.core.pair_points import Decision, PairPoint
 from dwtune.core.records import TrialRecord
+from dwtune.core.refine import steps
+from dwtune.core.refine.design import RefineDesign, design_for
+from dwtune.core.refine.points import Decision, PairPoint
 from dwtune.core.spec import RefineConfig
 
 REFINE = RefineConfig(pairs=((6, 12),), tolerance=0.05, seeds=1, max_seeds=4, max_rounds=8)
@@ -59,3 +62,13 @@ def record(
         status=status,
         best_val_loss=loss,
     )
+
+
+def steps_design(refine: RefineConfig) -> RefineDesign:
+    """The design ``refine.design`` names, for its steps alone (its first sizes need a spec)."""
+    return design_for(SimpleNamespace(refine=refine))  # type: ignore[arg-type]
+
+
+def next_step(points, refine: RefineConfig, rounds: int, width_of=None, span=None) -> steps.Step:
+    """:func:`dwtune.core.refine.steps.next_step` with the design ``refine`` names."""
+    return steps.next_step(points, refine, rounds, width_of, span, design=steps_design(refine))

@@ -500,7 +500,7 @@ resources: {gpu: 0.5}
 
 def test_the_report_prices_the_study_against_the_oracle_floor(tmp_path):
     from dwtune.core.budget import ModelShape, flops_per_token
-    from dwtune.core.floor import oracle_floor
+    from dwtune.core.oracle_floor import oracle_floor
     from dwtune.core.spec import ExperimentSpec
 
     exp = make_study(tmp_path / "exp", spec=FLOOR_SPEC)

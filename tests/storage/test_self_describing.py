@@ -109,8 +109,8 @@ def test_trials_say_which_pair_round_and_point_kind_asked_for_them(refined):
     assert set(grid.point_kind) == {PointKind.GRID} and set(grid.pair) == {""}
     assert set(grid["round"]) == {0}
     assert set(refine.pair) == {"6-12"}
-    assert set(refine.point_kind) <= {PointKind.VERIFY, PointKind.BISECT, PointKind.SCAN}
-    assert PointKind.BISECT in set(refine.point_kind)
+    assert set(refine.point_kind) <= {PointKind.VERIFY, PointKind.CUT, PointKind.SCAN}
+    assert PointKind.CUT in set(refine.point_kind)
     assert refine["round"].min() >= 1
     # a round trains the pair's depths (one of them may reuse an earlier round's shape)
     for _, rows in refine.groupby("round"):

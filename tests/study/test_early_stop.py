@@ -14,8 +14,9 @@ import pytest
 from ray.tune.schedulers import TrialScheduler
 
 from dwtune.backends.simulated import pair_delta_mean
-from dwtune.core import early_decision, vocabulary
+from dwtune.core import vocabulary
 from dwtune.core.records import grid_requests
+from dwtune.core.refine.early import EarlyRule, PointNoise, point_call, run_evals
 from dwtune.core.spec import load_spec
 from dwtune.storage.experiment import export_experiment
 from dwtune.storage.store import ExperimentStore
@@ -142,14 +143,14 @@ def stopper_for(spec, pairs, context):
 
 
 def spying(monkeypatch) -> list:
-    """Every look early_decision.point_call returns, in order."""
-    looks, real = [], early_decision.point_call
+    """Every look point_call returns, in order."""
+    looks, real = [], point_call
 
-    def point_call(*args):
+    def spied(*args):
         looks.append(real(*args))
         return looks[-1]
 
-    monkeypatch.setattr(early_decision, "point_call", point_call)
+    monkeypatch.setattr("dwtune.core.refine.early.point_call", spied)
     return looks
 
 
@@ -158,7 +159,7 @@ def test_the_stopper_and_the_refiner_make_the_same_call_at_every_look(trained_po
     looks = spying(monkeypatch)
     stopper = stopper_for(spec, pairs, refiner.early_context)
     deep_request = pairs[min(pairs)][0][0]
-    evals = early_decision.run_evals(spec, deep_request)
+    evals = run_evals(spec, deep_request)
     signs = set()
     for step in stopper.rule.look_steps(evals, evals[-1]):
         settles = stopper._settles(deep_request, step)
@@ -175,7 +176,7 @@ def test_the_stopper_and_the_refiner_make_the_same_call_at_every_look(trained_po
 def test_neither_path_calls_a_point_whose_curves_have_not_reached_the_step(trained_point):
     spec, refiner, pairs = trained_point
     deep_request = pairs[min(pairs)][0][0]
-    step = last_look(spec, early_decision.run_evals(spec, deep_request))
+    step = last_look(spec, run_evals(spec, deep_request))
     assert stopper_for(spec, pairs, refiner.early_context)._settles(deep_request, step)
     lagging = [r for r in shallow_curve(pairs) if r[vocabulary.STEP] < step]
     # the stopper: one shallow training still runs, its reports so far end before the step
@@ -199,7 +200,7 @@ def test_a_settled_point_stops_its_trainings_but_not_at_their_last_report(traine
     stopper = stopper_for(spec, pairs, refiner.early_context)
     (request, record), _ = pairs[min(pairs)]
     # a bisect training: one the rule may stop
-    request = dataclasses.replace(request, point_kind=vocabulary.PointKind.BISECT)
+    request = dataclasses.replace(request, point_kind=vocabulary.PointKind.CUT)
     stopper._settled[(request.pair, request.round)] = 1  # settled by another training's look
     trial = SimpleNamespace(config={REQUEST_KEY: request})
     last = {vocabulary.STEP: record.steps, vocabulary.VAL_LOSS: record.final_val_loss}
@@ -219,12 +220,12 @@ def test_neither_path_calls_a_point_before_the_pair_has_a_measured_noise(
 ):
     spec, refiner, pairs = trained_point
     deep_request = pairs[min(pairs)][0][0]
-    step = last_look(spec, early_decision.run_evals(spec, deep_request))
+    step = last_look(spec, run_evals(spec, deep_request))
     assert stopper_for(spec, pairs, refiner.early_context)._settles(deep_request, step)
     measured = refiner.early_context
 
     def no_noise(request):  # the pair's correction, no learned noise yet
-        return early_decision.PointNoise(math.nan, 0.0, measured(request).correction)
+        return PointNoise(math.nan, 0.0, measured(request).correction)
 
     assert not stopper_for(spec, pairs, no_noise)._settles(deep_request, step)
     monkeypatch.setattr(refiner, "early_context", no_noise)
@@ -233,5 +234,5 @@ def test_neither_path_calls_a_point_before_the_pair_has_a_measured_noise(
 
 
 def last_look(spec, evals: list[int]) -> int:
-    rule = early_decision.EarlyRule(spec.refine.alpha, spec.refine.early_min_fraction)
+    rule = EarlyRule(spec.refine.alpha, spec.refine.early_min_fraction)
     return rule.look_steps(evals, evals[-1])[-1]

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from dwtune.backends.simulated_surface import planted_transition
-from dwtune.core import pair_points
 from dwtune.core.fit.censored import running_law
 from dwtune.core.projection import reference, transition_size
 from dwtune.core.records import grid_requests
+from dwtune.core.refine.design import design_for
+from dwtune.core.refine.first_points import extended_trend
 from dwtune.core.spec import load_spec
 from dwtune.core.vocabulary import StepKind, TransitionStatus
 from dwtune.storage.store import ExperimentStore
@@ -50,12 +51,14 @@ def test_a_pair_starts_at_the_laws_two_sizes_and_a_rerun_trains_nothing(tmp_path
     spec, store, transitions, runner = _run(tmp_path, ("refine.pairs=[[12,18]]",))
     grid = [r for r in store.records() if r.stage == "grid"]
     deep_sizes = sorted({r.budget for r in grid if r.depth == 18})
-    assert deep_sizes == pytest.approx(sorted(spec.pair_budgets((12, 18))))
+    assert deep_sizes == pytest.approx(sorted(design_for(spec).pair_budgets((12, 18))))
     # the shallower net also at the law's N*: three sizes, so its size trend shows a bend
     shallow_sizes = sorted({r.budget for r in grid if r.depth == 12})
-    assert shallow_sizes == pytest.approx(sorted({*deep_sizes, spec.law_centre((12, 18))}))
+    assert shallow_sizes == pytest.approx(
+        sorted({*deep_sizes, design_for(spec).law_centre((12, 18))})
+    )
     assert {r.depth for r in grid} == {12, 18}  # no other depth is trained
-    assert len(RefineStage(spec, store).refiners[0].grid.trend.x) == 3
+    assert len(RefineStage(spec, store).refiners[0].start.trend.x) == 3
     _assert_bracketed_near_the_planted(spec, transitions)
     first = runner.trained
     again, rerun = refine_in_process(spec, ExperimentStore.for_spec(tmp_path, spec))
@@ -81,8 +84,8 @@ def test_an_extended_pair_moves_its_shallower_net_along_the_trend_its_extensions
     stage = RefineStage(spec, store)
     refiner = stage.refiners[0]
     points = refiner.points_of(refiner.study)
-    extended = pair_points.extended_trend(refiner.grid.trend, points, refiner._shallow_log_n)
-    assert len(extended.x) > len(refiner.grid.trend.x) == 3
+    extended = extended_trend(refiner.start.trend, points, refiner._shallow_log_n)
+    assert len(extended.x) > len(refiner.start.trend.x) == 3
     for point in points:
         x_shallow = refiner._shallow_log_n(point.budget)
         move = extended.slope_at(x_shallow) * (point.log_n - x_shallow)
@@ -110,7 +113,7 @@ def test_a_later_wave_starts_at_the_law_fitted_on_the_wave_before(tmp_path):
     spec, store, transitions, runner = _run(tmp_path, overrides)
     _assert_bracketed_near_the_planted(spec, transitions)
     assert [t.pair for t in transitions] == ["6-12", "12-18", "18-24", "24-30", "30-36"]
-    first, second = spec.refine_waves()
+    first, second = design_for(spec).waves()
     assert len(first) == 3
     law = running_law(observations(transitions[:3]), reference(spec.fit.reference))
     assert law.name == "running fit" and law.b < 0.8 * B  # the first wave found b low
@@ -120,10 +123,16 @@ def test_a_later_wave_starts_at_the_law_fitted_on_the_wave_before(tmp_path):
         # its first points lie at the running law's two sizes, within reach of the planted N*
         for depth in pair:
             trained = {round(r.budget) for r in grid if r.depth == depth}
-            assert {round(n) for n in spec.pair_budgets(pair, law)} <= trained
+            assert {round(n) for n in design_for(spec).pair_budgets(pair, law)} <= trained
         label = f"{pair[0]}-{pair[1]}"
-        assert abs(math.log(spec.law_centre(pair, law) / planted[label])) < spec.refine.reach
-        assert abs(math.log(spec.law_centre(pair) / planted[label])) > 2 * spec.refine.reach
+        assert (
+            abs(math.log(design_for(spec).law_centre(pair, law) / planted[label]))
+            < spec.refine.reach
+        )
+        assert (
+            abs(math.log(design_for(spec).law_centre(pair) / planted[label]))
+            > 2 * spec.refine.reach
+        )
         extended = [r for r in store.records() if r.pair == label and r.point_kind == "extend"]
         assert not extended
     # a rerun fits the same law from the same records: it trains nothing, decides the same

@@ -13,6 +13,7 @@ import pytest
 from dwtune.backends.simulated import length_shifted, mean_sign_changes, planted_transition
 from dwtune.cli import main
 from dwtune.core.records import trial_identity
+from dwtune.core.refine.design import design_for
 from dwtune.core.spec import spec_from_dict
 from dwtune.core.vocabulary import LENGTH_CHECK_FILE, REPORT_FILE, Stage
 from dwtune.storage.experiment import export_experiment
@@ -73,7 +74,7 @@ class Study:
         return rows, runner.trained - before
 
     def _grid_deltas(self):
-        grid = refine_stage.grid_pairs(self.spec, self.store.records())[0]
+        grid = refine_stage.pair_starts(self.spec, design_for(self.spec), self.store.records())[0]
         return [(p.budget, p.deltas) for p in grid.points]
 
 

@@ -8,8 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from dwtune.backends.simulated import planted_transition
-from dwtune.core import transitions
 from dwtune.core.errors import InputError
+from dwtune.core.refine.design import design_for
+from dwtune.core.refine.steps import decide_seeds
 from dwtune.core.spec import load_spec
 from dwtune.core.vocabulary import TRANSITIONS_FILE
 from dwtune.storage.schemas import TRANSITION_SCHEMA
@@ -46,7 +47,7 @@ def test_without_noise_bisection_reaches_tolerance_in_log2_rounds(tmp_path):
     spec = make_spec(refine={"scan_spacing": 0})  # bisection alone (the scan: below)
     store = grid_done(tmp_path, spec)
     [t] = refine_stage.run_refine(spec, store, LocalRunner(spec, store).run)
-    grid = refine_stage.grid_pairs(spec, store.records())[0]
+    grid = refine_stage.pair_starts(spec, design_for(spec), store.records())[0]
     initial = next(p.log_n for p in grid.points if p.decision.mean < 0) - max(
         p.log_n for p in grid.points if p.decision.mean > 0
     )
@@ -72,7 +73,7 @@ def test_with_noise_seeds_are_added_only_near_the_transition(tmp_path):
     [t] = refine_stage.run_refine(spec, store, LocalRunner(spec, store).run)
     planted = math.log(planted_transition(spec.simulated, 12))
     points = study_points(store, (6, 12))
-    first = transitions.decide_seeds(spec.refine)  # what a point starts with (scan probes: 1)
+    first = decide_seeds(spec.refine)  # what a point starts with (scan probes: 1)
     extra = [p for p in points if p.requested > first and not p.verified]
     assert extra, "this setting should need extra seeds somewhere"
     # The noise is learned from the pair's own seeds (a prior worth 0.25 observations), so
@@ -208,7 +209,7 @@ def test_simulated_yaml_recovers_every_planted_transition_within_its_uncertainty
 
 
 def test_pair_deltas_parquet_holds_every_paired_delta_of_every_point(tmp_path):
-    from dwtune.core import pair_points as core_points
+    from dwtune.core.refine import points as core_points
     from dwtune.core.vocabulary import PAIR_DELTAS_FILE
     from dwtune.storage.tables import read_pair_deltas
 
@@ -216,7 +217,7 @@ def test_pair_deltas_parquet_holds_every_paired_delta_of_every_point(tmp_path):
     store = grid_done(tmp_path, spec)
     refine_stage.run_refine(spec, store, LocalRunner(spec, store).run)
     [pair] = read_pair_deltas(store.root / PAIR_DELTAS_FILE)
-    grid = refine_stage.grid_pairs(spec, store.records())[0].points
+    grid = refine_stage.pair_starts(spec, design_for(spec), store.records())[0].points
     expected = core_points.merge_points(grid, study_points(store, (6, 12)))
     assert (pair.label, pair.depth_shallow, pair.depth_deep) == ("6-12", 6, 12)
     assert [p.n for p in pair.points] == pytest.approx([math.exp(p.log_n) for p in expected])

@@ -10,7 +10,19 @@ import math
 import numpy as np
 import pytest
 
-from dwtune.core import crossing, early_decision, pair_points, transitions, vocabulary
+from dwtune.core import vocabulary
+from dwtune.core.refine.early import (
+    EarlyRule,
+    PointLook,
+    may_stop,
+    point_call,
+    run_evals,
+    seed_end_estimates,
+)
+from dwtune.core.refine.outcome import decide_points
+from dwtune.core.refine.points import PairPoint, make_point, mark_unstable, merge_points
+from dwtune.core.refine.signs import noise_prior, pair_noise, point_signs, sign_rule
+from dwtune.core.refine.steps import Step, reverify_seeds
 from dwtune.core.vocabulary import StepKind
 from dwtune.study import refine as refine_stage
 from dwtune.study.runners.local import LocalRunner
@@ -28,25 +40,23 @@ def early_spec():
 
 
 def counting(monkeypatch) -> list[int]:
-    """Counts calls of crossing.pair_noise (the real one still answers)."""
-    calls, real = [], crossing.pair_noise
+    """Counts calls of pair_noise (the real one still answers)."""
+    calls, real = [], pair_noise
 
-    def pair_noise(points, prior):
+    def counted(points, prior):
         calls.append(len(points))
         return real(points, prior)
 
-    monkeypatch.setattr(crossing, "pair_noise", pair_noise)
+    monkeypatch.setattr("dwtune.core.refine.signs.pair_noise", counted)
     return calls
 
 
 def expected_context(refiner, request) -> tuple[float, float]:
     """(sd, dof) nearest the request's deeper net, from every merged point of the pair now."""
-    points = pair_points.mark_unstable(
-        pair_points.merge_points(refiner.grid.points, refine_stage.trial_points(refiner.study))
+    points = mark_unstable(
+        merge_points(refiner.start.points, refine_stage.trial_points(refiner.study))
     )
-    noise = crossing.pair_noise(
-        [p.delta_point() for p in points], transitions.noise_prior(refiner.refine)
-    )
+    noise = pair_noise([p.delta_point() for p in points], noise_prior(refiner.refine))
     cell = refiner.spec.cell(refiner.pair[1], request.cell.budget)
     x_deep = math.log(cell.params_non_embedding)
     nearest = int(np.argmin([abs(p.log_n - x_deep) for p in points]))
@@ -117,7 +127,7 @@ class SettledSize:
     records: dict
     batch: tuple[int, ...]
     own: dict[int, float]  # each seed's Δ from its records (the batch's: partial losses)
-    settled: pair_points.PairPoint  # the told point of the batch, its Δ the call's estimates
+    settled: PairPoint  # the told point of the batch, its Δ the call's estimates
 
 
 def settled_size(tmp_path) -> SettledSize:
@@ -132,15 +142,15 @@ def settled_size(tmp_path) -> SettledSize:
             dataclasses.replace(r, status="early_stopped", stopped_step=stop) for r in records[seed]
         )
     batch = refiner.seed_order[:2]
-    full = pair_points.make_point(
+    full = make_point(
         budget, sizes, {s: d for s, (d, _) in records.items()},
-        {s: h for s, (_, h) in records.items()}, refiner.grid.trend, "verify", 4,
+        {s: h for s, (_, h) in records.items()}, refiner.start.trend, "verify", 4,
     )  # fmt: skip
     own = dict(zip(full.seeds, full.deltas, strict=True))
     ends = (own[batch[0]] + 0.05, own[batch[1]] - 0.04)  # the told call's end estimates
-    first = pair_points.make_point(
+    first = make_point(
         budget, sizes, {s: records[s][0] for s in batch}, {s: records[s][1] for s in batch},
-        refiner.grid.trend, "bisect", 2,
+        refiner.start.trend, "bisect", 2,
     )  # fmt: skip
     settled = dataclasses.replace(first, deltas=ends, losses=(), early_sign=+1)
     _tell(refiner, settled)
@@ -164,12 +174,8 @@ def test_a_verify_point_at_a_settled_size_keeps_its_new_seeds_end_deltas(tmp_pat
     for seed in refiner.seed_order[2:4]:
         assert got[seed] == own[seed], "a seed trained to the end keeps its own Δ"
     assert point.early_sign == 0
-    merged = pair_points.merge_points(
-        refiner.grid.points, [*refine_stage.trial_points(refiner.study), point]
-    )
-    [expected] = [
-        p for p in transitions.decide_points(merged, refiner.refine) if p.budget == budget
-    ]
+    merged = merge_points(refiner.start.points, [*refine_stage.trial_points(refiner.study), point])
+    [expected] = [p for p in decide_points(merged, refiner.refine) if p.budget == budget]
     assert point.decision == expected.decision  # the end-of-training rule, over all four
 
 
@@ -233,7 +239,7 @@ class Stop:
     """A batch stopped early: the step, the rule's look there, its requests and records."""
 
     step: int
-    look: early_decision.PointLook
+    look: PointLook
     requests: list
     records: list
 
@@ -247,14 +253,14 @@ class StoppingRunner(LocalRunner):
     def __init__(self, spec, store, context):
         super().__init__(spec, store)
         self.context = context
-        self.rule = early_decision.EarlyRule(spec.refine.alpha, spec.refine.early_min_fraction)
+        self.rule = EarlyRule(spec.refine.alpha, spec.refine.early_min_fraction)
         self.stops: list[Stop] = []
         self._watched: set[tuple[str, int]] = set()
 
     def run(self, requests):
         records = super().run(requests)
         key = (requests[0].pair, requests[0].round)
-        if not early_decision.may_stop(requests[0]) or key in self._watched:
+        if not may_stop(requests[0]) or key in self._watched:
             return records  # a verify point, or seeds added to a point: trained to the end
         self._watched.add(key)
         settled = self._first_settled(requests, records)
@@ -266,12 +272,12 @@ class StoppingRunner(LocalRunner):
         self.stops.append(Stop(settled.steps[-1], settled, requests, stopped))
         return stopped
 
-    def _first_settled(self, requests, records) -> early_decision.PointLook | None:
-        evals = early_decision.run_evals(self.spec, requests[0])
+    def _first_settled(self, requests, records) -> PointLook | None:
+        evals = run_evals(self.spec, requests[0])
         deep, shallow = [r.curve for r in records[0::2]], [r.curve for r in records[1::2]]
         for step in self.rule.look_steps(evals, evals[-1]):
             context = self.context(requests[0])
-            look = early_decision.point_call(self.rule, deep, shallow, step, evals, context)
+            look = point_call(self.rule, deep, shallow, step, evals, context)
             if look is not None and look.call.settled:
                 return look
         return None
@@ -287,26 +293,26 @@ def train_round(rounds, runner) -> None:
 
 def end_of_training_sign(refiner, budget: float) -> tuple[float, bool]:
     """(mean Δ, decided) of the pair's point at ``budget`` by the end-of-training rule alone
-    (crossing.point_signs over the pair's points as the journal holds them)."""
-    points = pair_points.mark_unstable(
-        pair_points.merge_points(refiner.grid.points, refine_stage.trial_points(refiner.study))
+    (point_signs over the pair's points as the journal holds them)."""
+    points = mark_unstable(
+        merge_points(refiner.start.points, refine_stage.trial_points(refiner.study))
     )
     measured = [p.delta_point() for p in points]
-    noise = crossing.pair_noise(measured, transitions.noise_prior(refiner.refine))
-    signs = crossing.point_signs(measured, noise, transitions.sign_rule(refiner.refine))
+    noise = pair_noise(measured, noise_prior(refiner.refine))
+    signs = point_signs(measured, noise, sign_rule(refiner.refine))
     i = next(i for i, p in enumerate(points) if p.budget == budget)
     return float(signs.means[i]), bool(signs.signs[i] != 0)
 
 
-def spying(monkeypatch) -> list[tuple[int, early_decision.PointLook | None]]:
-    """(seeds called on, the look returned) of every early_decision.point_call, in order."""
-    calls, real = [], early_decision.point_call
+def spying(monkeypatch) -> list[tuple[int, PointLook | None]]:
+    """(seeds called on, the look returned) of every point_call, in order."""
+    calls, real = [], point_call
 
-    def point_call(rule, deep, shallow, *rest):
+    def spied(rule, deep, shallow, *rest):
         calls.append((len(deep), real(rule, deep, shallow, *rest)))
         return calls[-1][1]
 
-    monkeypatch.setattr(early_decision, "point_call", point_call)
+    monkeypatch.setattr("dwtune.core.refine.early.point_call", spied)
     return calls
 
 
@@ -318,22 +324,22 @@ def test_a_reverified_early_point_keeps_its_batchs_call_and_its_new_seeds_end_de
     [refiner] = refine_stage.RefineStage(spec, store).refiners
     runner = StoppingRunner(spec, store, refiner.early_context)
     calls = spying(monkeypatch)
-    step = refine_stage.plan_step(refiner.points_of, refiner.study, refiner.refine)
-    assert step.kind == StepKind.BISECT
+    step = refiner.plan()
+    assert step.kind == StepKind.CUT
     train_round(refiner._round(step), runner)
     [stop] = runner.stops
     [first] = refine_stage.trial_points(refiner.study)
     batch = tuple(sorted({r.seed for r in stop.requests}))
-    ends = early_decision.seed_end_estimates(stop.look.steps, stop.look.deltas, 1000)
+    ends = seed_end_estimates(stop.look.steps, stop.look.deltas, 1000)
     # (d) the refiner makes the scheduler's call again for the first point, from its records
     refiners_look = calls[-1][1]
     assert refiners_look is not None and refiners_look.call == stop.look.call
     assert first.seeds == batch and first.early_sign == stop.look.call.sign != 0
     assert first.deltas == pytest.approx(ends, rel=1e-12)
 
-    seeds = transitions.reverify_seeds(first, spec.refine.max_seeds)
-    verify = transitions.Step(
-        StepKind.VERIFY, step.outcome, point=first, seeds=seeds, reason=transitions.REVERIFY
+    seeds = reverify_seeds(first, spec.refine.max_seeds)
+    verify = Step(
+        StepKind.VERIFY, step.outcome, point=first, seeds=seeds, reason=vocabulary.REVERIFY
     )
     trained, calls[:] = (len(runner.stops), runner.trained), []
     train_round(refiner._round(verify), runner)

@@ -12,7 +12,7 @@ from dwtune.core.records import grid_requests, record_from_result
 from dwtune.core.spec import spec_from_dict
 from dwtune.core.vocabulary import TrialStatus
 from dwtune.storage.store import ExperimentStore
-from dwtune.study.runners.base import Runner, reusable_record
+from dwtune.study.runners.base import TrialRunner, reusable_record
 from dwtune.study.runners.local import LocalRunner
 from tests.helpers.specs import small_simulated
 
@@ -40,7 +40,7 @@ def test_a_failure_from_an_earlier_driver_is_retried_one_from_this_runner_is_not
 def test_the_local_runner_keeps_the_contract_and_trains_a_recorded_trial_once(tmp_path):
     spec, store = _store(tmp_path)
     runner = LocalRunner(spec, store)
-    assert isinstance(runner, Runner)
+    assert isinstance(runner, TrialRunner)
     requests = grid_requests(spec)
     first = runner.run(requests)
     assert [r.trial_id for r in first] == [r.trial_id for r in requests]
@@ -62,4 +62,4 @@ def test_every_backend_has_the_one_backend_signature():
 
 def test_the_ray_runner_implements_the_runner_contract():
     ray_tune = pytest.importorskip("dwtune.study.runners.ray_tune")
-    assert issubclass(ray_tune.TuneRunner, Runner) and issubclass(LocalRunner, Runner)
+    assert issubclass(ray_tune.TuneRunner, TrialRunner) and issubclass(LocalRunner, TrialRunner)

@@ -47,7 +47,7 @@ from dwtune.backends.pytorch.model import GPT, build_model, check_shape, compile
 from dwtune.backends.pytorch.perf import Peak
 from dwtune.backends.pytorch.train import (
     Report,
-    Trainer,
+    TrainingLoop,
     TrainStep,
     atomic_torch_save,
     evaluate,
@@ -134,8 +134,8 @@ class ShardedStep(TrainStep):
         return self.objective(inputs, targets)
 
 
-class ShardedTrainer(Trainer):
-    """:class:`Trainer` on one rank of a process group (see the module doc)."""
+class ShardedTrainer(TrainingLoop):
+    """:class:`TrainingLoop` on one rank of a process group (see the module doc)."""
 
     def __init__(self, spec: ExperimentSpec, shape: ModelShape, seed: int):
         if not dist.is_initialized():

@@ -10,8 +10,8 @@ Device choices: on CUDA, bf16 autocast, TF32 matmuls, fused AdamW and regional
 for-loop default here, see benchmarks/README.md) and eager mode (compiling measured slower on
 CPU and costs seconds per shape). Same seed and spec on CPU: identical losses.
 
-Checkpoints: :meth:`Trainer.save` writes the whole state to one file (``torch.save`` copies
-each tensor to host memory as it writes it); :meth:`Trainer.restore` loads it with
+Checkpoints: :meth:`TrainingLoop.save` writes the whole state to one file (``torch.save`` copies
+each tensor to host memory as it writes it); :meth:`TrainingLoop.restore` loads it with
 ``map_location="cpu"`` and copies it into the model and optimizer on the device, so no second
 copy of the state is ever materialised on a GPU. A directory a sharded trial saved
 (:mod:`dwtune.backends.pytorch.checkpoint`, one file of shards per rank) restores here too.
@@ -404,7 +404,7 @@ class Interval:
         return time.perf_counter() - self.start
 
 
-class Trainer:
+class TrainingLoop:
     """One trial's model, data and progress; :meth:`run` trains to the end."""
 
     def __init__(self, spec: ExperimentSpec, shape: ModelShape, seed: int):
@@ -658,7 +658,7 @@ def train_model(
     """
     if lr is not None:
         spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, lr=lr))
-    trainer = Trainer(spec, shape, seed)
+    trainer = TrainingLoop(spec, shape, seed)
     if resume_from is not None:
         trainer.restore(resume_from)
     return trainer.run(report, checkpoint_dir, on_step)

@@ -3,7 +3,7 @@
 Input: a :class:`RunTable` of plain columns, one row per run or per checkpoint of a run
 (``depth``, ``width``, ``params``: the size N as the table counts it, never recomputed, and
 ``loss``; optionally ``seed``, ``tokens`` or ``step``, ``run``). Output: per depth pair, Δ
-points and the transition from :func:`dwtune.core.crossing.estimate_crossing`, the estimator
+points and the transition from :func:`dwtune.core.refine.estimate.estimate_crossing`, the estimator
 the refine stage uses (this module computes no N* of its own).
 
 Checkpoints. Rows that share a run (the ``run`` column; else, in a table with ``tokens`` or
@@ -29,7 +29,7 @@ times the loss is the trend's uncertainty in Δ; it is shared by every seed of t
 enters the estimator as ``DeltaPoint.extra_sd``. Equal sizes need no trend (``none``).
 
 Seeds. Where both groups have seeds in common, Δ is paired seed by seed; seeds only one side
-has are left out. Failures are outcomes, as in the refine stage (:mod:`dwtune.core.pair_points`):
+has are left out. Failures are outcomes, as in the refine stage (:mod:`dwtune.core.refine.points`):
 a failed training (``failed`` rows) takes the worst loss its depth completed at that size; where
 it completed none there, Δ is +inf (the deeper net failed) or −inf (the shallower one), which
 the estimator counts as the pair's most extreme Δ of that sign; a seed where both failed is
@@ -40,18 +40,18 @@ else from the deeper runs' spread: the same seed noise is assumed for both depth
 
 Noise (nats, the sd of one Δ). Where the pair has replicate runs (two or more Δ at a point:
 several seeds of a shape), the seed-to-seed noise is learned from them as the refine stage
-learns it (:func:`dwtune.core.crossing.pair_noise`, the 0.003-nats guess worth half a
+learns it (:func:`dwtune.core.refine.signs.pair_noise`, the 0.003-nats guess worth half a
 pseudo-observation). Where it has one run per shape, each run's checkpoint-to-checkpoint
 jitter about a smooth curve in ln tokens, pooled per depth (:mod:`.jitter`, which also says
 what jitter cannot show). Where it has neither, the guess alone: on half a degree of freedom
 its t boundary is so wide that nothing is decided, which is the honest answer. The output
 states the method of every pair.
 
-Signs. Every point is judged by the one sign rule (:class:`dwtune.core.decision.SignRule`)
+Signs. Every point is judged by the one sign rule (:class:`dwtune.core.refine.signs.SignRule`)
 with one look (a fixed table: all its runs at once) at ``--alpha`` (default 0.05): a sign
 where ``|Δ|/se`` exceeds the two-sided Student-t quantile ``t(1 − α/2, dof)`` on the noise's
 degrees of freedom, else *within noise*. The status and N* come from
-:func:`dwtune.core.crossing.estimate_crossing` with the same noise and rule.
+:func:`dwtune.core.refine.estimate.estimate_crossing` with the same noise and rule.
 
 Agreement with a law (``ln dx* = a + b·L``, ``N*(L) = 12·L·exp(2(a + b·L))`` in the paper's
 convention ``N = 12·L·dx²``). The law's transitions are statements about neighbouring depths:

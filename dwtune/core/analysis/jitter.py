@@ -56,7 +56,7 @@ from dwtune.core.analysis.table import (
     run_groups,
     run_name,
 )
-from dwtune.core.noise import Noise
+from dwtune.core.refine.noise import Noise
 
 JITTER_SHARE = 0.5  # the later half of a run's checkpoints: the curve is smooth there
 JITTER_MIN_POINTS = 6  # a cubic has 4 parameters: 6 checkpoints leave 2 dof

@@ -14,8 +14,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dwtune.core.analysis.table import RunTable
-from dwtune.core.crossing import DeltaPoint
 from dwtune.core.errors import InputError
+from dwtune.core.refine.signs import DeltaPoint
 
 DEFAULT_WINDOW = 0.25  # e-folds of size: runs within a factor e^0.25 ≈ 1.28 are compared
 TREND_SPAN = 1.5  # e-folds either side of a point that the local size trend is fitted over

@@ -1,9 +1,9 @@
-"""``dwtune analyze`` from a runs table to an :class:`~.result.Analysis` (pure).
+"""``dwtune analyze`` from a runs table to an :class:`~.result.AnalysisResult` (pure).
 
 Checkpoints are picked, the noise model built, every chosen pair analysed (one that cannot be
 is skipped with its reason), each point held against a reference law where one is given, and
 the censored fit made where enough pairs cross. The logic is in the package's other modules
-and :mod:`dwtune.core.crossing` (N* and its intervals); the fit is :mod:`dwtune.core.fit`'s.
+and :mod:`dwtune.core.refine.estimate` (N* and its intervals); the fit is :mod:`dwtune.core.fit`'s.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dwtune.core.analysis.jitter import JitterModel, jitter_model
 from dwtune.core.analysis.matching import SizeGroup, choose_pairs, size_groups
 from dwtune.core.analysis.result import (
     AnalysedPair,
-    Analysis,
+    AnalysisResult,
     NoiseSummary,
     Reference,
     ReferenceCheck,
@@ -38,16 +38,16 @@ from dwtune.core.analysis.verdicts import (
     fit_observations,
     pair_verdicts,
 )
-from dwtune.core.decision import SignRule
 from dwtune.core.errors import InputError
 from dwtune.core.fit import MIN_POINTS, fit_law
-from dwtune.core.noise import DEFAULT_NOISE_PRIOR, DEFAULT_PRIOR_DOF
 from dwtune.core.projection import (
     DepthWidthLaw,
     project_budget,
     project_depth,
     transition_size,
 )
+from dwtune.core.refine.noise import DEFAULT_NOISE_PRIOR, DEFAULT_PRIOR_DOF
+from dwtune.core.refine.signs import SignRule
 from dwtune.core.vocabulary import LEVEL
 
 PROJECTION_BUDGETS = (1.75e11, 1e12, 1e13)  # parameters: GPT-3, 1T, 10T (as a study's report)
@@ -195,7 +195,7 @@ def analyse(
     ref: Reference | None = None,
     alpha: float = DEFAULT_ALPHA,
     n_boot: int = 2000,
-) -> Analysis:
+) -> AnalysisResult:
     """Every pair's points, noise, signs, status and N*; agreement with ``ref`` as a test;
     token warnings; the censored fit where it can be."""
     try:
@@ -210,7 +210,7 @@ def analyse(
     chosen = choose_pairs(usable, pairs)
     analysed, skipped = analyse_pairs(groups, chosen, window, rule, jitter, n_boot)
     held, check = held_against(analysed, ref, usable, alpha)
-    return Analysis(
+    return AnalysisResult(
         source=source,
         simulated=simulated,
         window=window,

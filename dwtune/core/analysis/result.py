@@ -1,6 +1,6 @@
 """What ``dwtune analyze`` found, as frozen dataclasses (pure).
 
-:func:`dwtune.core.analysis.pipeline.analyse` builds an :class:`Analysis`; the console text,
+:func:`dwtune.core.analysis.pipeline.analyse` builds an :class:`AnalysisResult`; the console text,
 report.md and ``--json`` are renderings of it (:mod:`dwtune.outputs`), so they cannot disagree.
 """
 
@@ -13,9 +13,9 @@ from dwtune.core.analysis.jitter import JitterModel
 from dwtune.core.analysis.table import Checkpoints
 from dwtune.core.analysis.tokens import TargetMiss, TokenGap
 from dwtune.core.analysis.verdicts import AgreementTest, LawView, PairAnalysis
-from dwtune.core.decision import SignRule
 from dwtune.core.fit import FitResult
 from dwtune.core.projection import BudgetProjection, DepthWidthLaw, optimal_depth
+from dwtune.core.refine.signs import SignRule
 
 # What the rule tests, in words (`--json` ``rule.test``).
 RULE_TEST = "two-sided Student t on the noise's dof: a sign where |Δ|/se > t(1 − α/2, dof)"
@@ -50,7 +50,7 @@ class TokenSummary:
     far from ``--tokens``."""
 
     checked: bool  # the table has tokens or steps to compare
-    gaps: tuple[TokenGap | None, ...]  # per pair, in the order of Analysis.pairs
+    gaps: tuple[TokenGap | None, ...]  # per pair, in the order of AnalysisResult.pairs
     miss: TargetMiss | None
     rule: str  # how the checkpoints were picked: "last" or "nearest"
 
@@ -110,7 +110,7 @@ class TableFit:
 
 
 @dataclass(frozen=True)
-class Analysis:
+class AnalysisResult:
     """Every pair's points, noise, signs, status and N*; the reference's test; the fit."""
 
     source: str

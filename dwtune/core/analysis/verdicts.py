@@ -15,12 +15,12 @@ from scipy import stats
 from dwtune.core import vocabulary
 from dwtune.core.analysis.jitter import JitterModel
 from dwtune.core.analysis.matching import MatchedPoint, SizeGroup, pair_points
-from dwtune.core.crossing import CrossingEstimate, estimate_crossing, pair_noise, point_signs
-from dwtune.core.decision import SignRule
 from dwtune.core.errors import InputError
 from dwtune.core.fit import TransitionObservation
 from dwtune.core.fit.bootstrap import PairPoints, observation_from_estimate
-from dwtune.core.noise import Noise, NoisePrior
+from dwtune.core.refine.estimate import CrossingEstimate, estimate_crossing
+from dwtune.core.refine.noise import Noise, NoisePrior
+from dwtune.core.refine.signs import SignRule, pair_noise, point_signs
 
 DEFAULT_ALPHA = 0.05  # false-sign rate of a point at a true Δ of 0 (two-sided)
 

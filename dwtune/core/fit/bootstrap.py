@@ -25,7 +25,7 @@ One replicate (:func:`study_replicate`):
    check, reported beside the seed bootstrap, never instead of it.
 
 Each pair's transition is then re-estimated by ``estimate_crossing`` (the refine stage's own
-estimator, :mod:`dwtune.core.crossing`) and the law refitted by the interval-censored
+estimator, :mod:`dwtune.core.refine.estimate`) and the law refitted by the interval-censored
 likelihood. :func:`bootstrap_fit` reports percentile intervals of a, b and the projections,
 and how many replicates could not be fitted (they are counted, never hidden).
 """
@@ -54,9 +54,9 @@ from dwtune.core.projection import DepthWidthLaw, optimal_depth
 from dwtune.core.vocabulary import LEVEL
 
 if TYPE_CHECKING:  # the estimator is imported where it is used (_default_estimator)
-    from dwtune.core.crossing import CrossingEstimate, DeltaPoint
-    from dwtune.core.decision import SignRule
-    from dwtune.core.noise import NoisePrior
+    from dwtune.core.refine.estimate import CrossingEstimate
+    from dwtune.core.refine.noise import NoisePrior
+    from dwtune.core.refine.signs import DeltaPoint, SignRule
 
 INNER_BOOT = 200  # estimate_crossing's own bootstrap per replicate: only σ(ln N*) needs it
 SIGMA_FLOOR = 0.1  # share of a replicate's median σ(ln N*) below which a pair's σ is raised
@@ -64,7 +64,7 @@ SIGMA_FLOOR = 0.1  # share of a replicate's median σ(ln N*) below which a pair'
 
 @dataclass(frozen=True)
 class PairPoints:
-    """A depth pair and its DeltaPoints (``dwtune.core.crossing.DeltaPoint``)."""
+    """A depth pair and its DeltaPoints (``dwtune.core.refine.signs.DeltaPoint``)."""
 
     label: str
     depth_shallow: float
@@ -156,7 +156,7 @@ def observation_from_estimate(
 
 
 def _default_estimator() -> Callable[..., CrossingEstimate]:
-    from dwtune.core.crossing import estimate_crossing
+    from dwtune.core.refine.estimate import estimate_crossing
 
     return estimate_crossing
 

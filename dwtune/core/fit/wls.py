@@ -22,11 +22,9 @@ the scatter about the law (χ²_red on ``dof``) updates it, and t on ``n`` degre
 carries how uncertain the learned scale still is with the 3-7 pairs a study has. Why learned:
 each pair's σ(ln N*) is conservative by construction (its interval holds the chord's
 replicates with and without the kink correction and the broken stick's profile band), so the
-pairs scatter less than their σ say (rms z 0.4-0.6 on the simulated studies; χ²_red mean
-0.24-0.36), and a rule that never went below the normal interval held the planted law in
-98-100% of studies at 95%. Why not ν₀ = 0 (Student's t alone): the pairs' σ overstate their
-errors unevenly (rms z 0.40-0.62 by pair on search_spaces/simulated.yaml's grid design), and t
-alone held 89-93% there (300 studies). Measured in docs/method.md ("The fit's interval rule").
+pairs scatter less than their σ say, and a rule that never went below the normal interval
+over-covers. Why not ν₀ = 0 (Student's t alone): the pairs' σ overstate their errors unevenly,
+and t alone under-covers. The figures: docs/method.md ("The fit's interval rule").
 ``chi2_red`` is reported beside the errors as the check: near 1 (the paper's 0.854) means the
 transitions scatter as their σ say.
 """
@@ -73,7 +71,7 @@ class CensoredPair:
         """
         known = [n for n in (self.n_low, self.n_high) if math.isfinite(n) and n > 0]
         if self.status == TransitionStatus.UNDECIDED and len(known) == 1:
-            return known[0]  # an undecided pair's one-sided bound (dwtune.core.crossing)
+            return known[0]  # an undecided pair's one-sided bound (dwtune.core.refine.estimate)
         if not known or self.status not in CENSORED_STATUSES:
             return math.nan
         return max(known) if self.status == TransitionStatus.CENSORED_HIGH else min(known)

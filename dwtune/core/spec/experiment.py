@@ -21,10 +21,9 @@ from dwtune.core.spec.sections import (
     SpaceConfig,
     TrainConfig,
 )
-from dwtune.core.vocabulary import Design
 
 if TYPE_CHECKING:
-    from dwtune.core.projection import DepthWidthLaw
+    pass
 
 
 @dataclass(frozen=True, repr=False)
@@ -137,132 +136,18 @@ class ExperimentSpec:
         return training_flops(shape, self.training_tokens(shape))
 
     def grid(self) -> list[GridCell]:
-        """The cells the grid stage trains: every depth at every budget (``refine.design:
-        grid``), or the first points of the first wave's pairs (``law``, :meth:`wave_cells`)."""
-        if self.refine.design != Design.LAW:
-            return [self.cell(d, n) for d in sorted(self.space.depths) for n in self.space.budgets]
-        return self.wave_cells(self.refine_waves()[0])
+        """The cells the grid stage trains: the first wave's first cells, as the design the
+        spec names places them (:mod:`dwtune.core.refine.design`)."""
+        from dwtune.core.refine.design import design_for
+
+        return design_for(self).first_wave_cells()
 
     def first_cells(self) -> list[GridCell]:
-        """Every pair's first cells, each wave's placed by fit.reference: the grid stage's
-        (:meth:`grid`) and the later waves' as the reference places them (the running fit
-        moves those), which ``dwtune plan`` checks against the GPU's memory."""
-        if self.refine.design != Design.LAW:
-            return self.grid()
-        return self.wave_cells(self.refine.pairs)
+        """Every pair's first cells, each wave's as fit.reference places them (what
+        ``dwtune plan`` checks against the GPU's memory; :mod:`dwtune.core.refine.design`)."""
+        from dwtune.core.refine.design import design_for
 
-    def refine_waves(self) -> tuple[tuple[tuple[int, int], ...], ...]:
-        """refine.pairs in refine.waves runs that refine one after another: ranked by their
-        deeper (then shallower) depth and cut into runs of near-equal size, the first runs
-        the larger; each run lists its pairs in refine.pairs' order. One wave (and the grid
-        design's, whose first points are every budget anyway): every pair."""
-        pairs = [(int(shallow), int(deep)) for shallow, deep in self.refine.pairs]
-        if self.refine.design != Design.LAW:
-            return (tuple(pairs),)
-        ranked = sorted(pairs, key=lambda pair: (pair[1], pair[0]))
-        count = self.refine.waves
-        size, extra = divmod(len(ranked), count)
-        waves: list[tuple[tuple[int, int], ...]] = []
-        start = 0
-        for index in range(count):
-            stop = start + size + (1 if index < extra else 0)
-            members = set(ranked[start:stop])
-            waves.append(tuple(pair for pair in pairs if pair in members))
-            start = stop
-        return tuple(waves)
-
-    def wave_cells(
-        self,
-        pairs: Iterable[tuple[int, int]],
-        law: DepthWidthLaw | None = None,
-        earlier: Mapping[int, Iterable[float]] | None = None,
-    ) -> list[GridCell]:
-        """The first points of a wave's ``pairs`` (law design): each depth at its
-        :meth:`depth_budgets` by ``law`` (default fit.reference); ``earlier``: the sizes each
-        depth was given by the waves before."""
-        pairs = tuple(pairs)
-        depths = sorted({d for pair in pairs for d in pair})
-        earlier = earlier or {}
-        return [
-            self.cell(d, n)
-            for d in depths
-            for n in self.depth_budgets(d, pairs, law, earlier.get(d, ()))
-        ]
-
-    def depth_budgets(
-        self,
-        depth: int,
-        pairs: Iterable[tuple[int, int]] | None = None,
-        law: DepthWidthLaw | None = None,
-        earlier: Iterable[float] = (),
-    ) -> tuple[float, ...]:
-        """Every budget a wave's first points train ``depth`` at, sorted: ``space.budgets``
-        (grid design); in the law design the budgets of the wave's ``pairs`` (default: the
-        first wave's) it belongs to, placed by ``law``, and, where it is the shallower net of
-        a pair and would have fewer than three sizes with the ``earlier`` waves' (a study's
-        shallowest depth), that pair's law N* too. Why: Δ is moved to equal N along the
-        shallower depth's size trend, and two sizes show no bend: on paper.yaml's simulated
-        twin with b 30% below the reference, pair 6-12's N* lay near its lower law size, where
-        the secant's slope is 3-4% off, and its 95% intervals held N* in 81% of 100 studies;
-        with the third size 88%, and 92% once the chord's kink correction waited for a kink
-        beyond noise (``benchmarks/study_coverage.py``; :mod:`dwtune.core.crossing`)."""
-        if self.refine.design != Design.LAW:
-            return tuple(sorted(self.space.budgets))
-        wave = self.refine_waves()[0] if pairs is None else tuple(pairs)
-        members = [pair for pair in wave if depth in pair]
-        budgets = {n for pair in members for n in self.pair_budgets(pair, law)}
-        if len(budgets | set(earlier)) < 3:
-            budgets |= {self.law_centre(pair, law) for pair in members if pair[0] == depth}
-        return tuple(sorted(budgets))
-
-    def shallow_budgets(
-        self,
-        pair: tuple[int, int],
-        law: DepthWidthLaw | None = None,
-        earlier: Iterable[float] = (),
-    ) -> tuple[float, ...]:
-        """The sizes of a pair's shallower-depth size trend, sorted: the pair's budgets, and
-        its law N* where its wave trains the shallower net there (:meth:`depth_budgets`).
-        Not every size the depth is trained at: two neighbouring pairs' law sizes may lie a
-        few hundredths of an e-fold apart, and the slope between their noisy means was worse
-        than none (paper.yaml's twin at b − 30%: pair 18-24's 95% coverage 89% against 96%)."""
-        budgets = set(self.pair_budgets(pair, law))
-        if self.refine.design != Design.LAW:
-            return tuple(sorted(budgets))
-        wave = next(w for w in self.refine_waves() if tuple(pair) in w)
-        centre = self.law_centre(pair, law)
-        if centre in self.depth_budgets(pair[0], wave, law, earlier):
-            budgets.add(centre)
-        return tuple(sorted(budgets))
-
-    def law_centre(self, pair: tuple[int, int], law: DepthWidthLaw | None = None) -> float:
-        """``law``'s N* of a refine pair (its deeper depth; default fit.reference), within
-        space.budgets."""
-        from dwtune.core.projection import transition_size
-
-        return self._within_budgets(transition_size(self._law(law), pair[1]))
-
-    def _law(self, law: DepthWidthLaw | None) -> DepthWidthLaw:
-        from dwtune.core.projection import reference
-
-        return reference(self.fit.reference) if law is None else law
-
-    def _within_budgets(self, size: float) -> float:
-        """``size`` clamped to space.budgets' range (what the law design may reach)."""
-        return min(max(size, min(self.space.budgets)), max(self.space.budgets))
-
-    def pair_budgets(
-        self, pair: tuple[int, int], law: DepthWidthLaw | None = None
-    ) -> tuple[float, ...]:
-        """Where a refine pair's first points lie: every ``space.budgets`` (grid design), or
-        the law design's two sizes around ``law``'s N* (default fit.reference; core/design.py),
-        kept within space.budgets' range."""
-        if self.refine.design != Design.LAW:
-            return self.space.budgets
-        from dwtune.core.design import law_sizes
-
-        sizes = law_sizes(self._law(law), pair[1], self.refine.reach)
-        return tuple(self._within_budgets(size) for size in sizes)
+        return design_for(self).first_cells()
 
     def to_dict(self) -> dict[str, object]:
         """Plain, YAML-safe resolved spec (every default filled in)."""

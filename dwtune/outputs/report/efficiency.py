@@ -1,7 +1,7 @@
 """report.md's "Cost against the oracle floor": what the study spent (trials.parquet) against
-the oracle floor (:mod:`dwtune.core.floor`): each pair's two depths x seeds trained once at the
-reference law's N*. Both sides are training FLOPs (tokens trained x FLOPs/token, evaluation
-excluded), so η = floor ÷ spent compares like with like."""
+the oracle floor (:mod:`dwtune.core.oracle_floor`): each pair's two depths x seeds trained
+once at the reference law's N*. Both sides are training FLOPs (tokens trained x FLOPs/token,
+evaluation excluded), so η = floor ÷ spent compares like with like."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import math
 import pandas as pd
 
 from dwtune.core.errors import InputError
-from dwtune.core.floor import OracleFloor, efficiency, oracle_floor, spent_flops
+from dwtune.core.oracle_floor import OracleFloor, efficiency, oracle_floor, spent_flops
 from dwtune.core.projection import reference
 from dwtune.core.spec import ExperimentSpec
 from dwtune.storage.experiment import Experiment

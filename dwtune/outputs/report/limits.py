@@ -13,12 +13,12 @@ import pandas as pd
 
 from dwtune.core.fit import MIN_POINTS
 from dwtune.core.intervals import SCALE_PRIOR_DOF
+from dwtune.core.refine.design import unseen
 from dwtune.core.spec import DataConfig
 from dwtune.core.vocabulary import (
     LR_SOURCE_INTERPOLATED,
     LR_SOURCE_SEARCH,
     LR_SOURCE_SPEC,
-    Design,
     Parametrization,
     Stage,
     TransitionStatus,
@@ -167,13 +167,9 @@ def _transitions(experiment: Experiment, spec: dict | None) -> list[str]:
             "A second sign change between the sizes trained: `refine.scan_spacing: 0` turned "
             "the scan off, so a dip of Δ between sizes stays unseen."
         )
-    if _section(spec, "refine").get("design") == Design.LAW.value:
-        lines.append(
-            "A second sign change away from each N*: `refine.design: law` trains each pair "
-            "near its own N* only, so a dip of Δ beyond the sizes it trained stays unseen and "
-            "the pair is reported bracketed, not non_monotone (`refine.design: grid` trains "
-            "every depth at every size of `space.budgets` and scans between them)."
-        )
+    limit = unseen(str(_section(spec, "refine").get("design", "")))
+    if limit is not None:
+        lines.append(limit)
     frame = experiment.transitions
     if frame is None or frame.empty:
         return lines

@@ -10,7 +10,7 @@ from dwtune.storage.store import ExperimentStore
 
 
 @runtime_checkable
-class Runner(Protocol):
+class TrialRunner(Protocol):
     """Trains batches of requests. ``run`` returns one record per request, in order; a trial
     already recorded is reused (:func:`reusable_record`), a new one is recorded as it ends."""
 

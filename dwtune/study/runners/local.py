@@ -1,6 +1,6 @@
 """The in-process runner: trains requests one after another in this process (no Ray).
 
-Used by benchmarks and tests; same contract (:class:`~dwtune.study.runners.base.Runner`) and
+Used by benchmarks and tests; same contract (:class:`~dwtune.study.runners.base.TrialRunner`) and
 reuse policy as the Ray runner.
 """
 

@@ -1,5 +1,5 @@
 """refine.early_stop: a Tune scheduler that stops a pair point's trainings once their sign is
-settled (:mod:`dwtune.core.early_decision`).
+settled (:mod:`dwtune.core.refine.early`).
 
 One refine run trains the points of every pair at once; a point's first trainings (both depths
 × its first seeds, one batch of its pair's stream) are watched together. Each time one of them
@@ -11,7 +11,7 @@ and every other of the batch still running is stopped at its next report: status
 early_stopped, its ``stopped_step`` recorded. The refine stage then recomputes the same call
 from the records (:meth:`dwtune.study.refine.PairRefiner._early_call`), so the point's sign never
 depends on this scheduler's memory, and a resumed stage decides the same: both make it with
-:func:`dwtune.core.early_decision.point_call`.
+:func:`dwtune.core.refine.early.point_call`.
 
 Only a new size's first batch is watched (bisect and scan points): a point given more seeds
 afterwards, and a verify point, has seeds trained to the end, and its decision stays with the
@@ -28,8 +28,10 @@ import math
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from dwtune.core import early_decision, vocabulary
+from dwtune.core import vocabulary
 from dwtune.core.records import TrialRecord, TrialRequest
+from dwtune.core.refine import early
+from dwtune.core.refine.early import EarlyRule, may_stop, run_evals
 from dwtune.core.spec import ExperimentSpec
 from dwtune.study.feed import RequestFeed
 from dwtune.study.runners.ray_tune.trial import FINAL_KEY, REQUEST_KEY, STARTED_KEY
@@ -44,7 +46,7 @@ class PairPointStopper(FIFOScheduler):
     def __init__(self, spec: ExperimentSpec, feed: RequestFeed):
         super().__init__()
         self.spec, self.feed = spec, feed
-        self.rule = early_decision.EarlyRule(spec.refine.alpha, spec.refine.early_min_fraction)
+        self.rule = EarlyRule(spec.refine.alpha, spec.refine.early_min_fraction)
         self._curves: dict[str, Curve] = {}  # trial id -> its reports so far (step, val/loss)
         self._settled: dict[tuple[str, int], int] = {}  # (pair, round) -> the settling step
         self.stopped: dict[str, TrialRequest] = {}  # the trainings stopped here
@@ -62,7 +64,7 @@ class PairPointStopper(FIFOScheduler):
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         request = trial.config.get(REQUEST_KEY)
-        if request is None or not early_decision.may_stop(request):
+        if request is None or not may_stop(request):
             return TrialScheduler.CONTINUE
         if result.get(FINAL_KEY) or result.get(STARTED_KEY) or vocabulary.STATUS in result:
             # a report that carries the training's end status: it has trained to its end (or
@@ -93,14 +95,14 @@ class PairPointStopper(FIFOScheduler):
         batch = self.feed.batch_of(request.trial_id) if self.feed is not None else None
         if context is None or batch is None or self._not_first(request, batch):
             return False
-        evals = early_decision.run_evals(self.spec, request)
+        evals = run_evals(self.spec, request)
         if step not in self.rule.look_steps(evals, evals[-1]):
             return False
         curves = self._batch_curves(batch)
         if curves is None:
             return False
         deep, shallow = curves
-        look = early_decision.point_call(self.rule, deep, shallow, step, evals, context(request))
+        look = early.point_call(self.rule, deep, shallow, step, evals, context(request))
         return look is not None and look.call.settled
 
     def _not_first(self, request: TrialRequest, batch: Batch) -> bool:
@@ -142,7 +144,7 @@ def early_stop_summary(spec: ExperimentSpec, store, stopped: dict[str, TrialRequ
         record = store.read_record(trial_id)
         if record is None or not record.stopped_step:
             continue
-        total = early_decision.run_evals(spec, request)[-1]
+        total = run_evals(spec, request)[-1]
         count, planned, saved = count + 1, planned + total, saved + total - record.stopped_step
     if not count:
         return "early decisions: no training stopped early"

@@ -1,4 +1,4 @@
-"""What the refine stage will train, estimated before anything trains.
+"""The cost estimate: what the refine stage will train, estimated before anything trains.
 
 The refine decision (bisection, extra seeds where Δ is within noise) runs in this process on
 the SIMULATED backend with the spec's own space, refine and simulated settings (the planted
@@ -14,10 +14,12 @@ import tempfile
 from dataclasses import dataclass, field
 
 from dwtune.core.records import TrialRequest, grid_requests
+from dwtune.core.refine.transition import Transition
 from dwtune.core.spec import ExperimentSpec, TrainConfig
-from dwtune.core.transitions import Transition
 from dwtune.core.vocabulary import Trainer
 from dwtune.storage.store import ExperimentStore
+from dwtune.study.refine import run_refine
+from dwtune.study.runners.local import LocalRunner
 
 
 def simulated_twin(spec: ExperimentSpec) -> ExperimentSpec:
@@ -39,9 +41,6 @@ def refine_estimate(spec: ExperimentSpec) -> RefineEstimate:
     """The refine stage of the spec's simulated twin (module doc)."""
     if not spec.refine.pairs:
         return RefineEstimate()
-    from dwtune.study.refine import run_refine
-    from dwtune.study.runners.local import LocalRunner
-
     twin = simulated_twin(spec)
     grid_ids = {r.trial_id for r in grid_requests(twin)}
     rounds: list[list[TrialRequest]] = []

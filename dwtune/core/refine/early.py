@@ -7,7 +7,8 @@ when the prediction may stop the trainings.
 
 Input: the paired Δ of each seed at the eval steps reported so far (both nets evaluated at the
 same steps), as fractions ``p`` of the total steps, and the pair's noise of one paired end-Δ
-(``seed_sd`` on ``seed_dof`` degrees of freedom: :mod:`dwtune.core.noise`, learned from seeds).
+(``seed_sd`` on ``seed_dof`` degrees of freedom: :mod:`dwtune.core.refine.noise`, learned
+from seeds).
 
 What the rule assumes (the end is never seen, so it must assume something about it):
 
@@ -32,12 +33,12 @@ tests: its error is at most that of either, so no correction for the pair of the
 
 Repeated looks: every eval step from ``min_fraction`` of the run to the one before the last is a
 look (``K`` of them). Look ``k`` spends ``α(k/K) − α((k−1)/K)`` of the Pocock-type spending
-function of :mod:`dwtune.core.sequential`, as a marginal two-sided tail of the Student-t. The
+function of :mod:`dwtune.core.refine.sequential`, as a marginal two-sided tail of the Student-t. The
 looks of one training are strongly correlated, so the boundaries are not the exact group-
 sequential ones; by the union bound the chance that any look settles a wrong sign is still at
 most ``alpha`` whatever the correlation (conservative: the exact boundaries would be lower).
 A point that is not settled early trains to the end and goes to the end-of-training rule
-(:mod:`dwtune.core.decision`), which spends its own ``alpha``; so a point at a true Δ of 0 gets
+(:mod:`dwtune.core.refine.signs`), which spends its own ``alpha``; so a point at a true Δ of 0 gets
 a sign from either rule at most ``2·alpha`` of the time (union bound).
 """
 
@@ -51,12 +52,17 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from dwtune.core import sequential, vocabulary
+from dwtune.core import vocabulary
 from dwtune.core.records import TrialRequest, request_spec
+from dwtune.core.refine import sequential
 from dwtune.core.spec import ExperimentSpec
 
 WINDOW_FRACTION = 0.25  # of the steps seen so far: the evals the trend is fitted to
+
+
 MIN_WINDOW_EVALS = 3  # a line and a residual need at least three evals per seed
+
+
 DEFAULT_MIN_FRACTION = 0.3  # of the total steps before a training may be stopped
 
 
@@ -214,9 +220,6 @@ def first_settled(
     return total_steps, NOT_SETTLED
 
 
-# --------------------------------------------------------------------------- a point's records
-
-
 def planned_evals(total_steps: int, eval_every: int) -> list[int]:
     """The eval steps of a run: every ``eval_every`` steps, and the last step."""
     return [*range(eval_every, total_steps, eval_every), total_steps]
@@ -323,7 +326,7 @@ def run_evals(spec: ExperimentSpec, request: TrialRequest) -> list[int]:
 
 
 # point kinds whose first trainings may stop early
-EARLY_KINDS = (vocabulary.PointKind.BISECT, vocabulary.PointKind.SCAN)
+EARLY_KINDS = (vocabulary.PointKind.CUT, vocabulary.PointKind.SCAN)
 
 
 def may_stop(request: TrialRequest) -> bool:

@@ -11,8 +11,6 @@ refine.noise_prior_dof`` pseudo-observations, never as a known value::
 
 so a prior that is wrong by any factor is outweighed as seeds come in, and while few seeds have
 been trained its degrees of freedom stay few: the sign test's Student-t boundary then widens.
-(Before, a measured sd below the prior was replaced by the prior with infinite dof: with the
-true noise 2-5× the prior, a point at a true Δ of 0 got a sign 13-14% of the time at α = 5%.)
 
 Noise may change with size: at each point the variance is pooled locally along ln N, each
 point's ``ss_j`` and ``ν_j`` weighed by a Gaussian kernel of ``NOISE_BANDWIDTH`` e-folds, and
@@ -24,7 +22,7 @@ shrunk towards the pair's pool by ``min(SHRINK_DOF, Σ ν_j + ν₀)`` degrees o
 
 Usable Δ: finite, and from two trainings that both finished stably. A failed or unstable
 training (:func:`unstable_trainings`) still counts for the sign of its point
-(:mod:`dwtune.core.pair_points`), but it says nothing about the seed-to-seed noise, so one
+(:mod:`dwtune.core.refine.points`), but it says nothing about the seed-to-seed noise, so one
 training that went astray at one size never sets the noise of every size.
 """
 
@@ -39,25 +37,31 @@ import numpy as np
 from dwtune.core import vocabulary
 
 DEFAULT_NOISE_PRIOR = 0.003  # nats: a paired-difference sd guess (the paper: "stable to the
-# third digit"); real suites measured 0.0004-0.015
-# Pseudo-observations the guess is worth: a quarter of a degree of freedom. Measured: the
-# refine loop at a true Δ of 0 beside single-seed grid points (4 looks, α = 5%, 1,500 points
-# each) gave a sign, with the true sd 0.5 / 1 / 2 / 5 × the guess, 0.0 / 1.1 / 6.3 / 15.7% of
-# the time at ν₀ = 2, 0.0 / 1.3 / 3.3 / 9.0% at ν₀ = 1 and 0.0 / 1.3 / 2.3 / 4.7% at ν₀ = 0.5;
-# on benchmarks/coverage.py's surfaces with the guess 5× too small (600 points each), ν₀ = 0.5
-# still gave 5.3% (lr_mistuned) and 6.2% (size_noise), ν₀ = 0.25 at most 4.3%. A guess five
-# times too small keeps the error control only when the first seeds' degree of freedom
-# outweighs it: the guess steadies the sd, the seeds set it.
+# third digit")
+# Pseudo-observations the guess is worth: a quarter of a degree of freedom, so the error
+# control of the sign rule holds with the guess wrong by 2-5x once the first seeds' degree of
+# freedom outweighs it: the guess steadies the sd, the seeds set it (the false-sign rates with
+# the guess right and wrong: benchmarks/README.md, coverage.py; docs/statistics.md).
 DEFAULT_PRIOR_DOF = 0.25
+
+
 NOISE_BANDWIDTH = 1.0  # e-folds of N: the sd of the Gaussian kernel that pools variances locally
+
+
 SHRINK_DOF = 4.0  # degrees of freedom the pair-wide pool weighs in each local variance
+
+
 # An unstable training: its final loss exceeds its twins' (same shape, other seeds) by more
 # than UNSTABLE_Z robust sd of such differences, measured over the pair's other twins. Why 8:
 # under normal noise a difference beyond 8 sd has probability 1e-15; the robust sd from as few
 # as MIN_TWIN_DIFFS differences can be 3x too small by chance, and 8/3 sd still leaves a
 # normal twin flagged well under 1% of the time.
 UNSTABLE_Z = 8.0
+
+
 MIN_TWIN_DIFFS = 5  # twin differences the robust sd needs; fewer: nothing is flagged
+
+
 MAD_HALF_NORMAL = 0.6744898  # median of |N(0, 1)|
 
 
@@ -118,9 +122,6 @@ def estimate_noise(
     point_dof = np.minimum(local_dof + shrink, pool_dof)
     source = vocabulary.NOISE_MEASURED if measured > 0 else vocabulary.NOISE_PRIOR
     return Noise(np.sqrt(variance), point_dof, measured, source)
-
-
-# --------------------------------------------------------------------------- unstable trainings
 
 
 def robust_twin_sd(groups: Sequence[Sequence[float]]) -> float:
