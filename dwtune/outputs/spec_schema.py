@@ -1,13 +1,13 @@
 """The JSON Schema of a study spec, for editors: ``docs/spec.schema.json`` is its output.
 
 Regenerate it with ``python -m dwtune.outputs.spec_schema > docs/spec.schema.json``; a test keeps
-the published file in step. The schema is derived from the spec's own dataclasses
-(:mod:`dwtune.core.spec.sections`), so it cannot drift from what the loader accepts: pydantic
-turns the fields and defaults into JSON Schema, the comments beside each field become its
-description, and the forms the loader coerces (sizes such as ``175B``, ``budgets: {min, max,
-num}``, a seed count, ``train.lr: {search: ...}``) are added here. Validation itself stays the
-loader's (every error in one pass, with the fix); the schema serves completion and hover in an
-editor (``# yaml-language-server: $schema=...`` at the top of a spec).
+the published file in step. The schema is the spec sections' own (:mod:`dwtune.core.spec.sections`,
+pydantic dataclasses whose field types carry the forms the loader coerces: sizes such as
+``175B``, ``budgets: {min, max, num}``, a seed count), so it cannot drift from what the loader
+accepts; here the comments beside each field become its description, and ``train.lr`` takes
+its search mapping. The field rules (ranges, limits) stay the loader's, with its one-line
+messages; the schema serves completion and hover in an editor (``# yaml-language-server:
+$schema=...`` at the top of a spec).
 """
 
 from __future__ import annotations
@@ -24,9 +24,6 @@ from pydantic import TypeAdapter
 from dwtune.core.spec import ExperimentSpec, sections
 from dwtune.core.spec.load import SECTIONS, TOP_LEVEL
 from dwtune.core.spec.sections import LrSearchConfig
-
-# A size or count written as YAML text: 175B, 1e6 (PyYAML reads 1e6 without a dot as text), 3.5M
-SIZE_TEXT = {"type": "string", "pattern": r"^\s*[0-9.]+([eE][+-]?[0-9]+)?\s*[KMBTkmbt]?\s*$"}
 
 # Fields whose values come from a closed list: (section, field) -> the allowed values
 CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
@@ -66,7 +63,7 @@ def spec_schema() -> dict[str, Any]:
     schema = TypeAdapter(ExperimentSpec).json_schema(mode="validation")
     defs = schema.pop("$defs")
     properties = {k: v for k, v in schema["properties"].items() if k in TOP_LEVEL}
-    for section, (cls, _) in SECTIONS.items():
+    for section, cls in SECTIONS.items():
         definition = defs[cls.__name__]
         _describe(section, definition, cls)
         properties[section] = _closed(definition)
@@ -109,52 +106,14 @@ def _describe(section: str, definition: dict[str, Any], cls: type) -> None:
 
 
 def _loader_forms(properties: dict[str, Any], lr_search: dict[str, Any]) -> None:
-    """What the loader coerces beyond the dataclass types (core/spec/load.py's converters)."""
-    for section in [properties[name] for name in SECTIONS] + [lr_search]:
-        for prop in section["properties"].values():
-            _accept_size_text(prop)
-    space = properties["space"]["properties"]
-    sizes = {"type": "array", "items": {"anyOf": [{"type": "number"}, SIZE_TEXT]}}
-    space["budgets"] = {
-        "description": space["budgets"].get("description", ""),
-        "anyOf": [
-            sizes,
-            {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["min", "max", "num"],
-                "properties": {
-                    "min": {"anyOf": [{"type": "number"}, SIZE_TEXT]},
-                    "max": {"anyOf": [{"type": "number"}, SIZE_TEXT]},
-                    "num": {"type": "integer", "minimum": 1},
-                },
-            },
-        ],
-    }
-    space["seeds"] = {
-        "description": space["seeds"].get("description", ""),
-        "anyOf": [
-            {"type": "integer", "minimum": 1},
-            {"type": "array", "items": {"type": "integer"}},
-        ],
-    }
-    space["depths"] = {"type": "array", "items": {"type": "integer", "minimum": 1}}
-    properties["fit"]["properties"]["budgets"]["items"] = {"anyOf": [{"type": "number"}, SIZE_TEXT]}
+    """``train.lr``: a rate or a search mapping (the loader's ``lr_search`` is its resolved
+    form, in spec.yaml, not a spec)."""
     train = properties["train"]["properties"]
     train["lr"] = {
         "description": "a learning rate shared by every shape, or a search per shape",
-        "anyOf": [{"type": "number"}, SIZE_TEXT, lr_search],
+        "anyOf": [*train["lr"]["anyOf"], lr_search],
     }
-    train.pop("lr_search", None)  # the resolved form of a search: spec.yaml, not a spec
-
-
-def _accept_size_text(prop: dict[str, Any]) -> None:
-    """A number field also takes YAML text such as 1e6 or 3M (the loader parses both)."""
-    if prop.get("type") in ("number", "integer"):
-        kind = prop.pop("type")
-        prop["anyOf"] = [{"type": kind}, SIZE_TEXT]
-    elif "anyOf" in prop and any(o.get("type") in ("number", "integer") for o in prop["anyOf"]):
-        prop["anyOf"] = [*prop["anyOf"], SIZE_TEXT]
+    train.pop("lr_search", None)
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from dwtune.cli import main
-from dwtune.core.errors import InputError
+from dwtune.core.errors import InputError, InputErrors
 from dwtune.core.spec import ExperimentSpec, load_spec, spec_from_dict
 
 SPECS = sorted((Path(__file__).resolve().parents[2] / "search_spaces").glob("*.yaml"))
@@ -93,6 +93,32 @@ def test_bad_spec_values_name_the_field_and_fix(raw, message):
         spec_from_dict(raw)
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_every_problem_of_a_spec_is_reported_together_one_line_each():
+    raw = with_changes(
+        space={"deptsh": [1], "seeds": -1},
+        train={"batch_size": 0, "lr": "x"},
+        model={"heads": 0},
+    )
+    with pytest.raises(InputErrors) as info:
+        spec_from_dict(raw)
+    # sections in the spec's order; in a section unknown keys first, then values as given
+    assert [str(error) for error in info.value.errors] == [
+        "model.heads: got 0; expected a value >= 1",
+        "space.deptsh: unknown key; did you mean 'depths'?",
+        "space.seeds: got -1; expected a count >= 1 or a list of seeds",
+        "train.batch_size: got 0; expected a value >= 1",
+        "train.lr: got 'x'; expected a number such as 3e-3",
+    ]
+
+
+def test_a_section_changed_in_code_is_coerced_and_checked_as_the_loader_does():
+    train = spec_from_dict(MINIMAL).train
+    assert dataclasses.replace(train, steps="1e3").steps == 1000
+    with pytest.raises(InputError, match=r"^train.steps: got 0; expected a value >= 1$"):
+        dataclasses.replace(train, steps=0)
+    assert dataclasses.asdict(train)["steps"] == 10
 
 
 def write(tmp_path: Path, text: str) -> Path:

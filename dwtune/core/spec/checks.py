@@ -34,11 +34,6 @@ def at_most(name: str, value: float, maximum: float) -> None:
         raise InputError(f"{name}: got {shown(value)}; the maximum is {maximum:g} (see limits)")
 
 
-def finite(name: str, value: float) -> None:
-    if not _is_finite(value):
-        raise InputError(f"{name}: got {shown(value)}; expected a finite number")
-
-
 def length_factors(name: str, factors: tuple[float, ...]) -> None:
     """Factors on the training length: a few, distinct, finite, within the limits, not 1."""
     at_most(f"{name} (entries)", len(factors), limits.MAX_LENGTH_FACTORS)

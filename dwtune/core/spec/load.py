@@ -1,21 +1,17 @@
-"""Experiment specs (pure): YAML in ``search_spaces/`` parsed once into frozen, typed configs.
+"""Reading a study spec: YAML in ``search_spaces/`` parsed once into an :class:`ExperimentSpec`.
 
-Each concern has one small frozen dataclass; :func:`load_spec` is the only boundary where raw YAML
-is touched. Unknown keys are errors (with the closest valid key suggested). PyYAML reads ``1e6``
-and ``3e-3`` as strings: numeric fields accept such strings deliberately, and sizes also accept
-suffixes (``50M``, ``175B``).
+:func:`load_spec` is the only boundary where raw YAML is touched. Each section validates and
+coerces itself (dwtune.core.spec.sections: pydantic dataclasses, every problem of a section at
+once, an unknown key with the closest valid key); what stays here is what no section can say
+alone: the spec file (size, syntax, nesting), its top-level keys, and the checks across sections.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import math
-import types
-import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 import yaml
 
@@ -23,6 +19,7 @@ from dwtune.core.errors import ErrorCollector, InputError, shown
 from dwtune.core.spec import limits
 from dwtune.core.spec.checks import at_most, nesting_depth, one_of
 from dwtune.core.spec.experiment import ExperimentSpec
+from dwtune.core.spec.fields import as_str, build, unknown_key
 from dwtune.core.spec.overrides import apply_overrides
 from dwtune.core.spec.sections import (
     BUILTIN_CORPORA,
@@ -37,223 +34,33 @@ from dwtune.core.spec.sections import (
     SpaceConfig,
     TrainConfig,
 )
-from dwtune.core.units import parse_size
 from dwtune.core.vocabulary import FIT_MIN_PAIRS, Design, Trainer
 
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
-_Config = TypeVar("_Config", bound="DataclassInstance")
-# A listed key's converter: (field name for messages, raw YAML value) -> the field's value.
-_Converter = Callable[[str, object], object]
-
-# Keys that once meant something: named with what replaced them, never silently ignored.
-REMOVED_KEYS = {
-    "refine.noise_z": "every sign is now decided by one rule at refine.alpha (and a guess of "
-    "the noise is refine.noise_prior); delete the key",
+SECTIONS: dict[str, type] = {
+    "data": DataConfig,
+    "model": ModelConfig,
+    "space": SpaceConfig,
+    "train": TrainConfig,
+    "refine": RefineConfig,
+    "fit": FitConfig,
+    "resources": ResourcesConfig,
+    "simulated": SimulatedConfig,
 }
-
-
-def _check_keys(section: str, raw: Mapping[object, object], allowed: list[str]) -> None:
-    """Every unknown or removed key of ``raw``, reported together."""
-    errors = ErrorCollector()
-    for key in raw:
-        errors.attempt(_check_key, section, key, allowed)
-    errors.raise_any()
-
-
-def _check_key(section: str, key: object, allowed: list[str]) -> None:
-    removed = REMOVED_KEYS.get(f"{section}.{key}")
-    if removed:
-        raise InputError(f"{section}.{key}: no longer used: {removed}")
-    if key not in allowed:
-        where = f"{section}.{key}" if section else str(key)
-        raise InputError(f"{where}: unknown key; {_key_hint(str(key), allowed)}")
-
-
-LISTED_KEYS = 5  # valid keys named after an unknown one (a section has up to 27)
-
-
-def _key_hint(key: str, allowed: list[str]) -> str:
-    """The closest valid key, else the few nearest: a list of every key is too long a line."""
-    close = difflib.get_close_matches(key, allowed, n=1)
-    if close:
-        return f"did you mean {shown(close[0])}?"
-    if len(allowed) <= LISTED_KEYS:
-        return f"valid keys: {', '.join(allowed)}"
-    nearest = difflib.get_close_matches(key, allowed, n=3, cutoff=0.0)
-    listed = f"{len(allowed)} in all, see docs/spec.schema.json"
-    return f"closest valid keys: {', '.join(nearest)} ({listed})"
-
-
-def _as_int(name: str, value: object) -> int:
-    if isinstance(value, bool):
-        raise InputError(f"{name}: got {shown(value)}; expected an integer")
-    if isinstance(value, int):
-        return value
-    number = parse_size(value, name) if isinstance(value, str) else value
-    if isinstance(number, float) and number.is_integer():
-        return int(number)
-    raise InputError(f"{name}: got {shown(value)}; expected an integer")
-
-
-def _as_float(name: str, value: object) -> float:
-    if isinstance(value, bool):
-        raise InputError(f"{name}: got {shown(value)}; expected a number")
-    try:
-        # "3e-3": PyYAML leaves exponents without a dot as text
-        number = float(value) if isinstance(value, int | float) else float(str(value))
-    except (ValueError, OverflowError):
-        raise InputError(f"{name}: got {shown(value)}; expected a number such as 3e-3") from None
-    if not math.isfinite(number):  # .nan, .inf, "inf": refused everywhere
-        raise InputError(f"{name}: got {shown(value)}; expected a finite number")
-    return number
-
-
-def _as_bool(name: str, value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise InputError(f"{name}: got {shown(value)}; expected true or false")
-
-
-def _as_str(name: str, value: object) -> str:
-    if isinstance(value, bool):  # YAML `compile: true` for a string field
-        return str(value).lower()
-    if isinstance(value, str | int | float):
-        return str(value)
-    raise InputError(f"{name}: got {shown(value)}; expected a string")
-
-
-def _convert(name: str, hint: object, value: object) -> object:
-    """Coerce one raw YAML value to the dataclass field type ``hint``."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        if value is None:
-            return None
-        hint = next(a for a in typing.get_args(hint) if a is not type(None))
-    converters = {int: _as_int, float: _as_float, bool: _as_bool, str: _as_str}
-    if hint in converters:
-        if value is None:
-            raise InputError(f"{name}: got null; expected a value")
-        return converters[hint](name, value)
-    raise TypeError(f"no converter for {hint}")  # programming error, not user input
-
-
-def _build(
-    cls: type[_Config],
-    section: str,
-    raw: object,
-    special: Mapping[str, _Converter] | None = None,
-) -> _Config:
-    """Build a section's dataclass from its raw mapping; ``special`` converts listed keys."""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise InputError(f"{section}: got {shown(raw)}; expected a mapping of keys to values")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    errors = ErrorCollector()  # unknown keys and bad values of the section, all at once
-    errors.attempt(_check_keys, section, raw, list(fields))
-    hints = typing.get_type_hints(cls)
-    special = special or {}
-    kwargs: dict[str, object] = {}
-    for key, value in raw.items():
-        name = f"{section}.{key}"
-        if key not in fields:
-            continue
-        try:
-            kwargs[key] = (
-                special[key](name, value) if key in special else _convert(name, hints[key], value)
-            )
-        except InputError as error:
-            errors.add(error)
-    errors.raise_any()
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:  # a required key is missing
-        missing = [
-            f
-            for f, spec in fields.items()
-            if f not in kwargs
-            and spec.default is dataclasses.MISSING
-            and spec.default_factory is dataclasses.MISSING
-        ]
-        raise InputError(f"{section}: missing required key(s) {', '.join(missing)}") from exc
-
-
-def _list_of(name: str, value: object) -> list[object]:
-    if not isinstance(value, list):
-        raise InputError(f"{name}: got {shown(value)}; expected a list")
-    return value
-
-
-def _depths(name: str, value: object) -> tuple[int, ...]:
-    return tuple(_as_int(name, v) for v in _list_of(name, value))
-
-
-def _budgets(name: str, value: object) -> tuple[float, ...]:
-    """A list of sizes, or ``{min, max, num}`` log-spaced inclusive."""
-    if isinstance(value, dict):
-        _check_keys(name, value, ["min", "max", "num"])
-        if set(value) != {"min", "max", "num"}:
-            raise InputError(f"{name}: got {shown(value)}; expected keys min, max and num")
-        low, high = parse_size(value["min"], f"{name}.min"), parse_size(value["max"], f"{name}.max")
-        num = _as_int(f"{name}.num", value["num"])
-        at_most(f"{name}.num", num, limits.MAX_BUDGETS)  # before the list is made
-        at_most(f"{name}.max", high, limits.MAX_BUDGET)
-        if num < 1 or high < low or (num == 1 and high != low):
-            raise InputError(f"{name}: got {shown(value)}; expected min <= max and num >= 1")
-        ratio = (high / low) ** (1 / (num - 1)) if num > 1 else 1.0
-        return tuple(float(f"{low * ratio**i:.6g}") for i in range(num))
-    return tuple(sorted({parse_size(v, name) for v in _list_of(name, value)}))
-
-
-def _seeds(name: str, value: object) -> tuple[int, ...]:
-    if isinstance(value, list):
-        return tuple(_as_int(name, v) for v in value)
-    count = _as_int(name, value)
-    at_most(f"{name} (count)", count, limits.MAX_SEEDS)  # before the range is made
-    if count < 1:
-        raise InputError(f"{name}: got {shown(value)}; expected a count >= 1 or a list of seeds")
-    return tuple(range(count))
-
-
-def _pairs(name: str, value: object) -> tuple[tuple[int, ...], ...]:
-    pairs = []
-    for pair in _list_of(name, value):
-        if not isinstance(pair, list):
-            raise InputError(f"{name}: got {shown(pair)}; expected [shallower, deeper] pairs")
-        pairs.append(tuple(_as_int(name, v) for v in pair))
-    return tuple(pairs)
-
-
-def _sizes(name: str, value: object) -> tuple[float, ...]:
-    return tuple(parse_size(v, name) for v in _list_of(name, value))
-
-
-def _factors(name: str, value: object) -> tuple[float, ...]:
-    return tuple(_as_float(name, v) for v in _list_of(name, value))
-
-
-def _lr_search(name: str, value: object) -> LrSearchConfig | None:
-    if value is None:  # the resolved spec.yaml of a spec without a search
-        return None
-    if not isinstance(value, dict):
-        raise InputError(
-            f"{name}: got {shown(value)}; expected a search such as "
-            f"{{search: log, min: 1e-4, max: 3e-2, trials: 8, fidelity: 0.25}}"
-        )
-    return _build(LrSearchConfig, name, value)
+TOP_LEVEL = ["name", "description", "trainer", *SECTIONS]
 
 
 def _train(raw: object) -> TrainConfig:
     """``train.lr`` is a number or a search mapping; a search becomes ``lr_search`` and ``lr``
     its geometric midpoint (never trained: every trial gets its own searched rate)."""
     if not isinstance(raw, dict) or not isinstance(raw.get("lr"), dict):
-        return _build(TrainConfig, "train", raw, {"lr_search": _lr_search})
-    raw = dict(raw)
-    search = _lr_search("train.lr", raw.pop("lr"))
-    assert search is not None  # a mapping (checked above) is a search
-    train = _build(TrainConfig, "train", raw)
-    return dataclasses.replace(train, lr=search.midpoint, lr_search=search)
+        return build(TrainConfig, raw)
+    errors = ErrorCollector()
+    search = errors.attempt(build, LrSearchConfig, raw["lr"])
+    train = errors.attempt(build, TrainConfig, {k: v for k, v in raw.items() if k != "lr"})
+    errors.raise_any()
+    assert search is not None and train is not None  # both built, or raise_any raised
+    searched: TrainConfig = dataclasses.replace(train, lr=search.midpoint, lr_search=search)
+    return searched
 
 
 def _model(raw: object) -> ModelConfig:
@@ -263,20 +70,7 @@ def _model(raw: object) -> ModelConfig:
             f"({shown(raw['head_dim'])}); "
             f"give one: heads fixes the head count, head_dim the head width"
         )
-    return _build(ModelConfig, "model", raw)
-
-
-SECTIONS: dict[str, tuple[type[DataclassInstance], dict[str, _Converter]]] = {
-    "data": (DataConfig, {}),
-    "model": (ModelConfig, {}),
-    "space": (SpaceConfig, {"depths": _depths, "budgets": _budgets, "seeds": _seeds}),
-    "train": (TrainConfig, {}),
-    "refine": (RefineConfig, {"pairs": _pairs, "length_check": _factors}),
-    "fit": (FitConfig, {"budgets": _sizes}),
-    "resources": (ResourcesConfig, {}),
-    "simulated": (SimulatedConfig, {}),
-}
-TOP_LEVEL = ["name", "description", "trainer", *SECTIONS]
+    return build(ModelConfig, raw)
 
 
 def spec_from_dict(raw: object, source: str = "", overrides: Iterable[str] = ()) -> ExperimentSpec:
@@ -293,16 +87,17 @@ def spec_from_dict(raw: object, source: str = "", overrides: Iterable[str] = ())
     # Every unknown key, bad value and range error of every section in one pass; the checks
     # across sections need whole sections, so they run once these pass.
     errors = ErrorCollector()
-    errors.attempt(_check_keys, "", raw, TOP_LEVEL)
+    for error in filter(None, (unknown_key(None, key, TOP_LEVEL) for key in raw)):
+        errors.add(error)
     for required in ("name", "space", "train"):
         if required not in raw:
             errors.add(InputError(f"{required}: missing; every spec needs name, space and train"))
     sections = _sections(raw, errors)
-    name = errors.attempt(_as_str, "name", raw.get("name", ""))
+    name = errors.attempt(as_str, "name", raw.get("name", ""))
     if name is not None and "name" in raw:
         errors.attempt(_check_name, name)
-    description = errors.attempt(_as_str, "description", raw.get("description", ""))
-    trainer = errors.attempt(_as_str, "trainer", raw.get("trainer", "torch"))
+    description = errors.attempt(as_str, "description", raw.get("description", ""))
+    trainer = errors.attempt(as_str, "trainer", raw.get("trainer", "torch"))
     if trainer is not None:
         errors.attempt(one_of, "trainer", trainer, TRAINERS)
     errors.raise_any()
@@ -318,19 +113,14 @@ def spec_from_dict(raw: object, source: str = "", overrides: Iterable[str] = ())
 
 def _sections(raw: dict[object, object], errors: ErrorCollector) -> dict[str, Any]:
     """Each section present in ``raw`` built into its config; a failed one adds its errors."""
-    builders: dict[str, Callable[[object], object]] = {"train": _train, "model": _model}
+    builders = {"train": _train, "model": _model}
     # each value is its key's section config, typed by ExperimentSpec's fields
     sections: dict[str, Any] = {}
-    for key, (cls, special) in SECTIONS.items():
-        if key not in raw:
-            continue
-        try:
-            sections[key] = (
-                builders[key](raw[key]) if key in builders else _build(cls, key, raw[key], special)
-            )
-        except InputError as error:
-            errors.add(error)
-    return sections
+    for key, cls in SECTIONS.items():
+        if key in raw:
+            build_one = builders.get(key, lambda value, cls=cls: build(cls, value))
+            sections[key] = errors.attempt(build_one, raw[key])
+    return {key: section for key, section in sections.items() if section is not None}
 
 
 def _check_waves(spec: ExperimentSpec) -> None:

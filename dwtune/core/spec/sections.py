@@ -1,16 +1,44 @@
-"""One small frozen dataclass per concern of a study spec; each validates itself on creation."""
+"""One small frozen dataclass per concern of a study spec: a pydantic dataclass whose field
+types coerce and whose rules refuse (dwtune.core.spec.fields); checks across a section's fields
+are its ``__post_init__``."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 import os
-from dataclasses import dataclass
+from typing import Annotated
 
 from dwtune.core.budget import SIZE_CONVENTIONS
-from dwtune.core.errors import InputError
+from dwtune.core.errors import InputError, shown
 from dwtune.core.spec import checks, limits
-from dwtune.core.spec.checks import at_least, at_most, finite, one_of, positive, within
+from dwtune.core.spec.fields import (
+    Bool,
+    Budgets,
+    Depths,
+    Float,
+    Floats,
+    Int,
+    OptFloat,
+    OptInt,
+    OptStr,
+    Pairs,
+    Rule,
+    Seeds,
+    Sizes,
+    Str,
+    choice,
+    coerce,
+    distinct,
+    each,
+    entries,
+    expect,
+    least,
+    most,
+    positive,
+    section,
+    within,
+)
 from dwtune.core.vocabulary import Design, Parametrization, SizeConvention, Trainer
 
 TOKENIZERS = ("char", "bpe")
@@ -25,6 +53,8 @@ COMPARISONS = ("params", "flops")  # space.compare: equal parameters or equal tr
 SWITCHES = ("auto", "true", "false")  # train.compile, train.activation_checkpointing
 LR_SEARCH_SCALES = ("log",)
 LR_REFINE_MODES = ("search", "interpolate")  # dwtune.core.projection holds their constants
+DESIGNS = tuple(d.value for d in Design)
+DEVICES = ("auto", "cpu", "cuda")
 # Loss surfaces of the simulated backend; formulas in dwtune.backends.simulated's docstring.
 SIMULATED_SURFACES = (
     "default",
@@ -42,73 +72,87 @@ SIMULATED_SURFACES = (
 SIMULATED_CURVES = ("interpolated", "late_descent")
 
 
-@dataclass(frozen=True)
+def _gpu_share(name: str, gpu: float) -> None:
+    if 0 < gpu < 1 and not math.isclose(1 / gpu, round(1 / gpu)):
+        raise InputError(f"{name}: got {gpu}; fractions must divide 1 (0.5, 0.25, 0.125)")
+    if gpu > 1 and gpu != int(gpu):
+        raise InputError(f"{name}: got {gpu}; above 1 use whole GPUs")
+
+
+Positive = Annotated[Float, positive]
+Steps = Annotated[Int, least(1), most(limits.MAX_STEPS)]
+Share = Annotated[Float, within(0.0, 1.0)]
+Nonnegative = Annotated[Float, least(0)]
+Probability = Annotated[Float, within(0, 1)]
+Planted = Annotated[Float, within(-limits.MAX_SIMULATED_ABS, limits.MAX_SIMULATED_ABS)]
+Workers = Annotated[Int, least(1), most(limits.MAX_CONCURRENT)]
+Fidelity = Annotated[
+    Float,
+    expect(
+        lambda x: 0 < x <= 1,
+        "0 < x <= 1 (the share of the real training's steps a search trial trains, e.g. 0.25)",
+    ),
+]
+EarlyFraction = Annotated[
+    Float, expect(lambda x: 0 < x < 1, "a fraction of the training steps in (0, 1), e.g. 0.3")
+]
+BUDGET = (positive, most(limits.MAX_BUDGET))
+SpaceDepths = Annotated[
+    Depths, entries(limits.MAX_DEPTHS), each(least(1), most(limits.MAX_DEPTH)), distinct("depths")
+]
+SpaceBudgets = Annotated[Budgets, entries(limits.MAX_BUDGETS), each(*BUDGET)]
+FitBudgets = Annotated[Sizes, entries(limits.MAX_FIT_BUDGETS), each(*BUDGET)]
+SpaceSeeds = Annotated[
+    Seeds, entries(limits.MAX_SEEDS, "count"), each(within(0, limits.MAX_SEED)), distinct("seeds")
+]
+
+
+@section("data")
 class DataConfig:
     # built-in name, or a .txt/.jsonl/.parquet file (.txt/.jsonl also .gz/.zst), or a folder
-    corpus: str = "shakespeare"
-    text_column: str = "text"  # for Parquet and JSON Lines corpora
-    tokenizer: str = "char"
+    corpus: Str = "shakespeare"
+    text_column: Str = "text"  # for Parquet and JSON Lines corpora
+    tokenizer: Annotated[Str, choice(TOKENIZERS)] = "char"
     # Embedding rows. For `char` an upper bound on distinct characters (rows past them stay
     # unused), so that plans know the exact parameter count without reading the corpus.
-    vocab_size: int = 128
-    seq_len: int = 128
-    val_fraction: float = 0.1
-    cache_dir: str = "~/.cache/dwtune"
+    vocab_size: Annotated[Int, least(2), most(limits.MAX_VOCAB)] = 128
+    seq_len: Annotated[Int, least(2), most(limits.MAX_SEQ_LEN)] = 128
+    val_fraction: Annotated[Float, expect(lambda x: 0 < x < 0.5, "0 < x < 0.5")] = 0.1
+    cache_dir: Str = "~/.cache/dwtune"
     # BPE merges are learnt from at most this many MB of the training split (evenly spaced).
-    bpe_sample_mb: float = 100.0
+    bpe_sample_mb: Positive = 100.0
     # Refuse a study whose trials read the training split more often than this. Records keep
     # the best validation loss over the run, so past a few epochs Δ would measure when a shape
     # starts to overfit rather than its capacity; 4 keeps repetition within what Muennighoff et
     # al. 2023 found nearly as good as fresh data. Not part of the trial identity (a guard).
-    max_epochs: float = 4.0
-
-    def __post_init__(self) -> None:
-        one_of("data.tokenizer", self.tokenizer, TOKENIZERS)
-        positive("data.bpe_sample_mb", self.bpe_sample_mb)
-        positive("data.max_epochs", self.max_epochs)
-        at_least("data.vocab_size", self.vocab_size, 2)
-        at_least("data.seq_len", self.seq_len, 2)
-        at_most("data.vocab_size", self.vocab_size, limits.MAX_VOCAB)
-        at_most("data.seq_len", self.seq_len, limits.MAX_SEQ_LEN)
-        if not 0 < self.val_fraction < 0.5:
-            raise InputError(f"data.val_fraction: got {self.val_fraction}; expected 0 < x < 0.5")
+    max_epochs: Positive = 4.0
 
 
-@dataclass(frozen=True)
+@section("model")
 class ModelConfig:
-    heads: int = 2  # per layer, at every width (the paper's setting)
-    mlp_ratio: float = 4.0
-    width_multiple: int = 8  # widths are multiples of lcm(heads, width_multiple)
-    tied_embeddings: bool = True
-    bias: bool = False
+    # per layer, at every width (the paper's setting)
+    heads: Annotated[Int, least(1), most(limits.MAX_HEADS)] = 2
+    mlp_ratio: Annotated[Positive, most(limits.MAX_MLP_RATIO)] = 4.0
+    # widths are multiples of lcm(heads, width_multiple)
+    width_multiple: Annotated[Int, least(1), most(limits.MAX_WIDTH_MULTIPLE)] = 8
+    tied_embeddings: Bool = True
+    bias: Bool = False
     # 12·L·dx² as in the paper, or the exact total count (a SizeConvention)
-    size_convention: str = SizeConvention.NON_EMBEDDING.value
+    size_convention: Annotated[Str, choice(SIZE_CONVENTIONS)] = SizeConvention.NON_EMBEDDING.value
     # Fixed head width instead of a fixed head count: heads = width / head_dim (the loader
     # refuses both keys at once).
-    head_dim: int | None = None
-    parametrization: str = Parametrization.SP.value  # one of PARAMETRIZATIONS
-    base_width: int | None = None  # mup, completep: the width the rates are tuned at
-    base_depth: int | None = None  # completep: the depth the rates are tuned at
-
-    def __post_init__(self) -> None:
-        at_least("model.heads", self.heads, 1)
-        at_least("model.width_multiple", self.width_multiple, 1)
-        positive("model.mlp_ratio", self.mlp_ratio)
-        at_most("model.heads", self.heads, limits.MAX_HEADS)
-        at_most("model.width_multiple", self.width_multiple, limits.MAX_WIDTH_MULTIPLE)
-        at_most("model.mlp_ratio", self.mlp_ratio, limits.MAX_MLP_RATIO)
-        one_of("model.size_convention", self.size_convention, SIZE_CONVENTIONS)
-        if self.head_dim is not None:
-            at_least("model.head_dim", self.head_dim, 1)
-        one_of("model.parametrization", self.parametrization, PARAMETRIZATIONS)
-        self._check_bases()
+    head_dim: Annotated[OptInt, least(1)] = None
+    # one of PARAMETRIZATIONS
+    parametrization: Annotated[Str, choice(PARAMETRIZATIONS)] = Parametrization.SP.value
+    base_width: OptInt = None  # mup, completep: the width the rates are tuned at
+    base_depth: OptInt = None  # completep: the depth the rates are tuned at
 
     @property
     def width_step(self) -> int:
         """Widths are multiples of this: divisible by the heads (or head_dim) and alignment."""
         return math.lcm(self.head_dim or self.heads, self.width_multiple)
 
-    def _check_bases(self) -> None:
+    def __post_init__(self) -> None:
         name = self.parametrization
         if name == Parametrization.SP:
             return
@@ -143,71 +187,40 @@ class ModelConfig:
         }
 
 
-@dataclass(frozen=True)
+@section("space")
 class SpaceConfig:
-    depths: tuple[int, ...]
-    budgets: tuple[float, ...]  # a list, or {min, max, num} log-spaced
-    seeds: tuple[int, ...] = (0,)  # a list of seeds, or a count n meaning 0..n-1
+    depths: SpaceDepths
+    budgets: SpaceBudgets  # a list, or {min, max, num} log-spaced
+    seeds: SpaceSeeds = (0,)  # a list of seeds, or a count n meaning 0..n-1
     # params: budgets are sizes; flops: budgets are training FLOPs (flops_per_token × tokens),
     # so the nets of one cell spend the same compute
-    compare: str = "params"
+    compare: Annotated[Str, choice(COMPARISONS)] = "params"
 
     def __post_init__(self) -> None:
-        one_of("space.compare", self.compare, COMPARISONS)
-        if not self.depths:
-            raise InputError("space.depths: got an empty list; expected depths such as [1, 2, 4]")
-        at_most("space.depths (entries)", len(self.depths), limits.MAX_DEPTHS)
-        for depth in self.depths:
-            at_least("space.depths", depth, 1)
-            at_most("space.depths", depth, limits.MAX_DEPTH)
-        at_most("space.budgets (entries)", len(self.budgets), limits.MAX_BUDGETS)
-        for budget in self.budgets:
-            positive("space.budgets", budget)
-            at_most("space.budgets", budget, limits.MAX_BUDGET)
-        at_most("space.seeds (count)", len(self.seeds), limits.MAX_SEEDS)
-        for seed in self.seeds:
-            within("space.seeds", seed, 0, limits.MAX_SEED)
         trials = len(self.depths) * len(self.budgets) * len(self.seeds)
-        at_most("space (depths x budgets x seeds trials)", trials, limits.MAX_GRID_TRIALS)
-        if len(set(self.depths)) != len(self.depths):
-            raise InputError(f"space.depths: got {list(self.depths)}; expected distinct depths")
-        if not self.budgets:
-            raise InputError("space.budgets: got an empty list; expected sizes such as [1e5, 1e6]")
-        if not self.seeds:
-            raise InputError("space.seeds: got nothing; expected a count >= 1 or a list of seeds")
-        if len(set(self.seeds)) != len(self.seeds):
-            raise InputError(f"space.seeds: got {list(self.seeds)}; expected distinct seeds")
+        checks.at_most("space (depths x budgets x seeds trials)", trials, limits.MAX_GRID_TRIALS)
 
 
-@dataclass(frozen=True)
+@section("train.lr")
 class LrSearchConfig:
     """``train.lr: {search: log, min, max, trials, fidelity, refine}``: a learning-rate search
     per shape (dwtune.study.lr_search): ``trials`` rates drawn log-uniformly in [min, max],
     each trained for ``fidelity`` of the real steps, poor ones stopped early by ASHA."""
 
-    search: str = "log"
-    min: float = 1e-4
-    max: float = 3e-2
-    trials: int = 8
-    fidelity: float = 0.25  # share of the real training's steps a search trial trains
-    refine: str = "search"  # refine sizes: their own search, or interpolate in ln width
+    search: Annotated[Str, choice(LR_SEARCH_SCALES)] = "log"
+    min: Positive = 1e-4
+    max: Positive = 3e-2
+    trials: Annotated[Int, least(1)] = 8
+    fidelity: Fidelity = 0.25  # share of the real training's steps a search trial trains
+    # refine sizes: their own search, or interpolate in ln width
+    refine: Annotated[Str, choice(LR_REFINE_MODES)] = "search"
 
     def __post_init__(self) -> None:
-        one_of("train.lr.search", self.search, LR_SEARCH_SCALES)
-        positive("train.lr.min", self.min)
-        positive("train.lr.max", self.max)
         if self.min >= self.max:
             raise InputError(
                 f"train.lr: got min {self.min:g} >= max {self.max:g}; expected min < max, "
                 f"e.g. min: 1e-4, max: 3e-2"
             )
-        at_least("train.lr.trials", self.trials, 1)
-        if not (math.isfinite(self.fidelity) and 0 < self.fidelity <= 1):
-            raise InputError(
-                f"train.lr.fidelity: got {self.fidelity!r}; expected 0 < x <= 1 (the share of "
-                f"the real training's steps a search trial trains, e.g. 0.25)"
-            )
-        one_of("train.lr.refine", self.refine, LR_REFINE_MODES)
 
     @property
     def midpoint(self) -> float:
@@ -215,36 +228,49 @@ class LrSearchConfig:
         return math.sqrt(self.min * self.max)
 
 
-@dataclass(frozen=True)
+def _lr_search(name: str, value: object) -> object:
+    if value is None or isinstance(value, dict | LrSearchConfig):  # None: a resolved spec.yaml
+        return value
+    raise InputError(
+        f"{name}: got {shown(value)}; expected a search such as "
+        f"{{search: log, min: 1e-4, max: 3e-2, trials: 8, fidelity: 0.25}}"
+    )
+
+
+@section("train")
 class TrainConfig:
-    steps: int | None = None  # give one of steps, tokens (tokens / (batch_size·seq_len) steps)
-    tokens: int | None = None
-    batch_size: int = 16
-    lr: float = 3e-3
-    warmup_steps: int = 100
-    schedule: str = "cosine"  # linear warm-up, then cosine decay to min_lr_ratio·lr
-    min_lr_ratio: float = 0.0
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    eval_every: int = 100  # steps between validation passes
-    eval_batches: int = 20  # fixed held-out batches per validation pass
-    patience: int | None = None  # steps without val improvement before stopping; None = off
-    compile: str = "auto"  # auto = on for CUDA, off for CPU
-    device: str = "auto"  # auto | cpu | cuda
+    # give one of steps, tokens (tokens / (batch_size·seq_len) steps)
+    steps: Annotated[OptInt, least(1), most(limits.MAX_STEPS)] = None
+    tokens: Annotated[OptInt, least(1), most(limits.MAX_TOKENS)] = None
+    batch_size: Annotated[Int, least(1), most(limits.MAX_BATCH_SIZE)] = 16
+    lr: Annotated[Float, most(limits.MAX_LR), positive] = 3e-3
+    warmup_steps: Annotated[Int, least(0), most(limits.MAX_STEPS)] = 100
+    # linear warm-up, then cosine decay to min_lr_ratio·lr
+    schedule: Annotated[Str, choice(SCHEDULES)] = "cosine"
+    min_lr_ratio: Share = 0.0
+    weight_decay: Nonnegative = 0.1
+    beta1: Share = 0.9
+    beta2: Share = 0.95
+    grad_clip: Nonnegative = 1.0
+    eval_every: Steps = 100  # steps between validation passes
+    # fixed held-out batches per validation pass
+    eval_batches: Annotated[Int, least(1), most(limits.MAX_EVAL_BATCHES)] = 20
+    # steps without val improvement before stopping; None = off
+    patience: Annotated[OptInt, most(limits.MAX_STEPS), least(1)] = None
+    compile: Annotated[Str, choice(SWITCHES)] = "auto"  # auto = on for CUDA, off for CPU
+    device: Annotated[Str, choice(DEVICES)] = "auto"  # auto | cpu | cuda
     # training tokens = tokens_per_param × N (the cell's size): a third alternative to steps
-    tokens_per_param: float | None = None
+    tokens_per_param: Annotated[OptFloat, positive] = None
     # a per-shape learning-rate search (``lr: {search: ...}`` in YAML); ``lr`` is then its
     # geometric midpoint and no training uses it
-    lr_search: LrSearchConfig | None = None
+    lr_search: Annotated[LrSearchConfig | None, coerce(_lr_search)] = None
     # How a step's batch is split, not what is trained (so not in a trial's identity, see
     # SPLIT_FIELDS): sequences per forward/backward pass, the gradients of a step's passes
     # accumulated before one optimiser step (None: the whole batch where it fits, else the
     # fewest passes the memory model fits, dwtune.core.memory.micro_batches), and activation
     # checkpointing per block (auto: only where no micro-batch fits without it).
-    micro_batch_size: int | None = None
-    activation_checkpointing: str = "auto"  # auto | true | false
+    micro_batch_size: Annotated[OptInt, least(1)] = None
+    activation_checkpointing: Annotated[Str, choice(SWITCHES)] = "auto"  # auto | true | false
 
     def __post_init__(self) -> None:
         lengths = (self.steps, self.tokens, self.tokens_per_param)
@@ -253,47 +279,12 @@ class TrainConfig:
                 "train: got both or neither of steps and tokens; give exactly one of steps, "
                 "tokens and tokens_per_param"
             )
-        if self.tokens_per_param is not None:
-            positive("train.tokens_per_param", self.tokens_per_param)
-        elif self.steps is not None:
-            at_least("train.steps", self.steps, 1)
-        elif self.tokens is not None:
-            at_least("train.tokens", self.tokens, 1)
-        for name in ("batch_size", "eval_every", "eval_batches"):
-            at_least(f"train.{name}", getattr(self, name), 1)
-        at_least("train.warmup_steps", self.warmup_steps, 0)
-        self._check_maxima()
-        positive("train.lr", self.lr)
-        for name in ("beta1", "beta2", "min_lr_ratio"):
-            within(f"train.{name}", getattr(self, name), 0.0, 1.0)
-        at_least("train.weight_decay", self.weight_decay, 0)
-        at_least("train.grad_clip", self.grad_clip, 0)
-        one_of("train.schedule", self.schedule, SCHEDULES)
-        one_of("train.compile", self.compile, SWITCHES)
-        one_of("train.device", self.device, ("auto", "cpu", "cuda"))
-        if self.patience is not None:
-            at_least("train.patience", self.patience, 1)
-        if self.micro_batch_size is not None:
-            at_least("train.micro_batch_size", self.micro_batch_size, 1)
-            if self.micro_batch_size > self.batch_size:
-                raise InputError(
-                    f"train.micro_batch_size: got {self.micro_batch_size}; expected at most "
-                    f"train.batch_size ({self.batch_size}), or leave it out to let the memory "
-                    f"model choose"
-                )
-        one_of("train.activation_checkpointing", self.activation_checkpointing, SWITCHES)
-
-    def _check_maxima(self) -> None:
-        for name in ("steps", "warmup_steps", "eval_every", "patience"):
-            if getattr(self, name) is not None:
-                at_most(f"train.{name}", getattr(self, name), limits.MAX_STEPS)
-        if self.tokens is not None:
-            at_most("train.tokens", self.tokens, limits.MAX_TOKENS)
-        at_most("train.batch_size", self.batch_size, limits.MAX_BATCH_SIZE)
-        at_most("train.eval_batches", self.eval_batches, limits.MAX_EVAL_BATCHES)
-        at_most("train.lr", self.lr, limits.MAX_LR)
-        finite("train.weight_decay", self.weight_decay)
-        finite("train.grad_clip", self.grad_clip)
+        if self.micro_batch_size is not None and self.micro_batch_size > self.batch_size:
+            raise InputError(
+                f"train.micro_batch_size: got {self.micro_batch_size}; expected at most "
+                f"train.batch_size ({self.batch_size}), or leave it out to let the memory "
+                f"model choose"
+            )
 
     def lr_at(self, step: int, total_steps: int) -> float:
         """Learning rate of the update made at 0-based ``step``: linear warm-up, then decay
@@ -345,137 +336,89 @@ class TrainConfig:
 SPLIT_FIELDS = ("micro_batch_size", "activation_checkpointing")
 
 
-@dataclass(frozen=True)
+@section("refine")
 class RefineConfig:
-    pairs: tuple[tuple[int, int], ...] = ()  # (shallower, deeper) depth pairs
-    tolerance: float = 0.1  # stop once N_high / N_low - 1 <= tolerance
-    seeds: int = 1  # paired seeds trained at each proposed size
-    max_seeds: int = 3  # seeds added while |Δ| is within noise
-    max_rounds: int = 8  # bisection rounds per pair
+    pairs: Pairs = ()  # (shallower, deeper) depth pairs
+    tolerance: Positive = 0.1  # stop once N_high / N_low - 1 <= tolerance
+    seeds: Annotated[Int, least(1)] = 1  # paired seeds trained at each proposed size
+    # seeds added while |Δ| is within noise
+    max_seeds: Annotated[Int, most(limits.MAX_REFINE_SEEDS)] = 3
+    # bisection rounds per pair
+    max_rounds: Annotated[Int, least(0), most(limits.MAX_ROUNDS)] = 8
     # two-sided false-sign rate of the one sign rule at a true Δ of 0 over all its looks (one
-    # look per added seed up to max_seeds; Pocock-type α-spending, core/sequential.py)
-    alpha: float = 0.05
+    # look per added seed up to max_seeds; Pocock-type α-spending, core/refine/sequential.py)
+    alpha: Annotated[Float, expect(lambda x: 0 < x < 0.5, "a number in (0, 0.5)")] = 0.05
     # a guess of the paired-Δ sd (nats), worth noise_prior_dof pseudo-observations: the seeds
-    # outweigh it as they come in (core/noise.py); it is never taken as known
-    noise_prior: float = 0.003
-    noise_prior_dof: float = 0.25
-    # Scan for a second sign change (dwtune.core.transitions): once a pair is bracketed, probe
+    # outweigh it as they come in (core/refine/noise.py); it is never taken as known
+    noise_prior: Positive = 0.003
+    noise_prior_dof: Annotated[Positive, most(limits.MAX_PRIOR_DOF)] = 0.25
+    # Scan for a second sign change (dwtune.core.refine.steps): once a pair is bracketed, probe
     # every gap wider than scan_spacing e-folds of N within scan_reach e-folds of the bracket.
     # A dip of Δ narrower than the spacing can slip between probes; 0 turns the scan off.
-    scan_spacing: float = 0.35
-    scan_reach: float = 2.5
+    scan_spacing: Nonnegative = 0.35
+    scan_reach: Annotated[Nonnegative, most(limits.MAX_SCAN_REACH)] = 2.5
     # training-length robustness: factors on the training length at which each bracketed
     # pair's N* is re-estimated after the refine stage (dwtune.study.length_check); () = off
-    length_check: tuple[float, ...] = ()
-    # Where each pair's first points lie (core/design.py): "grid" trains every depth at every
+    length_check: Annotated[Floats, Rule(checks.length_factors)] = ()
+    # Where each pair's first points lie (core/refine/design.py): "grid" trains every depth at every
     # space.budgets; "law" trains each pair's two depths at N*·e^(±reach) of fit.reference's
     # law (e-folds of N), widening beyond a censored edge (or, where no sign is decided, towards
     # the side the mean Δ leans to) inside space.budgets' range.
-    design: str = Design.GRID.value
-    reach: float = 0.35
+    design: Annotated[Str, choice(DESIGNS)] = Design.GRID.value
+    reach: Annotated[Positive, most(limits.MAX_SCAN_REACH)] = 0.35
     # Law design only (the grid design ignores it): the pairs, ranked by depth, refine in this
     # many waves one after another. The first wave's sizes come from fit.reference; each later
     # wave's from the law fitted on the waves before it (core/fit/censored.py: running_law),
     # so the first must hold 3 pairs. 1: every pair at once.
-    waves: int = 1
-    # Early decisions (dwtune.core.early_decision): stop a point's trainings once their partial
+    waves: Annotated[Int, least(1)] = 1
+    # Early decisions (dwtune.core.refine.early): stop a point's trainings once their partial
     # curves settle the end Δ's sign at refine.alpha, no earlier than early_min_fraction of the
     # steps; the point's sign is then the early rule's. Needs evals along the run (eval_every).
-    early_stop: bool = False
-    early_min_fraction: float = 0.3
+    early_stop: Bool = False
+    early_min_fraction: EarlyFraction = 0.3
 
     def __post_init__(self) -> None:
-        one_of("refine.design", self.design, tuple(d.value for d in Design))
-        positive("refine.reach", self.reach)
-        at_most("refine.reach", self.reach, limits.MAX_SCAN_REACH)
-        at_least("refine.waves", self.waves, 1)
-        positive("refine.tolerance", self.tolerance)
-        if not 0 < self.early_min_fraction < 1:
-            raise InputError(
-                f"refine.early_min_fraction: got {self.early_min_fraction!r}; expected a "
-                f"fraction of the training steps in (0, 1), e.g. 0.3"
-            )
-        at_least("refine.scan_spacing", self.scan_spacing, 0)
-        at_least("refine.scan_reach", self.scan_reach, 0)
-        at_most("refine.scan_reach", self.scan_reach, limits.MAX_SCAN_REACH)
         if self.scan_spacing:  # bounds the probes per pair: reach / spacing on each side
-            at_least("refine.scan_spacing", self.scan_spacing, self.scan_reach / limits.MAX_ROUNDS)
-        at_least("refine.seeds", self.seeds, 1)
-        at_least("refine.max_seeds", self.max_seeds, self.seeds)
-        at_least("refine.max_rounds", self.max_rounds, 0)
-        positive("refine.noise_prior", self.noise_prior)
-        positive("refine.noise_prior_dof", self.noise_prior_dof)
-        at_most("refine.noise_prior_dof", self.noise_prior_dof, limits.MAX_PRIOR_DOF)
-        if not 0 < self.alpha < 0.5:
-            raise InputError(f"refine.alpha: got {self.alpha}; expected a number in (0, 0.5)")
-        at_most("refine.max_seeds", self.max_seeds, limits.MAX_REFINE_SEEDS)
-        at_most("refine.max_rounds", self.max_rounds, limits.MAX_ROUNDS)
-        at_most("refine.pairs (entries)", len(self.pairs), limits.MAX_PAIRS)
-        for pair in self.pairs:
-            if len(pair) != 2 or pair[0] >= pair[1]:
-                raise InputError(
-                    f"refine.pairs: got {list(pair)}; expected [shallower, deeper] depths"
-                )
-        checks.length_factors("refine.length_check", self.length_check)
+            spacing = self.scan_reach / limits.MAX_ROUNDS
+            checks.at_least("refine.scan_spacing", self.scan_spacing, spacing)
+        checks.at_least("refine.max_seeds", self.max_seeds, self.seeds)
 
 
-@dataclass(frozen=True)
+@section("fit")
 class FitConfig:
-    budgets: tuple[float, ...] = (1.75e11, 1e12, 1e13)  # sizes to project the best shape for
-    reference: str = "levine2020"  # published fit drawn beside the study's
-
-    def __post_init__(self) -> None:
-        one_of("fit.reference", self.reference, REFERENCE_FITS)
-        at_most("fit.budgets (entries)", len(self.budgets), limits.MAX_FIT_BUDGETS)
-        for budget in self.budgets:  # the same rules as space.budgets
-            positive("fit.budgets", budget)
-            at_most("fit.budgets", budget, limits.MAX_BUDGET)
+    budgets: FitBudgets = (1.75e11, 1e12, 1e13)  # sizes to project the best shape for
+    # published fit drawn beside the study's
+    reference: Annotated[Str, choice(REFERENCE_FITS)] = "levine2020"
 
 
-@dataclass(frozen=True)
+@section("resources")
 class ResourcesConfig:
-    cpu: float = 1.0  # per trial
-    gpu: float = 0.0  # per trial; fractions must divide 1 (0.5, 0.25, ...)
-    max_concurrent: int | None = None  # None: as many as resources allow
-    retries: int = 1  # re-runs of a failed trial before it is recorded as failed
+    cpu: Annotated[Positive, most(limits.MAX_CONCURRENT)] = 1.0  # per trial
+    # per trial; fractions must divide 1 (0.5, 0.25, ...)
+    gpu: Annotated[Nonnegative, Rule(_gpu_share), most(limits.MAX_CONCURRENT)] = 0.0
+    # None: as many as resources allow
+    max_concurrent: Annotated[OptInt, least(1), most(limits.MAX_CONCURRENT)] = None
+    # re-runs of a failed trial before it is recorded as failed
+    retries: Annotated[Int, least(0), most(limits.MAX_RETRIES)] = 1
     # Memory of one GPU (GiB) for packing checks; None: from `dwtune plan --device`.
-    gpu_memory_gb: float | None = None
+    gpu_memory_gb: Annotated[OptFloat, positive] = None
     # Data-parallel workers one trial may span (a Ray Train job, parameters sharded with
     # FSDP2); each worker holds `cpu` CPUs and `gpu` GPUs. On GPUs a cell is sharded only when
     # no micro-batch lets one GPU hold it (known gpu_memory_gb or `plan --device`), over the
     # fewest workers that hold it, each in the fewest micro-batches; on CPU, or with the GPU
     # memory unknown, every cell uses all of them.
-    workers_per_trial: int = 1
-    # Node-local scratch for a trial's checkpoint staging (a node's NVMe, e.g. /local_nvme);
-    # None: the system's temporary folder. Never shared storage: nodes write it concurrently.
-    scratch_dir: str | None = None
+    workers_per_trial: Workers = 1
+    # Node-local scratch for a trial's checkpoint staging (a node's NVMe); None: the system's
+    # temporary folder.
+    scratch_dir: OptStr = None
 
     def __post_init__(self) -> None:
-        positive("resources.cpu", self.cpu)
-        at_least("resources.gpu", self.gpu, 0)
-        at_least("resources.workers_per_trial", self.workers_per_trial, 1)
-        at_most("resources.workers_per_trial", self.workers_per_trial, limits.MAX_CONCURRENT)
         if self.workers_per_trial > 1 and self.gpu not in (0, 1):
             raise InputError(
                 f"resources.gpu: got {self.gpu:g} with workers_per_trial "
                 f"{self.workers_per_trial}; a sharded trial's workers hold one whole GPU each: "
                 f"use gpu 1 (or 0 on CPU)"
             )
-        if 0 < self.gpu < 1 and not math.isclose(1 / self.gpu, round(1 / self.gpu)):
-            raise InputError(
-                f"resources.gpu: got {self.gpu}; fractions must divide 1 (0.5, 0.25, 0.125)"
-            )
-        if self.gpu > 1 and self.gpu != int(self.gpu):
-            raise InputError(f"resources.gpu: got {self.gpu}; above 1 use whole GPUs")
-        if self.max_concurrent is not None:
-            at_least("resources.max_concurrent", self.max_concurrent, 1)
-            at_most("resources.max_concurrent", self.max_concurrent, limits.MAX_CONCURRENT)
-        at_least("resources.retries", self.retries, 0)
-        at_most("resources.retries", self.retries, limits.MAX_RETRIES)
-        at_most("resources.cpu", self.cpu, limits.MAX_CONCURRENT)
-        at_most("resources.gpu", self.gpu, limits.MAX_CONCURRENT)
-        if self.gpu_memory_gb is not None:
-            positive("resources.gpu_memory_gb", self.gpu_memory_gb)
         if self.scratch_dir is not None and not os.path.isabs(os.path.expanduser(self.scratch_dir)):
             # every node resolves it for itself: a relative path would follow Tune's trial cwd
             raise InputError(
@@ -484,7 +427,7 @@ class ResourcesConfig:
             )
 
 
-@dataclass(frozen=True)
+@section("simulated")
 class SimulatedConfig:
     """Planted law, noise and surface of the simulated backend (see dwtune.backends.simulated).
 
@@ -493,110 +436,60 @@ class SimulatedConfig:
     directories made before they existed still resume.
     """
 
-    a: float = 5.039  # planted ln dx* = a + b·L
-    b: float = 0.0555
-    noise: float = 0.002  # seed-to-seed standard deviation of the final loss (nats)
-    seconds_per_step: float = 0.0  # optional sleep per reported step, to rehearse scheduling
-    gap: float = 0.05  # largest loss gap (nats) one planted depth pair opens far from its N*
-    transition_scale: float = 0.5  # e-folds of N over which a pair's gap changes sign
-    seed_correlation: float = 0.5  # share of the noise variance a seed gives every depth
-    surface: str = "default"  # one of SIMULATED_SURFACES
+    a: Planted = 5.039  # planted ln dx* = a + b·L
+    b: Planted = 0.0555
+    # seed-to-seed standard deviation of the final loss (nats)
+    noise: Annotated[Planted, least(0)] = 0.002
+    # optional sleep per reported step, to rehearse scheduling
+    seconds_per_step: Annotated[Float, most(limits.MAX_SECONDS_PER_STEP), least(0)] = 0.0
+    # largest loss gap (nats) one planted depth pair opens far from its N*
+    gap: Annotated[Planted, least(0)] = 0.05
+    # e-folds of N over which a pair's gap changes sign
+    transition_scale: Annotated[Planted, positive] = 0.5
+    seed_correlation: Probability = 0.5  # share of the noise variance a seed gives every depth
+    surface: Annotated[Str, choice(SIMULATED_SURFACES)] = "default"  # one of SIMULATED_SURFACES
     # depth_noise: noise sd(L) = noise·(1 + noise_depth_slope·(L − 1)),
     # gap(L) = gap / (1 + gap_depth_slope·(L − 1)) for the pair whose deeper depth is L
-    noise_depth_slope: float = 0.1
-    gap_depth_slope: float = 0.1
+    noise_depth_slope: Nonnegative = 0.1
+    gap_depth_slope: Nonnegative = 0.1
     # size_noise: noise sd(N) = noise·exp(noise_size_slope·ln(N / 1e8)), per e-fold of N
-    noise_size_slope: float = 0.15
+    noise_size_slope: Nonnegative = 0.15
     # non_monotone: a bump of depth dip_size·gap, dip_offset e-folds below ln N*, half-width
     # dip_width e-folds, pulls Δ below zero once before the real crossing
-    dip_size: float = 1.5
-    dip_offset: float = 2.0
-    dip_width: float = 0.5
+    dip_size: Nonnegative = 1.5
+    dip_offset: Positive = 2.0
+    dip_width: Positive = 0.5
     # outliers: a share of the trainings of depth >= outlier_min_depth ends outlier_size nats high
-    outlier_share: float = 0.03
-    outlier_size: float = 0.1
-    outlier_min_depth: int = 0
+    outlier_share: Probability = 0.03
+    outlier_size: Nonnegative = 0.1
+    outlier_min_depth: Annotated[Int, least(0)] = 0
     # divergences: P = logistic(diverge_logit + diverge_depth_slope·L
     #                           + diverge_lr_slope·ln(lr / lr_opt))
-    diverge_logit: float = -4.0
-    diverge_depth_slope: float = 0.1
-    diverge_lr_slope: float = 2.0
+    diverge_logit: Float = -4.0
+    diverge_depth_slope: Float = 0.1
+    diverge_lr_slope: Float = 2.0
     # learning-rate penalty (any surface; lr_mistuned needs it > 0), nats:
     # lr_penalty·ln²(lr / lr_opt(w)),  lr_opt(w) = lr_opt·(lr_base_width / w)^lr_width_exponent
-    lr_penalty: float = 0.0
-    lr_opt: float = 3e-3
-    lr_base_width: float = 256.0
-    lr_width_exponent: float = 1.0
+    lr_penalty: Nonnegative = 0.0
+    lr_opt: Positive = 3e-3
+    lr_base_width: Positive = 256.0
+    lr_width_exponent: Nonnegative = 1.0
     # asymmetric: above N* the deeper net wins by at most asymmetry_gap_ratio·gap, approached
     # as a power law of exponent asymmetry_power in the e-folds past N*
-    asymmetry_gap_ratio: float = 0.4
-    asymmetry_power: float = 0.5
+    asymmetry_gap_ratio: Positive = 0.4
+    asymmetry_power: Positive = 0.5
     # training length (any surface): every planted N* scales by
     # (total steps / length_ref_steps)^length_exponent; 0 = the length does not matter
-    length_exponent: float = 0.0
-    length_ref_steps: int = 1000
+    length_exponent: Planted = 0.0
+    length_ref_steps: Annotated[Int, least(1)] = 1000
     # the validation curve (any surface): interpolated, or late_descent, where a net of depth L
     # descends along progress^(1 + curve_lag·ln L) (a deeper net later) and every eval before
     # the last adds independent noise of sd curve_eval_noise (nats)
-    curve: str = "interpolated"
-    curve_lag: float = 0.1
-    curve_eval_noise: float = 0.001
+    curve: Annotated[Str, choice(SIMULATED_CURVES)] = "interpolated"
+    curve_lag: Annotated[Planted, least(0)] = 0.1
+    curve_eval_noise: Annotated[Planted, least(0)] = 0.001
 
     def __post_init__(self) -> None:
-        for name in ("a", "b", "diverge_logit", "diverge_depth_slope", "diverge_lr_slope"):
-            value = getattr(self, name)
-            if not math.isfinite(value):
-                raise InputError(f"simulated.{name}: got {value!r}; expected a finite number")
-        self._check_maxima()
-        for name in (
-            "noise",
-            "seconds_per_step",
-            "gap",
-            "noise_depth_slope",
-            "gap_depth_slope",
-            "noise_size_slope",
-            "dip_size",
-            "outlier_size",
-            "outlier_min_depth",
-            "lr_penalty",
-            "lr_width_exponent",
-            "curve_lag",
-            "curve_eval_noise",
-        ):
-            at_least(f"simulated.{name}", getattr(self, name), 0)
-        for name in (
-            "transition_scale",
-            "dip_offset",
-            "dip_width",
-            "lr_opt",
-            "lr_base_width",
-            "asymmetry_gap_ratio",
-            "asymmetry_power",
-        ):
-            positive(f"simulated.{name}", getattr(self, name))
-        at_least("simulated.length_ref_steps", self.length_ref_steps, 1)
-        within("simulated.seed_correlation", self.seed_correlation, 0, 1)
-        within("simulated.outlier_share", self.outlier_share, 0, 1)
-        one_of("simulated.surface", self.surface, SIMULATED_SURFACES)
-        one_of("simulated.curve", self.curve, SIMULATED_CURVES)
-        self._check_surface()
-
-    def _check_maxima(self) -> None:
-        for name in (
-            "a",
-            "b",
-            "noise",
-            "gap",
-            "transition_scale",
-            "length_exponent",
-            "curve_lag",
-            "curve_eval_noise",
-        ):
-            value = getattr(self, name)
-            within(f"simulated.{name}", value, -limits.MAX_SIMULATED_ABS, limits.MAX_SIMULATED_ABS)
-        at_most("simulated.seconds_per_step", self.seconds_per_step, limits.MAX_SECONDS_PER_STEP)
-
-    def _check_surface(self) -> None:
         if self.dip_width >= self.dip_offset:
             raise InputError(
                 f"simulated.dip_width: got {self.dip_width!r}; expected less than "
