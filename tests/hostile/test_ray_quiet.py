@@ -136,7 +136,7 @@ def test_a_killed_worker_is_one_short_line_and_a_killed_driver_leaves_nothing(tm
     # Killed once it has reported (a checkpoint is there): killed while Ray still starts it,
     # the trial's actor "never ran", which Ray says in another, short, line.
     def reported_and_running() -> list[int]:
-        reported = list(storage.glob("*/ray/grid-*/*/checkpoint_*"))
+        reported = list(storage.glob("*/train/*/state-*"))  # its kept checkpoint
         return Processes.children_named(TRIAL_PROCESS, driver.pid) if reported else []
 
     _wait(reported_and_running, driver, "a trial that has reported")
