@@ -115,6 +115,20 @@ def remove_train_dir(experiment_root: str | Path, trial_id: str) -> None:
         folder.parent.rmdir()
 
 
-def curve_point(values: dict, keys: frozenset[str]) -> dict:
-    """The part of a report that belongs in the trial's curve (JSON-safe scalars and lists)."""
-    return {k: v for k, v in values.items() if k in keys}
+class CurveSoFar:
+    """The points an attempt has reported, those of the checkpoint it resumed from first: what
+    each new checkpoint's progress file carries, so a later attempt restores the whole curve."""
+
+    def __init__(self, progress: dict | None, keys: frozenset[str]):
+        self.keys = keys  # the report's keys that belong in the curve
+        curve = (progress or {}).get("curve", [])
+        self.points = {int(p.get(vocabulary.STEP, 0)): p for p in curve}
+
+    def add(self, values: dict) -> int:
+        """Keep a report's curve point; its step."""
+        step = int(values.get(vocabulary.STEP, 0))
+        self.points[step] = {k: v for k, v in values.items() if k in self.keys}
+        return step
+
+    def curve(self) -> list[dict]:
+        return [self.points[step] for step in sorted(self.points)]

@@ -35,7 +35,6 @@ from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 from ray.tune.integration.ray_train import TuneReportCallback
 
-from dwtune.core import vocabulary
 from dwtune.core.records import TrialRequest
 from dwtune.core.spec import ExperimentSpec
 from dwtune.study.runners.ray_tune import checkpoints
@@ -76,15 +75,12 @@ def _worker_main(config: dict) -> None:
         progress = checkpoints.read_progress(resume)
         # every rank reports alike (Ray Train gathers a report from each); rank 0's reaches Tune
         ray.train.report({**extra, **attempt(), STARTED_KEY: True, **resumed_report(progress)})
-        points = {int(p.get(vocabulary.STEP, 0)): p for p in (progress or {}).get("curve", [])}
+        curve = checkpoints.CurveSoFar(progress, CURVE_KEYS | RECORD_KEYS)
 
         def report(values: dict, checkpoint_dir: str | None) -> None:
-            step = int(values.get(vocabulary.STEP, 0))
-            points[step] = checkpoints.curve_point(values, CURVE_KEYS | RECORD_KEYS)
+            step = curve.add(values)
             if checkpoint_dir and rank == 0:
-                checkpoints.write_progress(
-                    checkpoint_dir, step, [points[s] for s in sorted(points)]
-                )
+                checkpoints.write_progress(checkpoint_dir, step, curve.curve())
             checkpoint = (
                 ray.train.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
             )

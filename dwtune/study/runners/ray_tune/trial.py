@@ -88,14 +88,12 @@ def trial_main(
     resume = checkpoints.latest_state(trial_dir)
     progress = checkpoints.read_progress(resume)
     tune.report({**extra(), STARTED_KEY: True, **resumed_report(progress)})
-    points = {int(p.get(vocabulary.STEP, 0)): p for p in (progress or {}).get("curve", [])}
+    curve = checkpoints.CurveSoFar(progress, CURVE_KEYS | RECORD_KEYS)
 
     def report(values: dict, checkpoint_dir: str | None) -> None:
-        step = int(values.get(vocabulary.STEP, 0))
-        points[step] = checkpoints.curve_point(values, CURVE_KEYS | RECORD_KEYS)
+        step = curve.add(values)
         if checkpoint_dir:  # on the experiment's storage before the driver hears of it
-            curve = [points[s] for s in sorted(points)]
-            checkpoints.keep_state(checkpoint_dir, trial_dir, step, curve)
+            checkpoints.keep_state(checkpoint_dir, trial_dir, step, curve.curve())
         tune.report({**values, **extra()})
 
     with checkpoints.scratch(spec.resources.scratch_dir, request.trial_id) as scratch:
