@@ -125,8 +125,7 @@ class GridDesign:
         law: DepthWidthLaw | None = None,
         earlier: Mapping[int, Iterable[float]] | None = None,
     ) -> list[GridCell]:
-        depths = sorted({d for pair in pairs for d in pair})
-        return [self.spec.cell(d, n) for d in depths for n in sorted(self.spec.space.budgets)]
+        return wave_cells(self, pairs, law, earlier)
 
     def depth_budgets(
         self,
@@ -209,14 +208,7 @@ class LawDesign:
         """The first points of a wave's ``pairs``: each depth at its :meth:`depth_budgets` by
         ``law`` (default fit.reference); ``earlier``: the sizes each depth was given by the
         waves before."""
-        pairs = tuple(pairs)
-        depths = sorted({d for pair in pairs for d in pair})
-        earlier = earlier or {}
-        return [
-            self.spec.cell(d, n)
-            for d in depths
-            for n in self.depth_budgets(d, pairs, law, earlier.get(d, ()))
-        ]
+        return wave_cells(self, pairs, law, earlier)
 
     def depth_budgets(
         self,
@@ -296,6 +288,23 @@ class LawDesign:
         sd = max(low_end.sd, high_end.sd)
         se = sd / math.sqrt(seeds) if math.isfinite(sd) else 0.0
         return interpolated_cut(outcome.low, outcome.high, low_end.mean, high_end.mean, se)
+
+
+def wave_cells(
+    design: GridDesign | LawDesign,
+    pairs: Iterable[Pair],
+    law: DepthWidthLaw | None,
+    earlier: Mapping[int, Iterable[float]] | None,
+) -> list[GridCell]:
+    """Every depth of ``pairs`` at each budget the design's ``depth_budgets`` gives it."""
+    pairs = tuple(pairs)
+    depths = sorted({d for pair in pairs for d in pair})
+    earlier = earlier or {}
+    return [
+        design.spec.cell(d, n)
+        for d in depths
+        for n in design.depth_budgets(d, pairs, law, earlier.get(d, ()))
+    ]
 
 
 def law_sizes(law: DepthWidthLaw, deep: int, reach: float) -> tuple[float, float]:
