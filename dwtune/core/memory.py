@@ -98,6 +98,13 @@ class MemoryEstimate:
     def total(self) -> int:
         return self.weights_and_optimizer + self.activations + self.logits + self.gathered
 
+    def times(self, seeds: int) -> MemoryEstimate:
+        """The estimate of ``seeds`` such models fused into one (every term scales: each
+        parameter, activation and logit gains a seed axis of that length)."""
+        if seeds == 1:
+            return self
+        return MemoryEstimate(*(seeds * getattr(self, f.name) for f in dataclasses.fields(self)))
+
 
 def trial_memory(
     shape: ModelShape, batch_size: int, activation_bytes: int = 4, checkpointing: bool = False
@@ -163,6 +170,7 @@ def micro_batches(
     micro_batch: int | None = None,
     checkpointing: bool | None = None,
     workers: int = 1,
+    seeds: int = 1,
 ) -> MicroBatches:
     """The split of a ``batch_size`` batch that fits ``memory_bytes`` (None: no limit).
 
@@ -173,23 +181,24 @@ def micro_batches(
     sequences that fit 200 at a time run as 171 + 171 + 170); checkpointing only when no
     micro-batch fits without it: recomputing the forward costs about a third more FLOPs,
     while smaller micro-batches cost none. When nothing fits, micro-batches of one sequence
-    are returned with ``fits`` False.
+    are returned with ``fits`` False. ``seeds`` > 1: the memory of that many fused seeds
+    (:meth:`MemoryEstimate.times`; a fused trial is one process).
     """
     options = [checkpointing] if checkpointing is not None else [False, True]
     given = min(micro_batch, batch_size) if micro_batch else None
     for ckpt in options:
         size = given or _largest_fitting(
-            shape, batch_size, activation_bytes, memory_bytes, ckpt, workers
+            shape, batch_size, activation_bytes, memory_bytes, ckpt, workers, seeds
         )
         if not size:
             continue
         size = size if given else _even(batch_size, size)
-        estimate = worker_memory(shape, size, workers, activation_bytes, ckpt)
+        estimate = worker_memory(shape, size, workers, activation_bytes, ckpt).times(seeds)
         split = MicroBatches(batch_size, size, ckpt, estimate, memory_bytes)
         if split.fits or ckpt == options[-1]:
             return split
     ckpt = options[-1]
-    estimate = worker_memory(shape, 1, workers, activation_bytes, ckpt)
+    estimate = worker_memory(shape, 1, workers, activation_bytes, ckpt).times(seeds)
     return MicroBatches(batch_size, 1, ckpt, estimate, memory_bytes)
 
 
@@ -200,11 +209,13 @@ def _largest_fitting(
     memory_bytes: float | None,
     checkpointing: bool,
     workers: int,
+    seeds: int = 1,
 ) -> int:
     """The largest micro-batch (<= batch_size) that fits, by bisection; 0 if none."""
 
     def fits(size: int) -> bool:
-        need = worker_memory(shape, size, workers, activation_bytes, checkpointing).total
+        one = worker_memory(shape, size, workers, activation_bytes, checkpointing)
+        need = one.times(seeds).total
         return memory_bytes is None or need <= memory_bytes
 
     low, high = 0, batch_size  # fits(low) (or low == 0), and nothing above high is asked

@@ -86,6 +86,8 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    seed_axes = 0  # leading axes that index the seed (a FusedGPT has one)
+
     def __init__(self, shape: ModelShape, param: Parametrization | None = None):
         super().__init__()
         check_shape(shape)
@@ -173,3 +175,168 @@ def compile_blocks(model: GPT) -> None:
     """
     for block in model.blocks:
         block.compile()
+
+
+# --------------------------------------------------------------------------- fused seeds
+# k models of one shape trained as one: every parameter gains a leading seed axis S = k, each
+# matmul becomes a batched matmul over S, and seed s's slice sees only seed s's tokens. No op
+# mixes slices, so seed s's forward, loss and gradient are those of its model trained alone.
+
+
+def _stacked(tensors: list[torch.Tensor]) -> nn.Parameter:
+    return nn.Parameter(torch.stack([t.detach() for t in tensors]))
+
+
+class FusedLinear(nn.Module):
+    """k bias-optional linear maps: weight (S, out, in), bias (S, out)."""
+
+    def __init__(self, layers: list[nn.Linear]):
+        super().__init__()
+        self.weight = _stacked([layer.weight for layer in layers])
+        has_bias = layers[0].bias is not None
+        self.bias = _stacked([layer.bias for layer in layers]) if has_bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        seeds, *rows, width = x.shape
+        flat = x.reshape(seeds, -1, width)  # (S, ..., in) -> (S, N, in)
+        weight = self.weight.transpose(1, 2)  # (S, in, out)
+        if self.bias is None:
+            y = torch.bmm(flat, weight)
+        else:
+            y = torch.baddbmm(self.bias.unsqueeze(1), flat, weight)
+        return y.view(seeds, *rows, -1)  # (S, N, out) -> (S, ..., out)
+
+
+class FusedLayerNorm(nn.Module):
+    """k LayerNorms over the last axis: weight, bias (S, D); eps as nn.LayerNorm's."""
+
+    def __init__(self, norms: list[nn.LayerNorm]):
+        super().__init__()
+        self.eps = norms[0].eps
+        self.weight = _stacked([norm.weight for norm in norms])
+        has_bias = norms[0].bias is not None
+        self.bias = _stacked([norm.bias for norm in norms]) if has_bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        width = x.shape[-1]
+        per_seed = (x.shape[0],) + (1,) * (x.dim() - 2) + (width,)  # (S, 1, ..., D)
+        y = F.layer_norm(x, (width,), eps=self.eps) * self.weight.view(per_seed)
+        return y if self.bias is None else y + self.bias.view(per_seed)
+
+
+class FusedAttention(nn.Module):
+    def __init__(self, layers: list[CausalSelfAttention]):
+        super().__init__()
+        self.heads, self.scale = layers[0].heads, layers[0].scale
+        self.qkv = FusedLinear([layer.qkv for layer in layers])
+        self.proj = FusedLinear([layer.proj for layer in layers])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s, b, t, d = x.shape
+        # the seed axis folds into the batch axis: SDPA treats each (seed, row) on its own
+        q, k, v = (
+            part.reshape(s * b, t, self.heads, d // self.heads).transpose(1, 2)  # (SB, H, T, K)
+            for part in self.qkv(x).split(d, dim=3)  # (S, B, T, 3D) -> 3 x (S, B, T, D)
+        )
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+        return self.proj(y.transpose(1, 2).reshape(s, b, t, d))  # (S, B, T, D)
+
+
+class FusedMLP(nn.Module):
+    def __init__(self, layers: list[MLP]):
+        super().__init__()
+        self.fc = FusedLinear([layer.fc for layer in layers])
+        self.proj = FusedLinear([layer.proj for layer in layers])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class FusedBlock(nn.Module):
+    """k copies of one layer's :class:`Block` (the unit regional compilation compiles)."""
+
+    def __init__(self, blocks: list[Block]):
+        super().__init__()
+        self.norm1 = FusedLayerNorm([block.norm1 for block in blocks])
+        self.attn = FusedAttention([block.attn for block in blocks])
+        self.norm2 = FusedLayerNorm([block.norm2 for block in blocks])
+        self.mlp = FusedMLP([block.mlp for block in blocks])
+        self.branch = blocks[0].branch
+
+    forward = Block.forward
+
+
+class FusedGPT(nn.Module):
+    """k :class:`GPT` of one shape as one module; every parameter is (S, *its shape alone).
+
+    Built from the k models themselves (each initialised as it would be alone), so seed s's
+    slice starts exactly where its own training would. Tokens are (S, B, T): seed s's rows.
+    """
+
+    seed_axes = 1  # leading axes that index the seed (make_optimizer's matrix test)
+
+    def __init__(self, models: list[GPT]):
+        super().__init__()
+        first = models[0]
+        self.shape, self.param, self.seeds = first.shape, first.param, len(models)
+        self.output_multiplier = first.output_multiplier
+        self.token_embedding = _stacked([m.token_embedding.weight for m in models])  # (S, V, D)
+        self.position_embedding = _stacked([m.position_embedding.weight for m in models])
+        self.blocks = nn.ModuleList(
+            FusedBlock([m.blocks[i] for m in models]) for i in range(first.shape.depth)
+        )
+        self.final_norm = FusedLayerNorm([m.final_norm for m in models])
+        self.head = None if first.head is None else _stacked([m.head.weight for m in models])
+        self.checkpoint_blocks = False
+
+    def hidden_matrices(self) -> list[nn.Parameter]:
+        """μP's hidden weights, stacked over seeds (as :meth:`GPT.hidden_matrices`)."""
+        return [
+            layer.weight
+            for block in self.blocks
+            for layer in (block.attn.qkv, block.attn.proj, block.mlp.fc, block.mlp.proj)
+        ]
+
+    @property
+    def output_weight(self) -> torch.Tensor:
+        """(S, V, D): each seed's logits matrix."""
+        return self.token_embedding if self.head is None else self.head
+
+    def features(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(S, B, T, D) final-norm hidden states (× the logits multiplier) of (S, B, T) tokens."""
+        seeds, _, t = tokens.shape
+        vocab, width = self.token_embedding.shape[1:]
+        # seed s's ids offset into its own rows of the (S·V, D) table: one embedding lookup
+        offsets = torch.arange(seeds, device=tokens.device).view(seeds, 1, 1) * vocab
+        table = self.token_embedding.view(seeds * vocab, width)
+        x = F.embedding(tokens + offsets, table)  # (S, B, T, D)
+        x = x + self.position_embedding[:, :t].unsqueeze(1)  # (S, 1, T, D) over B
+        recompute = self.checkpoint_blocks and torch.is_grad_enabled()
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=False) if recompute else block(x)
+        hidden = self.final_norm(x)
+        return hidden if self.output_multiplier == 1.0 else hidden * self.output_multiplier
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(S, N, V) logits of (S, N, D) hidden rows, each seed through its own matrix."""
+        return torch.bmm(hidden, self.output_weight.transpose(1, 2))
+
+    def seed_losses(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """(S,) mean next-token cross-entropy (nats) of each seed's (B, T) rows."""
+        seeds, vocab = self.seeds, self.shape.vocab_size
+        hidden = self.features(tokens).reshape(seeds, -1, self.shape.width)  # (S, B·T, D)
+        logits = self.logits(hidden).reshape(-1, vocab).float()  # (S·B·T, V)
+        per_token = F.cross_entropy(logits, targets.reshape(-1), reduction="none")
+        return per_token.view(seeds, -1).mean(dim=1)  # (S·B·T,) -> (S, B·T) -> (S,)
+
+
+def build_fused_model(
+    shape: ModelShape, seeds: list[int], param: Parametrization | None = None
+) -> FusedGPT:
+    """One :class:`FusedGPT` of ``len(seeds)`` models, model s initialised from
+    ``torch.manual_seed(seeds[s])`` exactly as :func:`build_model` after that seed."""
+    models = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        models.append(build_model(shape, param))
+    return FusedGPT(models)

@@ -36,7 +36,13 @@ import torch.nn.functional as F
 from dwtune.backends.data import eval_batches, prepare_corpus, train_batch
 from dwtune.backends.pytorch import checkpoint as sharded_checkpoint
 from dwtune.backends.pytorch.loss import chunked_cross_entropy
-from dwtune.backends.pytorch.model import GPT, build_model, check_shape, compile_blocks
+from dwtune.backends.pytorch.model import (
+    GPT,
+    FusedGPT,
+    build_model,
+    check_shape,
+    compile_blocks,
+)
 from dwtune.backends.pytorch.perf import Peak, mfu, peak_flops, synchronize, tune_cpu_allocator
 from dwtune.core import vocabulary
 from dwtune.core.budget import ModelShape, flops_per_token
@@ -143,8 +149,11 @@ ADAM_EPS = 1e-8  # torch's default; CompleteP scales it per group
 LR_SCALE = "lr_scale"  # param-group key: the group's rate is lr_scale × the schedule's
 
 
-def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.AdamW:
+def make_optimizer(model: GPT | FusedGPT, cfg: TrainConfig) -> torch.optim.AdamW:
     """Fused AdamW; weight decay on matrices and embeddings, not on LayerNorm parameters.
+
+    AdamW is elementwise (no per-tensor statistic), so on a fused model's stacked parameters
+    each seed's slice takes exactly the update its own optimizer would.
 
     Under mup and completep the hidden matrices are their own group, with rate ``lr/m`` (and
     under completep their decay ×m, ε ×1/(m·m_L), the vector-like ε ×1/m_L); under sp the
@@ -157,9 +166,10 @@ def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.AdamW:
         else set()
     )
     params = list(model.parameters())
+    axes = model.seed_axes  # a fused model's parameters are (S, *one seed's shape)
     hidden = [p for p in params if id(p) in hidden_ids]
-    matrices = [p for p in params if p.dim() >= 2 and id(p) not in hidden_ids]
-    vectors = [p for p in params if p.dim() < 2]
+    matrices = [p for p in params if p.dim() - axes >= 2 and id(p) not in hidden_ids]
+    vectors = [p for p in params if p.dim() - axes < 2]
     groups = [
         _group(matrices, cfg.weight_decay, 1.0, ADAM_EPS * param.vector_eps_scale()),
         _group(vectors, 0.0, 1.0, ADAM_EPS * param.vector_eps_scale()),
@@ -200,6 +210,8 @@ class TrainStep:
     sequence has T tokens), so the gradient and the loss are the whole batch's token mean.
     """
 
+    batch_axis = 0  # the axis of the inputs that indexes sequences (a fused step's is 1)
+
     def __init__(
         self,
         model: GPT,
@@ -222,38 +234,45 @@ class TrainStep:
         """Loss (before the update) and pre-clipping gradient norm, as device tensors."""
         self.optimizer.zero_grad(set_to_none=True)
         loss = self._accumulate(inputs, targets)
-        norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
+        norm = self._clip()
         self.optimizer.step()
         return loss, norm
+
+    def _clip(self) -> torch.Tensor:
+        """Scale the gradients to norm ``max_norm`` at most; the norm before scaling."""
+        return torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
 
     def _loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean loss of these rows (a sharded step goes through its FSDP root module)."""
         return lm_loss(self.model, inputs, targets)
 
     def _accumulate(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        batch = inputs.shape[0]
+        # a fused step's loss is one per seed (S,): their sum's gradient is each seed's own
+        axis = self.batch_axis
+        batch = inputs.shape[axis]
         size = self.micro_batch or batch
         if size >= batch:  # one pass: exactly the unsplit step
             with self.runtime.autocast():
                 loss = self._loss(inputs, targets)
-            loss.backward()
+            loss.sum().backward()
             return loss.detach()
         total = torch.zeros((), device=inputs.device)
-        for part_in, part_target in zip(inputs.split(size), targets.split(size), strict=True):
-            share = part_in.shape[0] / batch  # (b, T) of the (B, T) batch
+        parts = zip(inputs.split(size, axis), targets.split(size, axis), strict=True)
+        for part_in, part_target in parts:
+            share = part_in.shape[axis] / batch  # (b, T) of the (B, T) batch
             with self.runtime.autocast():
                 loss = self._loss(part_in, part_target) * share
-            loss.backward()
-            total += loss.detach().float()
+            loss.sum().backward()
+            total = total + loss.detach().float()
         return total
 
 
 def to_device(windows: np.ndarray, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, T + 1) token windows -> (inputs, targets), each (B, T), on ``device``."""
+    """(..., B, T + 1) token windows -> (inputs, targets), each (..., B, T), on ``device``."""
     tokens = torch.from_numpy(windows)
     if device.type == "cuda":
         tokens = tokens.pin_memory().to(device, non_blocking=True)
-    return tokens[:, :-1], tokens[:, 1:]
+    return tokens[..., :-1], tokens[..., 1:]
 
 
 def build_training(
@@ -291,11 +310,12 @@ def trial_memory_bytes(resources: ResourcesConfig, runtime: Runtime) -> float | 
 
 
 def choose_split(
-    spec: ExperimentSpec, shape: ModelShape, runtime: Runtime, workers: int = 1
+    spec: ExperimentSpec, shape: ModelShape, runtime: Runtime, workers: int = 1, seeds: int = 1
 ) -> MicroBatches:
     """Micro-batch and checkpointing of one process of a trial over ``workers`` (its
-    batch_size/workers rows): the spec's, else from the memory model
-    (:func:`dwtune.core.memory.micro_batches`, the rule ``dwtune plan`` shows per cell)."""
+    batch_size/workers rows), training ``seeds`` fused seeds: the spec's, else from the
+    memory model (:func:`dwtune.core.memory.micro_batches`, the rule ``dwtune plan`` shows
+    per cell)."""
     cfg = spec.train
     return micro_batches(
         shape,
@@ -305,6 +325,7 @@ def choose_split(
         cfg.micro_batch_size,
         cfg.checkpointing,
         workers,
+        seeds,
     )
 
 
@@ -316,13 +337,21 @@ def atomic_torch_save(state: dict, path: Path) -> None:
 
 def window_losses(model: GPT, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy of each window (B,), logits a chunk of rows at a time."""
+    return hidden_window_losses(model.features(inputs), model.output_weight, targets)
+
+
+def hidden_window_losses(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """(B,) mean cross-entropy per window of (B, T, D) ``hidden`` through the (V, D) ``weight``
+    against (B, T) ``targets``, a chunk of rows of logits at a time."""
     batch, length = targets.shape
-    hidden = model.features(inputs).reshape(batch * length, -1)  # (B·T, D)
+    rows_of = hidden.reshape(batch * length, -1)  # (B·T, D)
     flat = targets.reshape(-1)
-    rows = logit_chunk_tokens(model.shape.vocab_size, flat.numel()) or flat.numel()
+    rows = logit_chunk_tokens(weight.shape[0], flat.numel()) or flat.numel()
     per_token = torch.empty(flat.numel(), device=flat.device, dtype=torch.float32)
     for start in range(0, flat.numel(), rows):
-        logits = F.linear(hidden[start : start + rows], model.output_weight).float()
+        logits = F.linear(rows_of[start : start + rows], weight).float()
         per_token[start : start + rows] = F.cross_entropy(
             logits, flat[start : start + rows], reduction="none"
         )
@@ -358,9 +387,16 @@ def evaluate(
     model.eval()
     per_window = [(losses_of or here)(windows).float() for windows in batches]
     model.train()
+    return summarise_windows(per_window)
+
+
+def summarise_windows(per_window: list[torch.Tensor]) -> tuple[float, float, list[float]]:
+    """Mean, standard error over the batches and blocked window losses of one net's
+    (B,) window losses per evaluation batch (:func:`evaluate`)."""
     losses = torch.cat(per_window)  # equal batch sizes: the batch mean of means is the mean
     per_batch = torch.stack([w.mean() for w in per_window])
-    se = per_batch.std() / math.sqrt(len(batches)) if len(batches) > 1 else math.nan
+    count = len(per_window)
+    se = per_batch.std() / math.sqrt(count) if count > 1 else math.nan
     return float(losses.mean()), float(se), window_blocks(losses.cpu().numpy())
 
 
@@ -378,17 +414,28 @@ class Progress:
     best_windows: list = dataclasses.field(default_factory=list)  # window losses at best_val
 
 
+@dataclass(frozen=True)
+class IntervalTotals:
+    """One seed's training steps since its last report, as plain numbers."""
+
+    train_loss: float  # mean over the steps (nats per token)
+    grad_norm: float  # at the last step, before clipping
+    steps: int
+    seconds: float
+
+
 class Interval:
     """Training steps since the last report: loss sum on the device, wall time."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, seeds: tuple[int, ...] = ()):
         self.device = device
+        self.seeds = seeds  # () one seed; (S,) a fused step's per-seed losses and norms
         self.reset()
 
     def reset(self) -> None:
-        self.loss_sum = torch.zeros((), device=self.device)
+        self.loss_sum = torch.zeros(self.seeds, device=self.device)
         self.steps = 0
-        self.grad_norm = torch.zeros((), device=self.device)
+        self.grad_norm = torch.zeros(self.seeds, device=self.device)
         self.start = time.perf_counter()
 
     def add(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
@@ -420,7 +467,7 @@ class TrainingLoop:
         )
         for windows in self.eval_windows:
             corpus.check_ids(windows, "val")
-        self.split = choose_split(spec, shape, self.runtime, self._workers())
+        self.split = self._choose_split(spec)
         self.step_fn = self._build(for_shape(spec.model, shape))
         self.total_steps = self.cfg.total_steps(shape.seq_len)
         self.tokens_per_step = self.cfg.batch_size * shape.seq_len
@@ -434,6 +481,10 @@ class TrainingLoop:
     def _workers(self) -> int:
         """Processes that train this trial together (1 here)."""
         return 1
+
+    def _choose_split(self, spec: ExperimentSpec) -> MicroBatches:
+        """Micro-batches of this process's rows by the memory model (:func:`choose_split`)."""
+        return choose_split(spec, self.shape, self.runtime, self._workers())
 
     def _gpu_share(self) -> float:
         """GPUs this process holds: 0 on CPU, its resources.gpu on CUDA (a packed trial's
@@ -461,6 +512,7 @@ class TrainingLoop:
         return {
             "version": CHECKPOINT_VERSION,
             "seed": self.seed,
+            "seeds": self._seed_list(),
             "shape": dataclasses.asdict(self.shape),
             "train": dataclasses.asdict(self.cfg),
             "progress": dataclasses.asdict(self.progress),
@@ -507,10 +559,15 @@ class TrainingLoop:
         sharded_checkpoint.load(self.step_fn.model, self.step_fn.optimizer, folder)
         self._restore_progress(state)
 
+    def _seed_list(self) -> list[int]:
+        """The seeds this trainer trains (one here; a fused trainer's several)."""
+        return [self.seed]
+
     def _check_resumable(self, state: dict, path: Path) -> None:
-        if state["seed"] != self.seed or state["shape"] != dataclasses.asdict(self.shape):
+        seeds = state.get("seeds", [state["seed"]])  # a checkpoint before fused seeds: one
+        if seeds != self._seed_list() or state["shape"] != dataclasses.asdict(self.shape):
             raise InputError(
-                f"resume_from: {path} holds seed {state['seed']} and shape "
+                f"resume_from: {path} holds seeds {seeds} and shape "
                 f"{state['shape']}, not this trial's; pass this trial's checkpoint"
             )
         changed = _changed_keys(state.get("train", {}), dataclasses.asdict(self.cfg))
@@ -566,47 +623,62 @@ class TrainingLoop:
         """Evaluate (unless diverged) and build the report in the metric vocabulary."""
         seconds = interval.seconds()
         train_loss = float(interval.loss_sum) / max(1, interval.steps)
-        diverged = diverged or not math.isfinite(train_loss)
+        totals = IntervalTotals(train_loss, float(interval.grad_norm), interval.steps, seconds)
+        return self.seed_report(self.progress, totals, diverged, started, self._evaluate)
+
+    def seed_report(
+        self,
+        progress: Progress,
+        totals: IntervalTotals,
+        diverged: bool,
+        started: float,
+        evaluate: Callable[[], tuple[float, float, list[float]]],
+    ) -> dict:
+        """One seed's report: ``evaluate()`` (unless diverged) updates its best, then the
+        metrics of its interval and the status that ends it, if any."""
+        diverged = diverged or not math.isfinite(totals.train_loss)
         no_eval = (math.nan, math.nan, [])
-        val, val_se, windows = no_eval if diverged else self._evaluate()
+        val, val_se, windows = no_eval if diverged else evaluate()
         diverged = diverged or not math.isfinite(val)
-        if not diverged and val < self.progress.best_val:
-            self.progress.best_val, self.progress.best_step = val, self.progress.step
-            self.progress.best_windows = windows
-        tokens_per_s = interval.steps * self.tokens_per_step / seconds
-        self.progress.elapsed_s = time.perf_counter() - started
-        step = self.progress.step
+        if not diverged and val < progress.best_val:
+            progress.best_val, progress.best_step = val, progress.step
+            progress.best_windows = windows
+        seconds = totals.seconds
+        tokens_per_s = totals.steps * self.tokens_per_step / seconds
+        progress.elapsed_s = time.perf_counter() - started
+        step = progress.step
         report = {
-            vocabulary.TRAIN_LOSS: train_loss,
+            vocabulary.TRAIN_LOSS: totals.train_loss,
             vocabulary.VAL_LOSS: val,
             vocabulary.VAL_LOSS_SE: val_se,
             vocabulary.VAL_BEST_LOSS: (
-                self.progress.best_val if math.isfinite(self.progress.best_val) else math.nan
+                progress.best_val if math.isfinite(progress.best_val) else math.nan
             ),
             vocabulary.STEP: step,
             vocabulary.TOKENS: step * self.tokens_per_step,
             vocabulary.LR: self.cfg.lr_at(step - 1, self.total_steps),
-            vocabulary.GRAD_NORM: float(interval.grad_norm),
+            vocabulary.GRAD_NORM: totals.grad_norm,
             vocabulary.TOKENS_PER_S: tokens_per_s,
-            vocabulary.STEP_TIME_S: seconds / max(1, interval.steps),
+            vocabulary.STEP_TIME_S: seconds / max(1, totals.steps),
             vocabulary.MFU: mfu(self.flops_per_token, tokens_per_s, self.peak),
-            vocabulary.ELAPSED_S: self.progress.elapsed_s,
+            vocabulary.ELAPSED_S: progress.elapsed_s,
             vocabulary.WORKERS: self._workers(),
             vocabulary.GPUS: self._workers() * self._gpu_share(),
         }
-        status = self.final_status(diverged)
+        status = self.final_status(diverged, progress)
         if status:
             report[vocabulary.STATUS] = status
-            report[vocabulary.VAL_WINDOWS] = list(self.progress.best_windows)
+            report[vocabulary.VAL_WINDOWS] = list(progress.best_windows)
         return report
 
-    def final_status(self, diverged: bool) -> str | None:
+    def final_status(self, diverged: bool, progress: Progress | None = None) -> str | None:
+        progress = progress or self.progress
         if diverged:
             return vocabulary.STATUS_DIVERGED
-        if self.progress.step >= self.total_steps:
+        if progress.step >= self.total_steps:
             return vocabulary.STATUS_FINISHED
         patience = self.cfg.patience
-        if patience is not None and self.progress.step - self.progress.best_step >= patience:
+        if patience is not None and progress.step - progress.best_step >= patience:
             return vocabulary.STATUS_EARLY_STOPPED
         return None
 
