@@ -59,6 +59,7 @@ VOCAB = whole(2, limits.MAX_VOCAB)
 STEPS = whole(1, limits.MAX_STEPS)
 WARMUP = whole(0, limits.MAX_STEPS)
 SEED = whole(0, limits.MAX_SEED)
+SEED_COUNT = whole(1, limits.MAX_SEEDS)
 MLP_RATIO = number(0.0, limits.MAX_MLP_RATIO, low_open=True)
 PEAK_FLOPS = number(0.0, 1e21, low_open=True)  # FLOP/s; the fastest chips are ~1e15-1e16
 LEVEL = number(0.0, 1.0, low_open=True)

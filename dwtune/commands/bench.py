@@ -40,6 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="device peak FLOP/s for MFU (default: GPU table or calibration)",
     )
     parser.add_argument("--seed", type=argtypes.SEED, default=0)
+    parser.add_argument(
+        "--seeds",
+        type=argtypes.SEED_COUNT,
+        default=1,
+        help="time that many seeds fused into one model (seed, seed + 1, ...); tokens/s "
+        "then counts every seed's tokens (default 1; benchmarks/fused_seeds.py compares)",
+    )
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     parser.add_argument(
         "--results",
@@ -86,6 +93,7 @@ def _time_training(args: argparse.Namespace, shape, runtime):
         steps=args.steps,
         warmup=args.warmup,
         batch_size=args.batch_size,
+        seeds=args.seeds,
     )
 
 
@@ -106,6 +114,7 @@ def _describe(args: argparse.Namespace, shape, runtime) -> dict:
         "head_dim": shape.head_dim,
         "seq_len": shape.seq_len,
         "batch_size": args.batch_size,
+        "seeds": args.seeds,
         "vocab_size": shape.vocab_size,
         "params": count_params(shape).total,
         "flops_per_token": flops_per_token(shape),
@@ -127,7 +136,7 @@ def measure(args: argparse.Namespace) -> dict:
     runtime = configure_runtime(args.device, args.compile, DataConfig().cache_dir)
     peak = peak_flops(runtime.device, args.peak_flops)
     times = _time_training(args, shape, runtime)
-    tokens_per_s = args.batch_size * shape.seq_len / times.median_s
+    tokens_per_s = args.seeds * args.batch_size * shape.seq_len / times.median_s
     memory, memory_kind = peak_memory_bytes(runtime.device)
     result = _describe(args, shape, runtime)
     return {
@@ -158,7 +167,8 @@ def format_result(r: dict) -> str:
             "shape",
             f"depth {r['depth']} x width {r['width']}, {r['heads']} heads "
             f"(head_dim {r['head_dim']}), seq {r['seq_len']}, batch {r['batch_size']}, "
-            f"vocab {r['vocab_size']}, {format_size(r['params'])} params",
+            f"vocab {r['vocab_size']}, {format_size(r['params'])} params"
+            + (f", {r['seeds']} seeds fused" if r["seeds"] > 1 else ""),
         ),
         ("device", f"{r['device_name']}, {r['precision']}"),
         ("attention", f"{r['attention_backend']} ({r['attention_note']})"),

@@ -34,6 +34,7 @@ COLUMNS = (
     ("depth_threshold", "L_th", "{:>5}"),
     ("regime", "regime", "{:<11}"),
     ("split", "mbatch", "{:>10}"),
+    ("fused_seeds", "fused", "{:>5}"),
 )
 
 
@@ -75,7 +76,7 @@ WORKERS_COLUMN = ("workers", "workers", "{:>7}")
 
 def _columns(rows: list[dict]) -> tuple[tuple[str, str, str], ...]:
     sharded = any(row.get("workers", 1) > 1 for row in rows)
-    return (*COLUMNS[:-1], WORKERS_COLUMN, COLUMNS[-1]) if sharded else COLUMNS
+    return (*COLUMNS[:-2], WORKERS_COLUMN, *COLUMNS[-2:]) if sharded else COLUMNS
 
 
 def format_table(spec: ExperimentSpec, rows: list[dict]) -> str:
@@ -95,6 +96,11 @@ def format_table(spec: ExperimentSpec, rows: list[dict]) -> str:
         lines.append(
             "mbatch: sequences per pass x passes per step (+ckpt: activation checkpointing; "
             "no fit: at no micro-batch)"
+        )
+    if any(r.get("fused_seeds", 1) > 1 for r in rows):
+        lines.append(
+            "fused: seeds one trial trains as one model, each seed with its own init, data "
+            "order, clipping and record"
         )
     sharded = [r for r in rows if r.get("workers", 1) > 1]
     if sharded:

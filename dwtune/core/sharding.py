@@ -106,3 +106,44 @@ def sharded_concurrency(cluster: dict[str, float], cpu: float, gpu: float, worke
     if gpu > 0:
         fits = min(fits, cluster.get("GPU", 0) // (workers * gpu))
     return max(1, int(fits))
+
+
+def fused_seeds(spec: ExperimentSpec, shape: ModelShape, gpu_bytes: int | None, seeds: int) -> int:
+    """How many of ``seeds`` seeds of ``shape`` one trial trains as one fused model.
+
+    Rule: a fused trial of k seeds holds k seeds' resources (k·cpu CPUs; k·gpu GPUs, at most
+    one: a fused model lives on one device) and trains on them in the passes one seed's trial
+    needs. So k is the most seeds (at most ``seeds``) whose fused memory
+    (:meth:`~dwtune.core.memory.MemoryEstimate.times`) fits that share of a GPU of
+    ``gpu_bytes`` in the same micro-batches and checkpointing as one seed; every seed on CPU
+    or with the GPU memory unknown (no limit); 1 where a trial is sharded (each worker holds
+    a shard of one model). Guarantee: fusing never adds a pass or a recomputation.
+    """
+    one = trial_layout(spec, shape, gpu_bytes)
+    if one.workers > 1 or seeds <= 1:
+        return 1
+    gpu = spec.resources.gpu
+    for k in range(seeds, 1, -1):
+        if gpu > 0 and gpu_bytes is not None and not _fused_fits(spec, shape, gpu_bytes, k, one):
+            continue
+        return k
+    return 1
+
+
+def _fused_fits(
+    spec: ExperimentSpec, shape: ModelShape, gpu_bytes: int, k: int, one: TrialLayout
+) -> bool:
+    """Whether k fused seeds run in one seed's passes on their share of one GPU."""
+    share = memory.gpu_share_bytes(gpu_bytes, min(k * spec.resources.gpu, 1.0))
+    train = spec.train
+    fused = memory.micro_batches(
+        shape,
+        train.batch_size,
+        activation_bytes(spec),
+        share,
+        one.split.micro_batch,
+        one.split.checkpointing,
+        1,
+        k,
+    )
+    return fused.fits

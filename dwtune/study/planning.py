@@ -75,9 +75,11 @@ def check_scale(spec: ExperimentSpec) -> scale.CorpusSize:
 # --------------------------------------------------------------------------- grid cells
 
 
-def cell_row(cell: GridCell, split: CellSplit | None = None) -> dict:
+def cell_row(cell: GridCell, split: CellSplit | None = None, fused: int | None = None) -> dict:
     """One plan row; ``regime`` says whether the depth is above L_th = log3(width); with
-    ``split``, the cell's workers, micro-batches and memory (:func:`split_fields`)."""
+    ``split``, the cell's workers, micro-batches and memory (:func:`split_fields`); with
+    ``fused``, the seeds one trial of the cell trains as one model
+    (:func:`dwtune.core.sharding.fused_seeds`)."""
     threshold = depth_threshold(cell.shape.width)
     return {
         "depth": cell.depth,
@@ -94,6 +96,7 @@ def cell_row(cell: GridCell, split: CellSplit | None = None) -> dict:
         "depth_threshold": round(threshold, 2),
         "regime": "above L_th" if cell.depth > threshold else "below L_th",
         **(split_fields(split, cell.shape) if split else {}),
+        **({"fused_seeds": fused} if fused is not None else {}),
     }
 
 
@@ -101,7 +104,15 @@ def plan_rows(spec: ExperimentSpec, device: str | None = None) -> list[dict]:
     """Every cell's row: ``workers``, the processes (GPUs) one of its trials spans, and the
     micro-batches each runs its rows of the batch in (:func:`cell_split`)."""
     gpu_bytes = gpu_memory_bytes(spec, device)
-    return [cell_row(cell, cell_split(spec, cell, gpu_bytes)) for cell in spec.first_cells()]
+    seeds = len(spec.space.seeds)
+    return [
+        cell_row(
+            cell,
+            cell_split(spec, cell, gpu_bytes),
+            sharding.fused_seeds(spec, cell.shape, gpu_bytes, seeds),
+        )
+        for cell in spec.first_cells()
+    ]
 
 
 # --------------------------------------------------------------------------- corpus

@@ -125,9 +125,10 @@ def test_plan_json_and_table_show_the_workers_of_each_cell(capsys):
     assert main(["plan", str(QUICKSTART), "resources.workers_per_trial=2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     header = lines[2].split()
-    assert header[-3:] == ["regime", "workers", "mbatch"]
+    assert header[-4:] == ["regime", "workers", "mbatch", "fused"]
     rows = [line.split() for line in lines[3:9]]
-    assert all(row[-2] == "2" for row in rows)  # workers, then mbatch ("below L_th": 2 words)
+    # workers, mbatch, fused ("below L_th": 2 words); on CPU every trial shards: none fuses
+    assert all(row[-3] == "2" and row[-1] == "1" for row in rows)
     assert "6 of 6 cells shard each trial over its workers" in "\n".join(lines)
 
 
@@ -151,3 +152,13 @@ def test_paper_scale_shards_only_the_cells_one_gpu_cannot_hold(capsys):
     assert set(c["workers"] for c in cells.values()) <= {1, 2, 4, 8}
     assert plan["packing"]["cells_too_big"] == 0
     assert plan["packing"]["cells_sharded"] == sum(c["workers"] > 1 for c in cells.values()) > 0
+
+
+def test_plan_says_how_many_seeds_each_trial_fuses(capsys):
+    assert main(["plan", str(QUICKSTART), "--json"]) == 0
+    cells = json.loads(capsys.readouterr().out)["cells"]
+    assert {c["fused_seeds"] for c in cells} == {2}  # CPU: a cell's two seeds, one model
+    assert main(["plan", *PAPER_GRID, "--device", "h100", "--json"]) == 3  # no corpus here
+    cells = json.loads(capsys.readouterr().out)["cells"]
+    assert all(c["fused_seeds"] == 1 for c in cells if c["workers"] > 1)
+    assert any(c["fused_seeds"] == 3 for c in cells)  # small cells: all three seeds

@@ -6,6 +6,7 @@ import itertools
 
 import torch
 
+from dwtune.backends.pytorch.fused import build_fused_training
 from dwtune.backends.pytorch.perf import (
     attention_backend,
     device_name,
@@ -21,24 +22,36 @@ RANDOM_BATCHES = 4  # distinct random batches cycled through the timed steps
 
 
 def time_random_batches(
-    shape: ModelShape, runtime, *, seed: int, steps: int, warmup: int, batch_size: int
+    shape: ModelShape,
+    runtime,
+    *,
+    seed: int,
+    steps: int,
+    warmup: int,
+    batch_size: int,
+    seeds: int = 1,
 ):
-    """Time the trainer's step on random token batches; out of memory is a bad batch size."""
+    """Time the trainer's step on random token batches; out of memory is a bad batch size.
+    ``seeds`` > 1: the step of that many fused seeds (seed, seed + 1, ...), each its own
+    batch_size rows."""
 
     generator = torch.Generator().manual_seed(seed)
-    size = (batch_size, shape.seq_len + 1)
+    size = (batch_size, shape.seq_len + 1) if seeds == 1 else (seeds, batch_size, shape.seq_len + 1)
     batches = [
         torch.randint(0, shape.vocab_size, size, generator=generator).to(runtime.device)
         for _ in range(RANDOM_BATCHES)
     ]
     reset_peak_memory(runtime.device)
     cfg = TrainConfig(steps=steps + warmup, batch_size=batch_size)
-    step = build_training(shape, cfg, runtime, seed)
+    if seeds == 1:
+        step = build_training(shape, cfg, runtime, seed)
+    else:
+        step = build_fused_training(shape, cfg, runtime, range(seed, seed + seeds))
     counter = itertools.count()
 
     def one_step() -> None:
         tokens = batches[next(counter) % RANDOM_BATCHES]
-        step(tokens[:, :-1], tokens[:, 1:])
+        step(tokens[..., :-1], tokens[..., 1:])
 
     try:
         return time_steps(one_step, steps, warmup, runtime.device)

@@ -192,6 +192,11 @@ class FusedTrainingLoop(TrainingLoop):
             self.shape, self.cfg, self.runtime, self.seeds, param, self.split
         )
 
+    def _gpu_share(self) -> float:
+        """Each seed's part of the GPU the trial holds (k seeds' shares, at most one GPU)."""
+        whole = super()._gpu_share()
+        return min(len(self.seeds) * whole, 1.0) / len(self.seeds) if whole else 0.0
+
     def _running(self) -> list[int]:
         """Indices of the seeds that have not ended."""
         return [i for i, m in enumerate(self.seed_metrics) if vocabulary.STATUS not in m]

@@ -1,0 +1,126 @@
+"""Fused trials in a study: which seeds train together, and one record per seed as alone."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from dwtune.backends.trial import run_trial_inprocess
+from dwtune.core import sharding, vocabulary
+from dwtune.core.records import grid_requests
+from dwtune.core.spec import spec_from_dict
+from dwtune.storage.store import ExperimentStore
+from dwtune.study.fusion import fused_groups
+from dwtune.study.runners.local import LocalRunner
+from tests.helpers.specs import small_simulated
+
+GIB = 2**30
+
+
+def simulated(**sections):
+    return spec_from_dict(small_simulated(**sections))
+
+
+def test_a_cells_seeds_form_one_group_and_cells_stay_apart():
+    spec = simulated(space={"seeds": 3})
+    requests = grid_requests(spec)
+    groups = fused_groups(spec, requests, None)
+    assert len(groups) == len(spec.first_cells())
+    for group in groups:
+        assert sorted(r.seed for r in group) == list(spec.space.seeds)
+        assert len({(r.cell.depth, r.cell.budget) for r in group}) == 1
+    assert sorted(r.trial_id for g in groups for r in g) == sorted(r.trial_id for r in requests)
+
+
+def test_who_asked_does_not_split_a_group():
+    spec = simulated()
+    first, second = grid_requests(spec)[:2]  # one cell, seeds 0 and 1
+    second = dataclasses.replace(second, pair="6-12", round=3, point_kind="bisect")
+    assert [len(g) for g in fused_groups(spec, [first, second], None)] == [2]
+
+
+def test_gpu_memory_bounds_the_seeds_a_trial_fuses():
+    # k fused seeds hold k halves of a GPU, at most the whole one: 2 halves, or 3-4 seeds on
+    # the whole GPU when it holds them
+    spec = simulated(space={"seeds": 4}, resources={"cpu": 1, "gpu": 0.5})
+    shape = spec.first_cells()[-1].shape
+    assert sharding.fused_seeds(spec, shape, None, 4) == 4  # memory unknown: no limit
+    one = sharding.trial_layout(spec, shape, 80 * GIB).worker_bytes
+    usable = 1 - 0.10  # memory.GPU_RESERVE_FRACTION
+    assert sharding.fused_seeds(spec, shape, int(2.5 * one / usable), 4) == 2
+    assert sharding.fused_seeds(spec, shape, int(3.5 * one / usable), 4) == 3
+    assert sharding.fused_seeds(spec, shape, 80 * GIB, 4) == 4
+
+
+def test_a_sharded_trial_stays_unfused():
+    raw = small_simulated(resources={"cpu": 1, "gpu": 1, "workers_per_trial": 2})
+    spec = spec_from_dict({**raw, "trainer": "torch"})
+    shape = spec.first_cells()[-1].shape
+    assert sharding.fused_seeds(spec, shape, None, 2) == 1  # GPU memory unknown: sharded
+
+
+def records_alone(spec, requests):
+    return {r.trial_id: run_trial_inprocess(spec, r) for r in requests}
+
+
+TIMINGS = {vocabulary.ELAPSED_S, vocabulary.TOKENS_PER_S, vocabulary.STEP_TIME_S, vocabulary.MFU}
+
+
+def comparable(record) -> str:
+    """The record as JSON (NaN equal to NaN) without what measures time."""
+    row = record.to_json()
+    for key in ("wall_time_s", "node", "gpu_seconds", "tokens_per_s", "mfu"):
+        row.pop(key)
+    row["curve"] = [{k: v for k, v in p.items() if k not in TIMINGS} for p in row["curve"]]
+    return json.dumps(row, sort_keys=True)
+
+
+def test_fused_simulated_records_are_the_records_alone(tmp_path):
+    spec = simulated()
+    store = ExperimentStore.for_spec(tmp_path, spec)
+    store.initialise(spec)
+    runner = LocalRunner(spec, store)
+    requests = grid_requests(spec)
+    fused = runner.run(requests)
+    alone = records_alone(spec, requests)
+    assert [r.trial_id for r in fused] == [r.trial_id for r in requests]
+    for record in fused:
+        assert comparable(record) == comparable(alone[record.trial_id])
+    assert runner.trained == len(requests)
+    again = LocalRunner(spec, store)
+    assert [r.trial_id for r in again.run(requests)] == [r.trial_id for r in requests]
+    assert again.trained == 0  # every seed's identity is recorded: nothing trains twice
+
+
+@pytest.fixture(scope="module")
+def torch_spec(tmp_path_factory):
+    return spec_from_dict(
+        {
+            "name": "fused_grid",
+            "space": {"depths": [1], "budgets": [1e4], "seeds": 2},
+            "data": {
+                "cache_dir": str(tmp_path_factory.mktemp("cache")),
+                "seq_len": 16,
+                "vocab_size": 96,
+            },
+            "model": {"width_multiple": 2},
+            "train": {"steps": 30, "batch_size": 4, "eval_every": 10, "eval_batches": 2},
+        }
+    )
+
+
+def test_a_torch_grid_cell_trains_its_seeds_fused_and_records_each(tmp_path, torch_spec):
+    store = ExperimentStore.for_spec(tmp_path, torch_spec)
+    store.initialise(torch_spec)
+    requests = grid_requests(torch_spec)
+    fused = LocalRunner(torch_spec, store).run(requests)
+    alone = records_alone(torch_spec, requests)
+    for record in fused:
+        own = alone[record.trial_id]
+        assert (record.seed, record.steps, record.status) == (own.seed, own.steps, own.status)
+        assert record.final_val_loss == pytest.approx(own.final_val_loss, rel=1e-4)
+        assert [p["step"] for p in record.curve] == [p["step"] for p in own.curve]
+        assert store.read_record(record.trial_id) is not None
+    assert fused[0].final_val_loss != fused[1].final_val_loss  # two seeds, two trainings
