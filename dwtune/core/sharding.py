@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from dwtune.core import memory
 from dwtune.core.budget import ModelShape
 from dwtune.core.spec import ExperimentSpec
+from dwtune.core.vocabulary import Trainer
 
 
 def activation_bytes(spec: ExperimentSpec) -> int:
@@ -117,10 +118,12 @@ def fused_seeds(spec: ExperimentSpec, shape: ModelShape, gpu_bytes: int | None, 
     (:meth:`~dwtune.core.memory.MemoryEstimate.times`) fits that share of a GPU of
     ``gpu_bytes`` in the same micro-batches and checkpointing as one seed; every seed on CPU
     or with the GPU memory unknown (no limit); 1 where a trial is sharded (each worker holds
-    a shard of one model). Guarantee: fusing never adds a pass or a recomputation.
+    a shard of one model) and on the simulated trainer (nothing to share: its trials stay
+    one per seed, with their checkpoints). Guarantee: fusing never adds a pass or a
+    recomputation.
     """
     one = trial_layout(spec, shape, gpu_bytes)
-    if one.workers > 1 or seeds <= 1:
+    if one.workers > 1 or seeds <= 1 or spec.trainer == Trainer.SIMULATED:
         return 1
     gpu = spec.resources.gpu
     for k in range(seeds, 1, -1):

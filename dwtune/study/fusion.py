@@ -10,7 +10,7 @@ would be recorded.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from dwtune.core import sharding
 from dwtune.core.records import TrialRequest
@@ -23,15 +23,21 @@ def training_key(request: TrialRequest) -> TrialRequest:
 
 
 def fused_groups(
-    spec: ExperimentSpec, requests: Sequence[TrialRequest], gpu_bytes: int | None
+    spec: ExperimentSpec,
+    requests: Sequence[TrialRequest],
+    gpu_bytes: int | None,
+    placeable: Callable[[int], bool] | None = None,
 ) -> list[list[TrialRequest]]:
     """``requests`` (distinct identities) as trials: each a list of seeds of one training, at
-    most ``fused_seeds`` of them, in the order the requests came."""
+    most ``fused_seeds`` of them and, with ``placeable``, at most as many as some node holds
+    (``placeable(k)``: k seeds' resources fit a node), in the order the requests came."""
     by_training: dict[TrialRequest, list[TrialRequest]] = {}
     for request in requests:
         by_training.setdefault(training_key(request), []).append(request)
     groups = []
     for members in by_training.values():
         k = sharding.fused_seeds(spec, members[0].shape, gpu_bytes, len(members))
+        while k > 1 and placeable is not None and not placeable(k):
+            k -= 1
         groups += [members[i : i + k] for i in range(0, len(members), k)]
     return groups

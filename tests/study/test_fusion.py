@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 
 import pytest
 
-from dwtune.backends.trial import run_trial_inprocess
+from dwtune.backends.trial import run_fused_inprocess, run_trial_inprocess
 from dwtune.core import sharding, vocabulary
 from dwtune.core.records import grid_requests
 from dwtune.core.spec import spec_from_dict
@@ -23,8 +24,14 @@ def simulated(**sections):
     return spec_from_dict(small_simulated(**sections))
 
 
+def torch_twin(**sections):
+    """The small simulated study's shapes on the torch trainer (planning only: never trained)."""
+    raw = small_simulated(**sections)
+    return spec_from_dict({**raw, "trainer": "torch"})
+
+
 def test_a_cells_seeds_form_one_group_and_cells_stay_apart():
-    spec = simulated(space={"seeds": 3})
+    spec = torch_twin(space={"seeds": 3})
     requests = grid_requests(spec)
     groups = fused_groups(spec, requests, None)
     assert len(groups) == len(spec.first_cells())
@@ -34,8 +41,19 @@ def test_a_cells_seeds_form_one_group_and_cells_stay_apart():
     assert sorted(r.trial_id for g in groups for r in g) == sorted(r.trial_id for r in requests)
 
 
+def test_a_node_too_small_for_every_seed_splits_a_cells_seeds():
+    spec = torch_twin(space={"seeds": 3})
+    groups = fused_groups(spec, grid_requests(spec), None, placeable=lambda k: k <= 2)
+    assert sorted(len(g) for g in groups) == sorted([1, 2] * len(spec.first_cells()))
+
+
+def test_simulated_trials_stay_one_per_seed():
+    spec = simulated(space={"seeds": 3})
+    assert {len(g) for g in fused_groups(spec, grid_requests(spec), None)} == {1}
+
+
 def test_who_asked_does_not_split_a_group():
-    spec = simulated()
+    spec = torch_twin()
     first, second = grid_requests(spec)[:2]  # one cell, seeds 0 and 1
     second = dataclasses.replace(second, pair="6-12", round=3, point_kind="bisect")
     assert [len(g) for g in fused_groups(spec, [first, second], None)] == [2]
@@ -44,7 +62,7 @@ def test_who_asked_does_not_split_a_group():
 def test_gpu_memory_bounds_the_seeds_a_trial_fuses():
     # k fused seeds hold k halves of a GPU, at most the whole one: 2 halves, or 3-4 seeds on
     # the whole GPU when it holds them
-    spec = simulated(space={"seeds": 4}, resources={"cpu": 1, "gpu": 0.5})
+    spec = torch_twin(space={"seeds": 4}, resources={"cpu": 1, "gpu": 0.5})
     shape = spec.first_cells()[-1].shape
     assert sharding.fused_seeds(spec, shape, None, 4) == 4  # memory unknown: no limit
     one = sharding.trial_layout(spec, shape, 80 * GIB).worker_bytes
@@ -77,21 +95,14 @@ def comparable(record) -> str:
     return json.dumps(row, sort_keys=True)
 
 
-def test_fused_simulated_records_are_the_records_alone(tmp_path):
+def test_the_simulated_backend_fuses_trivially_with_the_records_alone():
     spec = simulated()
-    store = ExperimentStore.for_spec(tmp_path, spec)
-    store.initialise(spec)
-    runner = LocalRunner(spec, store)
-    requests = grid_requests(spec)
-    fused = runner.run(requests)
+    requests = grid_requests(spec)[:2]  # one cell's two seeds
+    fused = run_fused_inprocess(spec, requests)
     alone = records_alone(spec, requests)
     assert [r.trial_id for r in fused] == [r.trial_id for r in requests]
     for record in fused:
         assert comparable(record) == comparable(alone[record.trial_id])
-    assert runner.trained == len(requests)
-    again = LocalRunner(spec, store)
-    assert [r.trial_id for r in again.run(requests)] == [r.trial_id for r in requests]
-    assert again.trained == 0  # every seed's identity is recorded: nothing trains twice
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +126,7 @@ def test_a_torch_grid_cell_trains_its_seeds_fused_and_records_each(tmp_path, tor
     store = ExperimentStore.for_spec(tmp_path, torch_spec)
     store.initialise(torch_spec)
     requests = grid_requests(torch_spec)
+    assert [len(g) for g in fused_groups(torch_spec, requests, None)] == [2]
     fused = LocalRunner(torch_spec, store).run(requests)
     alone = records_alone(torch_spec, requests)
     for record in fused:
@@ -124,3 +136,87 @@ def test_a_torch_grid_cell_trains_its_seeds_fused_and_records_each(tmp_path, tor
         assert [p["step"] for p in record.curve] == [p["step"] for p in own.curve]
         assert store.read_record(record.trial_id) is not None
     assert fused[0].final_val_loss != fused[1].final_val_loss  # two seeds, two trainings
+    again = LocalRunner(torch_spec, store)
+    again.run(requests)
+    assert again.trained == 0  # every seed's identity is recorded: nothing trains twice
+
+
+# --------------------------------------------------------------------------- through Ray Tune
+
+
+def ray_spec(root, steps: int = 30, retries: int = 0):
+    return spec_from_dict(
+        {
+            "name": "fused_ray",
+            "space": {"depths": [1], "budgets": [1e4], "seeds": 2},
+            "data": {"cache_dir": str(root / "cache"), "seq_len": 16, "vocab_size": 96},
+            "model": {"width_multiple": 2},
+            "train": {"steps": steps, "batch_size": 4, "eval_every": 10, "eval_batches": 2},
+            "resources": {"cpu": 1, "retries": retries},
+        }
+    )
+
+
+def tune_run(spec, store, requests):
+    from dwtune.study.runners.ray_tune import TuneRunner
+
+    with TuneRunner(spec, store) as runner:
+        fused = runner._fused(requests)
+        return fused, runner.run(requests)
+
+
+@pytest.mark.ray
+def test_one_tune_trial_trains_a_cells_seeds_and_records_each(tmp_path):
+    spec = ray_spec(tmp_path)
+    store = ExperimentStore.for_spec(tmp_path, spec)
+    store.initialise(spec)
+    requests = grid_requests(spec)
+    fused, records = tune_run(spec, store, requests)
+    assert [[r.trial_id for r in g] for g in fused.values()] == [[r.trial_id for r in requests]]
+    alone = records_alone(spec, requests)
+    for record in records:
+        own = alone[record.trial_id]
+        assert (record.seed, record.status, record.steps) == (own.seed, own.status, own.steps)
+        assert record.final_val_loss == pytest.approx(own.final_val_loss, rel=1e-4)
+        assert [p["step"] for p in record.curve] == [10, 20, 30]
+        assert store.read_record(record.trial_id) == record
+    assert not (store.root / "train").exists()  # every seed recorded: checkpoints gone
+
+
+def _kill_when_checkpointed(root, at_step: int, killed: list) -> None:
+    """SIGKILL the fused trial's process once its kept checkpoint is at ``at_step`` or later."""
+    import os
+    import signal
+    import time
+
+    from tests.helpers.processes import Processes
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not killed:
+        for progress in root.glob("train/*/state-*/dwtune_progress.json"):
+            with contextlib.suppress(OSError, ValueError):
+                if json.loads(progress.read_text())["step"] >= at_step:
+                    for pid in Processes.children_named("ray::ImplicitFunc"):
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+        time.sleep(0.05)
+
+
+@pytest.mark.ray
+def test_a_killed_fused_trial_resumes_every_seed(tmp_path):
+    import threading
+
+    spec = ray_spec(tmp_path, steps=300, retries=1)
+    store = ExperimentStore.for_spec(tmp_path, spec)
+    store.initialise(spec)
+    requests = grid_requests(spec)
+    killed: list[int] = []
+    killer = threading.Thread(target=_kill_when_checkpointed, args=(store.root, 50, killed))
+    killer.start()
+    _, records = tune_run(spec, store, requests)
+    killer.join()
+    assert killed, "the trial process was never seen"
+    for record in records:
+        assert record.status == vocabulary.STATUS_FINISHED
+        assert [p["step"] for p in record.curve] == list(range(10, 301, 10))
+        assert record.resumed_from_step >= 50  # both seeds continued from the checkpoint

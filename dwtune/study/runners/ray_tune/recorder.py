@@ -1,10 +1,18 @@
 """On the driver: the Tune callback that writes each trial's record the moment it ends (so a
-killed driver loses nothing finished). The function each trial runs is :mod:`.trial`'s."""
+killed driver loses nothing finished). The function each trial runs is :mod:`.trial`'s.
+
+A fused trial (several seeds of one training, :mod:`dwtune.study.fusion`) is one Tune trial
+whose reports carry each seed's own report (:data:`.trial.MEMBERS_KEY`): the callback keeps
+one state per seed and handles each seed's report as that seed's own trial's, so every seed
+is recorded, shown and resumed exactly as a trial of its own; Tune's events for the trial
+(start, retry, end, error) apply to every seed it carries.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import shutil
 import time
 
@@ -23,6 +31,7 @@ from dwtune.study.runners.ray_tune.trial import (
     ATTEMPT_S_KEY,
     CURVE_KEYS,
     FINAL_KEY,
+    MEMBERS_KEY,
     NODE_KEY,
     RECORD_KEYS,
     RESUMED_CURVE_KEY,
@@ -82,8 +91,12 @@ class RecordingCallback(tune.Callback):
         tensorboard: bool,
         stopped_early: bool = False,
         on_record=None,
+        fused: dict[str, list[TrialRequest]] | None = None,
     ):
         self.spec, self.store, self.requests = spec, store, requests
+        # a fused trial's id (its first seed's) -> the trial ids of every seed it carries
+        self.members = {lead: [r.trial_id for r in group] for lead, group in (fused or {}).items()}
+        self.lead_of = {i: lead for lead, ids in self.members.items() for i in ids}
         self.progress, self.tensorboard = progress, tensorboard
         # under a stopping scheduler (the lr search's ASHA) a trial that ends without its final
         # report after reporting a curve was stopped there: early_stopped, not failed
@@ -105,7 +118,14 @@ class RecordingCallback(tune.Callback):
         }
 
     def _state(self, trial) -> _TrialState:
+        return self._state_of(trial.config["trial_id"])
+
+    def _states(self, trial) -> list[_TrialState]:
+        """The state of every seed the trial carries (one, unless it is fused)."""
         trial_id = trial.config["trial_id"]
+        return [self._state_of(i) for i in self.members.get(trial_id, [trial_id])]
+
+    def _state_of(self, trial_id: str) -> _TrialState:
         if trial_id not in self.states:
             state = self.states[trial_id] = _TrialState(self.requests[trial_id])
             if self.tensorboard:  # a live view; rewritten from the record at the end
@@ -119,13 +139,19 @@ class RecordingCallback(tune.Callback):
         return self.states[trial_id]
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        state = self._state(trial)
-        state.attempt_started = time.monotonic()
-        if self.progress:
-            self.progress.trial_started(state.request)
+        for state in self._states(trial):
+            state.attempt_started = time.monotonic()
+            if self.progress:
+                self.progress.trial_started(state.request)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        state = self._state(trial)
+        if MEMBERS_KEY in result:  # a fused trial: each seed's report as its own trial's
+            for trial_id, own in json.loads(result[MEMBERS_KEY]).items():
+                self._on_result(self._state_of(trial_id), own)
+            return
+        self._on_result(self._state(trial), result)
+
+    def _on_result(self, state: _TrialState, result: dict) -> None:
         state.node = result.get(NODE_KEY, state.node)
         state.attempt_s = float(result.get(ATTEMPT_S_KEY, state.attempt_s))
         if result.get(FINAL_KEY):
@@ -177,20 +203,25 @@ class RecordingCallback(tune.Callback):
             self.background.submit(lambda: shutil.rmtree(previous, ignore_errors=True))
 
     def on_trial_recover(self, iteration, trials, trial, **info):
-        state = self._state(trial)
-        state.earlier_attempts_s += state.failed_attempt_s()
-        state.attempt_s = 0.0
-        state.attempt_started = time.monotonic()
-        state.attempt += 1
-        state.announce_resume = True
-        self._note(
-            f"  {state.request.name}: attempt {state.attempt - 1} failed "
-            f"({console_text(error_text(trial))}); retrying"
-        )
+        for state in self._states(trial):
+            if state.recorded:  # a fused seed that ended before the attempt failed
+                continue
+            state.earlier_attempts_s += state.failed_attempt_s()
+            state.attempt_s = 0.0
+            state.attempt_started = time.monotonic()
+            state.attempt += 1
+            state.announce_resume = True
+            self._note(
+                f"  {state.request.name}: attempt {state.attempt - 1} failed "
+                f"({console_text(error_text(trial))}); retrying"
+            )
         forget_pickled_error(trial)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        state = self._state(trial)
+        for state in self._states(trial):
+            self._complete(state)
+
+    def _complete(self, state: _TrialState) -> None:
         if state.recorded:
             return
         if not state.final and self.stopped_early and state.points:
@@ -202,17 +233,17 @@ class RecordingCallback(tune.Callback):
         self._finish(state, state.final.get(vocabulary.STATUS, vocabulary.STATUS_FINISHED), "")
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        state = self._state(trial)
-        if state.recorded:  # it failed after its final report: the training is recorded
-            forget_pickled_error(trial)
-            return
-        state.attempt_s = state.failed_attempt_s()
-        error = error_text(trial)
+        states = [s for s in self._states(trial) if not s.recorded]
+        error = error_text(trial)  # (a recorded seed failed after its final report)
         forget_pickled_error(trial)
+        if not states:
+            return
         full = out_of_space(error)
         if full is not None:  # the disk failed, not the trial: unrecorded, a rerun trains it
             raise write_failure(self.store.root / vocabulary.RAY_DIR, full)
-        self._finish(state, vocabulary.STATUS_FAILED, error)
+        for state in states:
+            state.attempt_s = state.failed_attempt_s()
+            self._finish(state, vocabulary.STATUS_FAILED, error)
 
     def on_step_end(self, iteration, trials, **info):
         raise_if_interrupted()  # a Ctrl-C that Ray or Tune swallowed stops the study here
@@ -238,14 +269,24 @@ class RecordingCallback(tune.Callback):
         self.store.write_record(record)  # first: the result is safe before anything else
         state.recorded = True
         if status != vocabulary.STATUS_FAILED:  # a failed one is retried from them later
-            root, trial_id = self.store.root, state.request.trial_id
-            self.background.submit(lambda: remove_train_dir(root, trial_id))
+            self._drop_checkpoints(state.request.trial_id)
         if self.tensorboard:
             self.background.submit(lambda: _rewrite_board(self.store.root, state, record))
         if self.progress:
             self.progress.trial_finished(state.request, record)
         if self.on_record is not None:
             self.on_record(state.request, record)
+
+    def _drop_checkpoints(self, trial_id: str) -> None:
+        """Remove a recorded trial's checkpoint folder; a fused trial's (its first seed's)
+        once every seed it carries is recorded with a final status."""
+        lead = self.lead_of.get(trial_id, trial_id)
+        ids = self.members.get(lead, [lead])
+        states = [self.states.get(i) for i in ids]
+        if not all(s is not None and s.recorded for s in states):
+            return
+        root = self.store.root
+        self.background.submit(lambda: remove_train_dir(root, lead))
 
     def finish_writes(self) -> None:
         """Wait for the queued TensorBoard and checkpoint writes; raise the first that failed

@@ -25,6 +25,7 @@ from dwtune.core.spec import ExperimentSpec
 from dwtune.outputs import tensorboard
 from dwtune.storage.store import ExperimentStore, user_write_error
 from dwtune.study.feed import RequestFeed
+from dwtune.study.fusion import fused_groups
 from dwtune.study.planning import gpu_memory_bytes
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.base import reusable_record, reusable_records
@@ -41,6 +42,7 @@ from dwtune.study.runners.ray_tune.resources import (
     check_resources,
     cluster_capacities,
     node_offers,
+    unsatisfiable,
 )
 from dwtune.study.runners.ray_tune.trial import WORKERS_KEY, trial_main
 
@@ -262,11 +264,27 @@ class TuneRunner:
         workers = self._workers(todo)
         sharded = [r for r in todo if workers[r.trial_id] > 1]
         plain = [r for r in todo if workers[r.trial_id] == 1]
-        for batch in (sharded, plain):  # the sharded ones are the costliest
-            if batch:
-                self._fit_batch(
-                    stage, batch, {r.trial_id: workers[r.trial_id] for r in batch}, scheduler
-                )
+        if sharded:  # the costliest first
+            sharded_workers = {r.trial_id: workers[r.trial_id] for r in sharded}
+            self._fit_batch(stage, sharded, sharded_workers, scheduler)
+        if plain:
+            # seeds of one training share a trial (a cell's, in the grid); not under a
+            # scheduler that stops trials one by one (the lr search's ASHA)
+            fused = self._fused(plain) if scheduler is None else {}
+            self._fit_batch(stage, plain, {r.trial_id: 1 for r in plain}, scheduler, fused)
+
+    def _fused(self, requests: list[TrialRequest]) -> dict[str, list[TrialRequest]]:
+        """The batch's fused trials: first seed's trial id -> the seeds it carries
+        (:func:`~dwtune.study.fusion.fused_groups`), each within what one node offers."""
+        offers = node_offers()
+        resources = self.spec.resources
+
+        def fits(k: int) -> bool:
+            return not unsatisfiable(k * resources.cpu, min(k * resources.gpu, 1.0), offers)
+
+        gpu_bytes = gpu_memory_bytes(self.spec, None)
+        groups = fused_groups(self.spec, requests, gpu_bytes, fits)
+        return {group[0].trial_id: group for group in groups if len(group) > 1}
 
     def _fit_batch(
         self,
@@ -274,10 +292,13 @@ class TuneRunner:
         todo: list[TrialRequest],
         workers: dict[str, int],
         scheduler: object = None,
+        fused: dict[str, list[TrialRequest]] | None = None,
     ) -> None:
         # Costliest first: the long trials do not end up alone at the end while slots idle.
         todo = sorted(todo, key=self._cost, reverse=True)
         by_id = {r.trial_id: r for r in todo}
+        fused = fused or {}
+        carried = {r.trial_id for group in fused.values() for r in group[1:]}
         callback = RecordingCallback(
             self.spec,
             self.store,
@@ -285,14 +306,16 @@ class TuneRunner:
             self.progress,
             self.tensorboard,
             stopped_early=scheduler is not None,
+            fused=fused,
         )
         self._tune(
             stage,
             callback,
             by_id,
             workers,
-            param_space={"trial_id": tune.grid_search(list(by_id))},
+            param_space={"trial_id": tune.grid_search([i for i in by_id if i not in carried])},
             scheduler=scheduler,
+            fused=fused,
         )
 
     def run_feed(self, feed: RequestFeed) -> None:
@@ -376,6 +399,7 @@ class TuneRunner:
         param_space: dict | None = None,
         scheduler: object = None,
         search_alg: object = None,
+        fused: dict[str, list[TrialRequest]] | None = None,
     ) -> None:
         """One Tune run of the requests ``param_space`` or ``search_alg`` give: ``by_id`` holds
         them (the searcher's as it hands them out, each also in its trial's config).
@@ -391,7 +415,7 @@ class TuneRunner:
             # a staged trial keeps the actor Tune started for it (actor_reuse's docstring)
             actor_reuse.install()
         tuner = tune.Tuner(
-            self._trainable(None if search_alg is not None else by_id, workers or {}),
+            self._trainable(None if search_alg is not None else by_id, workers or {}, fused),
             param_space=param_space,
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=self._max_concurrent(workers),
@@ -473,9 +497,16 @@ class TuneRunner:
             return self.spec.resources.max_concurrent
         return self._sharded_limit(max(workers.values(), default=1))
 
-    def _trainable(self, by_id: dict[str, TrialRequest] | None, workers: dict[str, int]):
-        """The trial function; a batch's requests and ``workers`` travel with it, a feed's
-        in each config (with the workers each spans)."""
+    def _trainable(
+        self,
+        by_id: dict[str, TrialRequest] | None,
+        workers: dict[str, int],
+        fused: dict[str, list[TrialRequest]] | None = None,
+    ):
+        """The trial function; a batch's requests, ``workers`` and ``fused`` trials travel
+        with it, a feed's in each config (with the workers each spans). A fused trial of k
+        seeds holds k seeds' CPUs and GPUs (at most one GPU: its model is on one device)."""
+        fused = fused or {}
         trainable = tune.with_parameters(
             trial_main,
             spec=self.trial_spec,
@@ -483,16 +514,22 @@ class TuneRunner:
             requests=by_id,
             workers=workers,
             offers=node_offers() if self._may_shard(workers or None) else [],
+            fused=fused,
         )
-        plain = {"CPU": self.spec.resources.cpu, "GPU": self.spec.resources.gpu}
-        plain = {key: amount for key, amount in plain.items() if amount > 0}
+        cpu, gpu = self.spec.resources.cpu, self.spec.resources.gpu
+
+        def held(k: int) -> dict[str, float]:
+            amounts = {"CPU": k * cpu, "GPU": min(k * gpu, 1.0) if k > 1 else gpu}
+            return {key: amount for key, amount in amounts.items() if amount > 0}
+
         # A sharded trial's Tune function only waits on its Ray Train job, whose workers
         # hold the CPUs and GPUs (sharded_trial); the plain ones hold them themselves.
         driver = {"CPU": DRIVER_CPU}
 
         def resources(config: dict) -> tune.PlacementGroupFactory:
             count = config.get(WORKERS_KEY) or workers.get(config["trial_id"], 1)
-            return tune.PlacementGroupFactory([plain if count == 1 else driver])
+            seeds = len(fused.get(config.get("trial_id", ""), ())) or 1
+            return tune.PlacementGroupFactory([held(seeds) if count == 1 else driver])
 
         return tune.with_resources(trainable, resources)
 
