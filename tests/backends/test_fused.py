@@ -28,6 +28,7 @@ from dwtune.core import vocabulary
 from dwtune.core.budget import ModelShape
 from dwtune.core.errors import InputError
 from dwtune.core.memory import micro_batches
+from dwtune.core.parametrization import parametrization_for
 from dwtune.core.spec import TrainConfig, spec_from_dict
 
 SHAPE = ModelShape(depth=2, width=16, heads=2, vocab_size=96, seq_len=16)
@@ -66,20 +67,20 @@ def relative(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-12)
 
 
-def step_losses(shape, cfg, seeds, steps, tokens, micro=None) -> np.ndarray:
+def step_losses(shape, cfg, seeds, steps, tokens, micro=None, param=None) -> np.ndarray:
     """(steps, S) per-step losses of ``seeds`` fused (one step) or alone (a step each)."""
     split = micro_batches(shape, cfg.batch_size, 4, None, micro, False) if micro else None
     if len(seeds) > 1:
-        fused = build_fused_training(shape, cfg, CPU, seeds, split=split)
+        fused = build_fused_training(shape, cfg, CPU, seeds, param, split=split)
         run = [lambda windows, _s: fused(*to_device(windows, CPU.device))[0]]
     else:
-        alone = build_training(shape, cfg, CPU, seeds[0], split=split)
+        alone = build_training(shape, cfg, CPU, seeds[0], param, split=split)
         run = [lambda windows, _s: alone(*to_device(windows[0], CPU.device))[0][None]]
     out = []
     for step in range(steps):
         lr = cfg.lr_at(step, steps)
         for group in (fused if len(seeds) > 1 else alone).optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group["lr_scale"]
         windows = np.stack(
             [train_batch(tokens, s, step, cfg.batch_size, shape.seq_len) for s in seeds]
         )
@@ -100,11 +101,12 @@ def learnable_tokens(vocab: int, count: int = 20_000) -> np.ndarray:
     return tokens
 
 
-def largest_difference(shape, cfg, steps, micro=None) -> float:
+def largest_difference(shape, cfg, steps, micro=None, param=None) -> float:
     tokens = learnable_tokens(shape.vocab_size)
-    fused = step_losses(shape, cfg, SEEDS, steps, tokens, micro)
+    fused = step_losses(shape, cfg, SEEDS, steps, tokens, micro, param)
     alone = np.concatenate(
-        [step_losses(shape, cfg, (seed,), steps, tokens, micro) for seed in SEEDS], axis=1
+        [step_losses(shape, cfg, (seed,), steps, tokens, micro, param) for seed in SEEDS],
+        axis=1,
     )
     assert fused.shape == alone.shape == (steps, len(SEEDS))
     return float(np.max(np.abs(fused - alone) / np.abs(alone)))
@@ -128,6 +130,16 @@ def test_fused_seeds_follow_their_trainings_alone_step_by_step():
 def test_untied_biased_and_other_layouts_fuse_exactly(shape):
     cfg = TrainConfig(steps=40, batch_size=4, lr=3e-3, warmup_steps=5)
     assert largest_difference(shape, cfg, 40) < TOLERANCE
+
+
+@pytest.mark.parametrize("name", ["mup", "completep"])
+def test_mup_and_completep_groups_fuse_exactly(name):
+    # their hidden matrices are an optimizer group of their own (rate, decay and eps scaled)
+    param = parametrization_for(
+        name, width=16, depth=2, heads=2, base_width=8, base_depth=1, head_dim_fixed=False
+    )
+    cfg = TrainConfig(steps=40, batch_size=4, lr=3e-3, warmup_steps=5)
+    assert largest_difference(SHAPE, cfg, 40, param=param) < TOLERANCE
 
 
 def test_micro_batched_fused_seeds_follow_their_trainings_alone():
