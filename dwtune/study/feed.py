@@ -110,6 +110,21 @@ class RequestFeed:
         self.in_flight[request.trial_id] = request
         return request
 
+    def next_seeds(
+        self, request: TrialRequest, same: Callable[[TrialRequest], bool], most: int
+    ) -> list[TrialRequest]:
+        """``request`` (just handed out) and up to ``most`` - 1 queued requests for which
+        ``same`` holds (other seeds of its training), now in flight with it: one fused trial."""
+        group = [request]
+        for queued in list(self.queued):
+            if len(group) >= most:
+                break
+            if same(queued):
+                self.queued.remove(queued)
+                self.in_flight[queued.trial_id] = queued
+                group.append(queued)
+        return group
+
     def finished(self, trial_id: str, record: TrialRecord) -> None:
         """A training's record: every stream waiting on it that now has its whole batch is
         sent its records and queues its next batch."""

@@ -13,7 +13,7 @@ from dwtune.core import sharding, vocabulary
 from dwtune.core.records import grid_requests
 from dwtune.core.spec import spec_from_dict
 from dwtune.storage.store import ExperimentStore
-from dwtune.study.fusion import fused_groups
+from dwtune.study.fusion import fused_groups, training_key
 from dwtune.study.runners.local import LocalRunner
 from tests.helpers.specs import small_simulated
 
@@ -220,3 +220,62 @@ def test_a_killed_fused_trial_resumes_every_seed(tmp_path):
         assert record.status == vocabulary.STATUS_FINISHED
         assert [p["step"] for p in record.curve] == list(range(10, 301, 10))
         assert record.resumed_from_step >= 50  # both seeds continued from the checkpoint
+
+
+def test_a_feed_hands_one_depths_queued_seeds_out_as_one_fused_trial(tmp_path):
+    from dwtune.study.feed import RequestFeed
+    from dwtune.study.runners.ray_tune.feed_searcher import FeedSearcher
+    from dwtune.study.runners.ray_tune.trial import FUSED_KEY
+
+    spec = torch_twin(space={"seeds": 3})
+    requests = grid_requests(spec)  # 4 cells x 3 seeds, a cell's seeds in a row
+
+    def stream():
+        yield requests  # one batch, as a refine point's seeds at both depths
+
+    feed = RequestFeed([stream()])
+    feed.start(lambda _r: None)
+    handed: list[list] = []
+    searcher = FeedSearcher(feed, handed.append, seeds_of=lambda _r, n: min(n, 2))
+    configs = [searcher.suggest(f"t{i}") for i in range(8)]
+    sizes = [len(c.get(FUSED_KEY, [c["request"]])) for c in configs if c]
+    assert sizes == [2, 1] * 4  # at most 2 of a cell's 3 seeds per trial
+    for config in configs:
+        group = config.get(FUSED_KEY) or [config["request"]]
+        assert (
+            len({training_key(r) for r in group}) == 1 and group[0].trial_id == config["trial_id"]
+        )
+    assert sorted(r.trial_id for g in handed for r in g) == sorted(r.trial_id for r in requests)
+
+
+@pytest.mark.ray
+def test_a_feeds_seeds_of_one_depth_train_as_one_tune_trial(tmp_path):
+    from dwtune.study.feed import RequestFeed
+    from dwtune.study.runners.ray_tune import TuneRunner
+
+    raw = {
+        "name": "fused_feed",
+        "space": {"depths": [1, 2], "budgets": [1e4], "seeds": 2},
+        "data": {"cache_dir": str(tmp_path / "cache"), "seq_len": 16, "vocab_size": 96},
+        "model": {"width_multiple": 2},
+        "train": {"steps": 20, "batch_size": 4, "eval_every": 10, "eval_batches": 2},
+        "resources": {"cpu": 1, "retries": 0},
+    }
+    spec = spec_from_dict(raw)
+    store = ExperimentStore.for_spec(tmp_path, spec)
+    store.initialise(spec)
+    requests = grid_requests(spec)  # both depths' two seeds: one point's batch
+    got: list = []
+
+    def stream():
+        got.extend((yield requests))
+
+    feed = RequestFeed([stream()])
+    with TuneRunner(spec, store) as runner:
+        runner.run_feed(feed)
+    alone = records_alone(spec, requests)
+    assert [r.trial_id for r in got] == [r.trial_id for r in requests]
+    for record in got:
+        own = alone[record.trial_id]
+        assert (record.status, record.steps) == (own.status, own.steps)
+        assert record.final_val_loss == pytest.approx(own.final_val_loss, rel=1e-4)

@@ -24,6 +24,7 @@ own end-of-training Δ, and the end-of-training rule decides over all of them.
 
 from __future__ import annotations
 
+import json
 import math
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
@@ -34,7 +35,13 @@ from dwtune.core.refine import early
 from dwtune.core.refine.early import EarlyRule, may_stop, run_evals
 from dwtune.core.spec import ExperimentSpec
 from dwtune.study.feed import RequestFeed
-from dwtune.study.runners.ray_tune.trial import FINAL_KEY, REQUEST_KEY, STARTED_KEY
+from dwtune.study.runners.ray_tune.trial import (
+    FINAL_KEY,
+    FUSED_KEY,
+    MEMBERS_KEY,
+    REQUEST_KEY,
+    STARTED_KEY,
+)
 
 Curve = list[dict]
 Batch = list[tuple[TrialRequest, TrialRecord | None]]
@@ -63,10 +70,32 @@ class PairPointStopper(FIFOScheduler):
         return f"early sign decisions ({len(self._settled)} point(s) settled)"
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
-        request = trial.config.get(REQUEST_KEY)
+        group = trial.config.get(FUSED_KEY)
+        if group and MEMBERS_KEY in result:
+            return self._on_fused(group, json.loads(result[MEMBERS_KEY]))
+        return self._on_report(trial.config.get(REQUEST_KEY), result)
+
+    def _on_fused(self, group: list[TrialRequest], reports: dict[str, dict]) -> str:
+        """A fused trial (one depth's seeds of a point) stops as a whole: when the rule
+        settles the point on any seed's report, unless a seed ends in this very report."""
+        if any(self._ends(own) for own in reports.values()):
+            return TrialScheduler.CONTINUE
+        by_id = {r.trial_id: r for r in group}
+        calls = [self._on_report(by_id[i], own) for i, own in reports.items() if i in by_id]
+        if TrialScheduler.STOP not in calls:
+            return TrialScheduler.CONTINUE
+        for request in group:
+            self._stop(request)
+        return TrialScheduler.STOP
+
+    @staticmethod
+    def _ends(result: dict) -> bool:
+        return bool(result.get(FINAL_KEY) or result.get(STARTED_KEY) or vocabulary.STATUS in result)
+
+    def _on_report(self, request: TrialRequest | None, result: dict) -> str:
         if request is None or not may_stop(request):
             return TrialScheduler.CONTINUE
-        if result.get(FINAL_KEY) or result.get(STARTED_KEY) or vocabulary.STATUS in result:
+        if self._ends(result):
             # a report that carries the training's end status: it has trained to its end (or
             # diverged), and stopping it here would lose its final report, so it would be
             # recorded early_stopped at its last step (seen once under a load of 9-10)

@@ -22,7 +22,8 @@ from ray.tune.search import Searcher
 
 from dwtune.core.records import TrialRequest
 from dwtune.study.feed import RequestFeed
-from dwtune.study.runners.ray_tune.trial import REQUEST_KEY, WORKERS_KEY
+from dwtune.study.fusion import training_key
+from dwtune.study.runners.ray_tune.trial import FUSED_KEY, REQUEST_KEY, WORKERS_KEY
 
 
 class FeedSearcher(Searcher):
@@ -32,6 +33,7 @@ class FeedSearcher(Searcher):
         on_hand_out=None,
         workers_of=None,
         sharded_limit: int | None = None,
+        seeds_of=None,
     ):
         super().__init__(metric=None, mode=None)
         self.feed, self.on_hand_out = feed, on_hand_out
@@ -39,6 +41,8 @@ class FeedSearcher(Searcher):
         self.sharded_limit = sharded_limit  # sharded trials at once (None: no limit)
         self.sharded_running: set[str] = set()  # Tune trial ids of sharded trials running
         self.held: deque[TrialRequest] = deque()  # sharded requests waiting for a slot
+        # (request, queued seeds of its training) -> how many one trial fuses (None: one)
+        self.seeds_of = seeds_of
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
         return True
@@ -49,12 +53,24 @@ class FeedSearcher(Searcher):
         request = self._next()
         if request is None:
             return None
-        if self.on_hand_out is not None:
-            self.on_hand_out(request)
         workers = self._workers(request)
+        group = self._seeds(request) if workers == 1 else [request]
+        if self.on_hand_out is not None:
+            self.on_hand_out(group)
         if workers > 1:
             self.sharded_running.add(trial_id)
-        return {"trial_id": request.trial_id, REQUEST_KEY: request, WORKERS_KEY: workers}
+        config = {"trial_id": request.trial_id, REQUEST_KEY: request, WORKERS_KEY: workers}
+        return {**config, FUSED_KEY: group} if len(group) > 1 else config
+
+    def _seeds(self, request: TrialRequest) -> list[TrialRequest]:
+        """The request and the queued seeds of its training one trial fuses with it (a
+        refine point's seeds at one depth)."""
+        if self.seeds_of is None:
+            return [request]
+        key = training_key(request)
+        same = [r for r in self.feed.queued if training_key(r) == key]
+        most = self.seeds_of(request, 1 + len(same))
+        return self.feed.next_seeds(request, lambda r: training_key(r) == key, most)
 
     def _workers(self, request: TrialRequest) -> int:
         return self.workers_of(request) if self.workers_of is not None else 1

@@ -117,6 +117,12 @@ class RecordingCallback(tune.Callback):
             "background": None,
         }
 
+    def add_fused(self, group: list[TrialRequest]) -> None:
+        """A fused trial formed as its seeds are handed out (a feed's)."""
+        ids = [r.trial_id for r in group]
+        self.members[ids[0]] = ids
+        self.lead_of.update({i: ids[0] for i in ids})
+
     def _state(self, trial) -> _TrialState:
         return self._state_of(trial.config["trial_id"])
 

@@ -20,7 +20,7 @@ from dwtune.core import vocabulary
 from dwtune.core.budget import flops_per_token
 from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord, TrialRequest, record_from_result
-from dwtune.core.sharding import sharded_concurrency, trial_workers
+from dwtune.core.sharding import fused_seeds, sharded_concurrency, trial_workers
 from dwtune.core.spec import ExperimentSpec
 from dwtune.outputs import tensorboard
 from dwtune.storage.store import ExperimentStore, user_write_error
@@ -44,7 +44,7 @@ from dwtune.study.runners.ray_tune.resources import (
     node_offers,
     unsatisfiable,
 )
-from dwtune.study.runners.ray_tune.trial import WORKERS_KEY, trial_main
+from dwtune.study.runners.ray_tune.trial import FUSED_KEY, WORKERS_KEY, trial_main
 
 # CPUs of a sharded trial's Tune function, which only waits on its Ray Train job.
 DRIVER_CPU = 0.01
@@ -273,17 +273,21 @@ class TuneRunner:
             fused = self._fused(plain) if scheduler is None else {}
             self._fit_batch(stage, plain, {r.trial_id: 1 for r in plain}, scheduler, fused)
 
-    def _fused(self, requests: list[TrialRequest]) -> dict[str, list[TrialRequest]]:
-        """The batch's fused trials: first seed's trial id -> the seeds it carries
-        (:func:`~dwtune.study.fusion.fused_groups`), each within what one node offers."""
+    def _placeable(self):
+        """``k -> bool``: whether some node holds a trial of k fused seeds' resources."""
         offers = node_offers()
         resources = self.spec.resources
 
         def fits(k: int) -> bool:
             return not unsatisfiable(k * resources.cpu, min(k * resources.gpu, 1.0), offers)
 
+        return fits
+
+    def _fused(self, requests: list[TrialRequest]) -> dict[str, list[TrialRequest]]:
+        """The batch's fused trials: first seed's trial id -> the seeds it carries
+        (:func:`~dwtune.study.fusion.fused_groups`), each within what one node offers."""
         gpu_bytes = gpu_memory_bytes(self.spec, None)
-        groups = fused_groups(self.spec, requests, gpu_bytes, fits)
+        groups = fused_groups(self.spec, requests, gpu_bytes, self._placeable())
         return {group[0].trial_id: group for group in groups if len(group) > 1}
 
     def _fit_batch(
@@ -349,9 +353,14 @@ class TuneRunner:
     def _fit_feed(self, stage: str, feed: RequestFeed) -> None:
         self._prepare_corpus()
         by_id: dict[str, TrialRequest] = {}  # filled as the searcher hands requests out
+        fused: dict[str, list[TrialRequest]] = {}  # and the fused trials, as it forms them
 
-        def hand_out(request: TrialRequest) -> None:
-            by_id[request.trial_id] = request
+        def hand_out(group: list[TrialRequest]) -> None:
+            for request in group:
+                by_id[request.trial_id] = request
+            if len(group) > 1:
+                fused[group[0].trial_id] = group
+                callback.add_fused(group)
 
         def recorded(request: TrialRequest, record: TrialRecord) -> None:
             if record.status == vocabulary.STATUS_FAILED:
@@ -381,9 +390,17 @@ class TuneRunner:
             def workers_of(request: TrialRequest) -> int:
                 return trial_workers(spec, request.shape, gpu_bytes)
 
+            placeable = self._placeable()
+
+            def seeds_of(request: TrialRequest, seeds: int) -> int:
+                k = fused_seeds(spec, request.shape, gpu_bytes, seeds)
+                while k > 1 and not placeable(k):
+                    k -= 1
+                return k
+
             # the feed's sharded trials are capped here, its one-process ones are not
             limit = self._sharded_limit(self.spec.resources.workers_per_trial)
-            searcher = FeedSearcher(feed, hand_out, workers_of, sharded_limit=limit)
+            searcher = FeedSearcher(feed, hand_out, workers_of, limit, seeds_of)
             self._tune(stage, callback, by_id, None, scheduler=stopper, search_alg=searcher)
         finally:
             embedded_ray.set_env(saved)
@@ -528,7 +545,8 @@ class TuneRunner:
 
         def resources(config: dict) -> tune.PlacementGroupFactory:
             count = config.get(WORKERS_KEY) or workers.get(config["trial_id"], 1)
-            seeds = len(fused.get(config.get("trial_id", ""), ())) or 1
+            carried = config.get(FUSED_KEY) or fused.get(config.get("trial_id", ""), ())
+            seeds = len(carried) or 1
             return tune.PlacementGroupFactory([held(seeds) if count == 1 else driver])
 
         return tune.with_resources(trainable, resources)

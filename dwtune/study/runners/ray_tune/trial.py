@@ -22,6 +22,7 @@ from dwtune.study.runners.ray_tune import checkpoints
 
 REQUEST_KEY = "request"  # a trial's TrialRequest in its Tune config, when a feed hands it out
 WORKERS_KEY = "workers"  # and the workers that trial spans (sharded_trial), when more than one
+FUSED_KEY = "fused"  # and the seeds it trains as one model (a list of requests), when several
 # Keys a trial adds to its reports for the driver (not metrics; never in a curve).
 NODE_KEY = "dwtune/node"
 ATTEMPT_S_KEY = "dwtune/attempt_s"  # seconds since this attempt of the trial started
@@ -76,7 +77,7 @@ def trial_main(
     (the nodes and node types) hold. ``fused[trial_id]``: the seeds this trial trains as one
     model (:func:`_fused_main`). Checkpoints live under ``experiment_root`` (absolute, on
     the experiment's storage), where every attempt finds them (:mod:`.checkpoints`)."""
-    members = (fused or {}).get(config.get("trial_id", ""))
+    members = config.get(FUSED_KEY) or (fused or {}).get(config.get("trial_id", ""))
     if members:
         _fused_main(spec, members, experiment_root)
         return
