@@ -249,9 +249,22 @@ def test_a_feed_hands_one_depths_queued_seeds_out_as_one_fused_trial(tmp_path):
 
 
 @pytest.mark.ray
-def test_a_feeds_seeds_of_one_depth_train_as_one_tune_trial(tmp_path):
+def test_a_feeds_seeds_of_one_depth_train_as_one_tune_trial(tmp_path, monkeypatch):
     from dwtune.study.feed import RequestFeed
     from dwtune.study.runners.ray_tune import TuneRunner
+    from dwtune.study.runners.ray_tune.feed_searcher import FeedSearcher
+    from dwtune.study.runners.ray_tune.trial import FUSED_KEY
+
+    suggested: list[dict] = []
+    suggest = FeedSearcher.suggest
+
+    def noting(self, trial_id):
+        config = suggest(self, trial_id)
+        if isinstance(config, dict):
+            suggested.append(config)
+        return config
+
+    monkeypatch.setattr(FeedSearcher, "suggest", noting)  # the searcher runs in the driver
 
     raw = {
         "name": "fused_feed",
@@ -273,6 +286,8 @@ def test_a_feeds_seeds_of_one_depth_train_as_one_tune_trial(tmp_path):
     feed = RequestFeed([stream()])
     with TuneRunner(spec, store) as runner:
         runner.run_feed(feed)
+    # two Tune trials, one per depth, each carrying both seeds
+    assert sorted(len(c[FUSED_KEY]) for c in suggested) == [2, 2]
     alone = records_alone(spec, requests)
     assert [r.trial_id for r in got] == [r.trial_id for r in requests]
     for record in got:
