@@ -31,10 +31,16 @@ class LocalRunner:
         fresh = {r.trial_id: r for r in requests if r.trial_id not in records}
         gpu_bytes = usable_gpu_bytes(None, self.spec.resources.gpu_memory_gb)
         for group in fused_groups(self.spec, list(fresh.values()), gpu_bytes):
-            for record in run_fused_inprocess(self.spec, group):
-                self._keep(record)
-                records[record.trial_id] = record
+            trained = [self._one(group[0])] if len(group) == 1 else self._fused(group)
+            records.update((record.trial_id, record) for record in trained)
         return [records[r.trial_id] for r in requests]
+
+    def _fused(self, group: list[TrialRequest]) -> list[TrialRecord]:
+        """Seeds of one training as one fused trial; each seed's record written."""
+        records = run_fused_inprocess(self.spec, group)
+        for record in records:
+            self._keep(record)
+        return records
 
     def run_feed(self, feed: RequestFeed) -> None:
         """Train the feed's requests one after another until every stream is done."""

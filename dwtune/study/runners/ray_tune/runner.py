@@ -274,12 +274,15 @@ class TuneRunner:
             self._fit_batch(stage, plain, {r.trial_id: 1 for r in plain}, scheduler, fused)
 
     def _placeable(self):
-        """``k -> bool``: whether some node holds a trial of k fused seeds' resources."""
-        offers = node_offers()
+        """``k -> bool``: whether some node holds a trial of k fused seeds' resources (the
+        nodes asked once, at the first question: a batch without seeds to fuse asks none)."""
+        offers: list[list[dict]] = []
         resources = self.spec.resources
 
         def fits(k: int) -> bool:
-            return not unsatisfiable(k * resources.cpu, min(k * resources.gpu, 1.0), offers)
+            if not offers:
+                offers.append(node_offers())
+            return not unsatisfiable(k * resources.cpu, min(k * resources.gpu, 1.0), offers[0])
 
         return fits
 
