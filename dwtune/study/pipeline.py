@@ -12,8 +12,9 @@ another program drives a study the same way::
 (for the simulated backend and small studies); the records are those the Ray runner writes.
 
 Every stage resumes: a finished trial is never trained again, a refined pair is not refined again.
-Ray is started only by :meth:`Study.run` and :meth:`Study.refine` (and by ``refine`` only when
-something is left to train).
+Ray is started only by [Study.run][dwtune.study.pipeline.Study.run] and
+[Study.refine][dwtune.study.pipeline.Study.refine] (and by ``refine`` only when something is
+left to train).
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ class StudyResults:
 
     def project(self, budget, level: float = LEVEL):
         """Optimal depth and width at ``budget`` (parameters, or a size such as '175B'): a
-        BudgetProjection; for a list of budgets, :class:`~dwtune.study.api.Projections`."""
+        BudgetProjection; for a list of budgets, ``Projections``."""
         law, _ = self._reader.law()
         if isinstance(budget, str | int | float):
             return project_budget(law, parse_size(budget, field="budget"), level)
@@ -257,7 +258,7 @@ class Study:
         runner: str = "ray",
     ) -> tuple[list[Transition], StudyResults]:
         """The refine stage alone (or its resumption), then export, fit and report
-        (``runner`` as in :meth:`run`)."""
+        (``runner`` as in [run][dwtune.study.pipeline.Study.run])."""
         store = self._store()
         _check_runner(runner, self.spec)
         if not self.spec.refine.pairs:
@@ -398,7 +399,7 @@ class StartOnFirstBatch:
     """Starts Ray for the first batch only: a finished stage resumes in a second, not ten.
 
     With ``store``, a batch whose every request is already recorded (and reusable, see
-    :func:`~dwtune.study.runners.base.reusable_record`) before Ray is up is answered from the
+    ``reusable_record``) before Ray is up is answered from the
     records, with the runner's "already recorded" line, and starts nothing.
     """
 
@@ -420,7 +421,7 @@ class StartOnFirstBatch:
         return recorded if recorded is not None else self._started().run_lr_search(requests)
 
     def run_feed(self, feed) -> None:
-        """Train a :class:`~dwtune.study.feed.RequestFeed`: what the records answer needs no
+        """Train a ``RequestFeed``: what the records answer needs no
         Ray; Ray starts once something is left to train."""
         if self.runner is None and self.store is not None:
             reused: list = []
