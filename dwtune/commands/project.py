@@ -21,7 +21,10 @@ DEFAULT_REFERENCE = "levine2020"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", nargs="?", metavar="EXPERIMENT_DIR", help="fit this study")
+    argtypes.completes(
+        parser.add_argument("source", nargs="?", metavar="EXPERIMENT_DIR", help="fit this study"),
+        argtypes.DIRECTORY,
+    )
     parser.add_argument(
         "--budget", action="append", default=[], help="parameters, e.g. 1.75e11, 175B, 1T, 50M"
     )

@@ -263,7 +263,7 @@ def test_run_prints_its_answer_on_stdout_and_progress_on_stderr(experiment, tmp_
     assert "trial(s) recorded" in err and "report:" not in err
 
 
-def completions(script: str, words: list[str]) -> list[str]:
+def completions(script: str, words: list[str], cwd: Path | None = None) -> list[str]:
     """What bash offers for the last word of ``words`` with ``script`` sourced."""
     line = " ".join(f'"{w}"' for w in words)
     probe = (
@@ -271,7 +271,9 @@ def completions(script: str, words: list[str]) -> list[str]:
         'COMP_LINE="${COMP_WORDS[*]}"; COMP_POINT=${#COMP_LINE}; _shtab_dwtune; '
         'printf "%s\\n" "${COMPREPLY[@]}"'
     )
-    done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["bash", "-c", probe], capture_output=True, text=True, timeout=60, cwd=cwd
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.split()
 
@@ -287,6 +289,32 @@ def test_bash_completion_offers_commands_flags_and_choices(tmp_path, capsys):
         "ray",
         "local",
     ]
+
+
+@pytest.mark.parametrize(
+    ("words", "offered"),
+    [
+        (["plan", "search_spaces/qu"], {"search_spaces/quick.yaml", "search_spaces/quiet/"}),
+        (["run", "-q", "search_spaces/qui"], {"search_spaces/quick.yaml", "search_spaces/quiet/"}),
+        (["analyze", "search_spaces/quiet/r"], {"search_spaces/quiet/runs.csv"}),
+        (["report", "search_spaces/qu"], {"search_spaces/quiet/"}),
+        (["refine", "search_spaces/"], {"search_spaces/quiet/"}),
+        (["project", "search_spaces/q"], {"search_spaces/quiet/"}),
+        (["fit", "search_spaces/quiet/"], {"search_spaces/quiet/runs.csv"}),
+    ],
+    ids=["spec", "spec-after-flags", "runs", "report-dir", "refine-dir", "project-dir", "fit"],
+)
+def test_bash_completion_offers_paths(tmp_path, capsys, words, offered):
+    """SPEC and RUNS complete files and folders, EXPERIMENT_DIR folders only (a folder is
+    offered with its slash, as `ls` completes it)."""
+    assert main(["--print-completion", "bash"]) == 0
+    script = tmp_path / "dwtune.bash"
+    script.write_text(capsys.readouterr().out)
+    (tmp_path / "search_spaces" / "quiet").mkdir(parents=True)
+    (tmp_path / "search_spaces" / "quick.yaml").write_text("name: q\n")
+    (tmp_path / "search_spaces" / "quiet" / "runs.csv").write_text("depth\n")
+    got = completions(str(script), ["dwtune", *words], cwd=tmp_path)
+    assert {word + ("/" if (tmp_path / word).is_dir() else "") for word in got} == offered
 
 
 def test_a_mistyped_choice_is_answered_with_the_plain_choices(capsys):
