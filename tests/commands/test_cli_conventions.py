@@ -4,6 +4,7 @@ is a quiet exit, --json on every command, results on stdout. No Ray: studies run
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dwtune.cli import COMMANDS, main
+from dwtune.cli import COMMANDS, build_parser, main
 from dwtune.core.records import grid_requests
 from dwtune.core.spec import load_spec
 from tests.helpers.specs import small_simulated
@@ -315,6 +316,21 @@ def test_bash_completion_offers_paths(tmp_path, capsys, words, offered):
     (tmp_path / "search_spaces" / "quiet" / "runs.csv").write_text("depth\n")
     got = completions(str(script), ["dwtune", *words], cwd=tmp_path)
     assert {word + ("/" if (tmp_path / word).is_dir() else "") for word in got} == offered
+
+
+def test_a_bare_dwtune_prints_the_help(capsys):
+    assert main([]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("usage: dwtune") and all(command in out for command in COMMANDS)
+    assert err == ""
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_flag_and_argument_has_help_text(command):
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    silent = [a.dest for a in commands.choices[command]._actions if a.help is None]
+    assert silent == []
 
 
 def test_a_mistyped_choice_is_answered_with_the_plain_choices(capsys):
