@@ -264,6 +264,14 @@ def test_run_prints_its_answer_on_stdout_and_progress_on_stderr(experiment, tmp_
     assert "trial(s) recorded" in err and "report:" not in err
 
 
+def test_run_json_lists_pairs_as_analyze_does(experiment, tmp_path, capsys):
+    raw = yaml.safe_load((experiment / "spec.yaml").read_text())
+    answer = run_json(capsys, spec_file(tmp_path, raw), "--storage", str(experiment.parent))
+    assert "transitions" not in answer
+    assert [pair["pair"] for pair in answer["pairs"]] == ["6-12"]
+    assert {"status", "n_star", "statement"} <= set(answer["pairs"][0])
+
+
 def completions(script: str, words: list[str], cwd: Path | None = None) -> list[str]:
     """What bash offers for the last word of ``words`` with ``script`` sourced."""
     line = " ".join(f'"{w}"' for w in words)
