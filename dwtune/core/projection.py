@@ -148,7 +148,8 @@ def parse_budget(text: object, field: str = "budget") -> float:
 
 def reference(name: str) -> DepthWidthLaw:
     if name not in REFERENCES:
-        raise InputError(f"--reference: got {name!r}; expected one of {sorted(REFERENCES)}")
+        known = ", ".join(sorted(REFERENCES))
+        raise InputError(f"--reference: got {name!r}; expected a published fit: {known}")
     return REFERENCES[name]
 
 
