@@ -54,6 +54,19 @@ def wandb_csv(tmp_path) -> Path:
     return path
 
 
+@pytest.mark.parametrize(
+    ("sep", "decimal"), [(";", ","), (";", "."), ("\t", ".")], ids=["excel-de", "semicolon", "tab"]
+)
+def test_a_spreadsheets_separator_and_decimal_comma_read_as_the_comma_csv(
+    capsys, wandb_csv, tmp_path, sep, decimal
+):
+    other = tmp_path / "other.csv"
+    pd.read_csv(wandb_csv).to_csv(other, sep=sep, decimal=decimal, index=False)
+    expected = analyze_json(capsys, wandb_csv, "--columns", WANDB_COLUMNS)
+    got = analyze_json(capsys, other, "--columns", WANDB_COLUMNS)
+    assert got["pairs"] == expected["pairs"]
+
+
 def test_planted_crossing_is_found_with_an_interval_covering_it(capsys, wandb_csv):
     result = analyze_json(capsys, wandb_csv, "--columns", WANDB_COLUMNS)
     [pair] = result["pairs"]
