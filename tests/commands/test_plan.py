@@ -151,3 +151,15 @@ def test_paper_scale_shards_only_the_cells_one_gpu_cannot_hold(capsys):
     assert set(c["workers"] for c in cells.values()) <= {1, 2, 4, 8}
     assert plan["packing"]["cells_too_big"] == 0
     assert plan["packing"]["cells_sharded"] == sum(c["workers"] > 1 for c in cells.values()) > 0
+
+
+def test_plan_header_and_cost_table_count_the_same_trainings(capsys):
+    """The table lists the cells planned before any result; its header says so, and with
+    --cost names the whole study's trainings, as the cost table's total row does."""
+    assert main(["plan", str(PAPER)]) == 3
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "= 75 first trainings (the refine stage adds more: --cost estimates them)" in header
+    assert main(["plan", str(PAPER), "--cost"]) == 3
+    lines = capsys.readouterr().out.splitlines()
+    total = next(line.split()[1] for line in lines if line.startswith("total "))
+    assert f"= 75 first trainings, about {total} in all with refine;" in lines[0]
