@@ -20,6 +20,8 @@ left to train).
 from __future__ import annotations
 
 import contextlib
+import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import ClassVar
@@ -44,6 +46,7 @@ from dwtune.core.vocabulary import (
     TRIALS_FILE,
     FitStatus,
     Runner,
+    Stage,
 )
 from dwtune.storage.experiment import ExperimentReader, export_experiment
 from dwtune.storage.store import ExperimentStore
@@ -222,7 +225,7 @@ class Study:
         with store.driver_lock():
             store.initialise(self.spec)
             store.records()  # a corrupt record stops us here, before Ray starts
-            _begin(progress, self.spec)
+            _begin(progress, self.spec, store, forecast=runner != "local")
             try:
                 with contextlib.ExitStack() as stack:
                     # Ray starts with the first batch that trains something: rerunning a
@@ -269,7 +272,7 @@ class Study:
         check_address(address)  # malformed: refused even when nothing needs training
         with store.driver_lock():
             stage = refine_stage(self.spec, store, progress)  # bad pairs fail before Ray
-            _begin(progress, self.spec)
+            _begin(progress, self.spec, store, forecast=runner != "local")
             try:
                 with contextlib.ExitStack() as stack:
                     trainer = (
@@ -361,10 +364,38 @@ def finish(store: ExperimentStore, progress=None) -> None:
     write_report(store.root)
 
 
-def _begin(progress, spec: ExperimentSpec) -> None:
+def _begin(progress, spec: ExperimentSpec, store: ExperimentStore, forecast: bool) -> None:
+    """The display learns of the study; with ``forecast`` (Ray runs: trials train in other
+    processes, so a thread of this one is free) it also gets the refine forecast."""
     study = getattr(progress, "study", None)
     if study is not None:
         study(spec)
+    if forecast:
+        _forecast_refine(progress, spec, store)
+
+
+def _forecast_refine(progress, spec: ExperimentSpec, store: ExperimentStore) -> None:
+    """Hand the display the planner's estimate of each pair's refine trainings (the ETA's
+    total), computed on a thread of its own while the grid trains: on the simulated twin it
+    takes seconds to a minute, which the study must not wait for. A study whose refine stage
+    has begun keeps the display's round counting: its pairs' earlier trainings were asked for
+    by another run."""
+    forecast = getattr(progress, "forecast", None)
+    if forecast is None or not spec.refine.pairs:
+        return
+    if any(record.stage == Stage.REFINE for record in store.records()):
+        return
+
+    def estimate() -> None:
+        from dwtune.study.cost_estimate import refine_estimate
+
+        try:
+            rounds = refine_estimate(spec).rounds
+        except Exception:  # the ETA falls back to round counting; the study is unaffected
+            return
+        forecast(dict(Counter(r.pair for batch in rounds for r in batch)))
+
+    threading.Thread(target=estimate, name="dwtune-forecast", daemon=True).start()
 
 
 def _stage(progress, name: str, message: str = "") -> None:

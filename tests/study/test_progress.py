@@ -3,6 +3,7 @@ first, one ETA for the whole study, and -q / -v."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import re
@@ -112,3 +113,35 @@ def test_quiet_shows_warnings_only_and_verbose_every_trial():
     assert "a diagnostic" in verbose.getvalue()
     assert ": val/loss 3.0000" in verbose.getvalue()
     assert not logging.getLogger("dwtune").handlers  # removed after the block
+
+
+def _asks(progress: StudyProgress, spec, label: str, count: int) -> None:
+    """The pair ``label`` asks for ``count`` refine trainings more."""
+    base = grid_requests(spec)[0]
+    start = len(progress.asked.get(label, ()))
+    progress.add(
+        [
+            dataclasses.replace(base, trial_id=f"{label}-{start + i}", stage="refine", pair=label)
+            for i in range(count)
+        ]
+    )
+
+
+def test_the_forecast_counts_refine_trainings_from_the_start_and_learns_from_finished_pairs():
+    spec = load_spec(SIMULATED_SPEC)
+    labels = [f"{a}-{b}" for a, b in spec.refine.pairs]
+    progress = StudyProgress(io.StringIO(), interval_s=0.0)
+    progress.study(spec)
+    rounds_only = progress.refine_left()
+    progress.forecast(dict.fromkeys(labels, 60) | {labels[0]: 40})
+    assert progress.refine_left() == 40 + 5 * 60 != rounds_only
+    _asks(progress, spec, labels[0], 10)
+    assert progress.refine_left() == 30 + 5 * 60  # what a pair asked for is planned now
+    _asks(progress, spec, labels[0], 10)
+    progress.pair(labels[0], 4, 1.05, "bracketed", done=True)
+    assert progress.refine_left() == 5 * 30  # it took half its forecast: so will the others
+    _asks(progress, spec, labels[1], 35)
+    assert progress.refine_left() == progress.per_round + 4 * 30  # past its forecast, not done
+    for label in labels[1:]:
+        progress.pair(label, 4, 1.05, "bracketed", done=True)
+    assert progress.refine_left() == 0
