@@ -17,13 +17,14 @@ Lines of their own (start-up facts, each pair's decisions, failures) print above
 returns, the status at most every ``interval_s`` seconds; the first line says SIMULATED when
 the backend is simulated.
 
-The ETA is the study's, not a batch's: trials left over the rate trials have finished at so
-far. Trials left are those planned and not finished, plus each unfinished pair's refine
-trainings still to come: the planner's forecast of them (:meth:`forecast`, the refine stage of
-the spec's simulated twin, as ``dwtune plan --cost`` estimates it) less what the pair has
-asked for, scaled by how the finished pairs' trainings compared with their forecast; without a
-forecast, the rounds each pair may still take (at most ``refine.max_rounds``). Its error on
-``search_spaces/simulated.yaml``: benchmarks/README.md ("The study's ETA").
+The ETA is the study's, not a batch's: trials left over the rate the last quarter of the
+finished trials came at. Trials left are those planned and not finished, plus each unfinished
+pair's refine trainings still to come: the planner's forecast of them (:meth:`forecast`, the
+refine stage of the spec's simulated twin, as ``dwtune plan --cost`` estimates it) less what
+the pair has asked for, scaled by how the finished pairs' trainings compared with their
+forecast; without a forecast, the rounds each pair may still take (at most
+``refine.max_rounds``). Its error on ``search_spaces/simulated.yaml``: benchmarks/README.md
+("The study's ETA").
 
 Verbosity: ``QUIET`` shows only warnings (failures, retries), ``NORMAL`` the display and its
 lines, ``VERBOSE`` also one line per finished trial. :class:`ProgressHandler` sends the
@@ -54,6 +55,8 @@ ERROR_CHARS = 200
 # Pair rows shown on a terminal; the rest are summed up in one row.
 MAX_PAIR_ROWS = 8
 QUIET, NORMAL, VERBOSE = 0, 1, 2
+# Fewest finished trials the ETA's rate is measured over (then the last quarter of them).
+RATE_TRIALS = 10
 
 log = logging.getLogger("dwtune")
 
@@ -112,6 +115,7 @@ class StudyProgress:
         self.planned: dict[str, float] = {}  # trial_id -> expected cost, trials to train
         self.running: dict[str, float] = {}  # trial_id -> start time (s, monotonic)
         self.finished: set[str] = set()
+        self.finish_times: list[float] = []  # monotonic seconds, one per finished trial
         self.failed = 0
         self.pairs: dict[str, PairState] = {}
         self.per_round = 2.0  # trainings a refine round asks for (both depths × seeds)
@@ -237,6 +241,8 @@ class StudyProgress:
     def trial_finished(self, request: TrialRequest, record: TrialRecord) -> None:
         self.running.pop(request.trial_id, None)
         self.planned.setdefault(request.trial_id, 1.0)
+        if request.trial_id not in self.finished:
+            self.finish_times.append(time.monotonic())
         self.finished.add(request.trial_id)
         self.first_trial = self.first_trial or time.monotonic()
         failed = record.status == vocabulary.STATUS_FAILED
@@ -327,13 +333,26 @@ class StudyProgress:
     def eta_s(self) -> float:
         """Seconds the study has left: trials left (planned and forecast) over the rate they
         have finished at so far; inf before any trial finished, 0 when nothing is left."""
-        left = len(self.planned) - len(self.finished) + self.refine_left()
+        left = self.trials_left()
         if left <= 0:
             return 0.0
         if not self.finished or self.first_trial is None:
             return math.inf
-        rate = len(self.finished) / max(time.monotonic() - self.first_trial, 1e-9)
-        return left / rate
+        return left / self._rate()
+
+    def _rate(self) -> float:
+        """Trials finished per second over the last quarter of them (at least RATE_TRIALS):
+        a study's trials change pace (Ray starting, the grid's batch, the refine stage's
+        smaller rounds), so the whole history's rate lags the pace of what is left."""
+        now, times = time.monotonic(), self.finish_times
+        window = min(max(RATE_TRIALS, len(times) // 4), len(times) - 1)
+        if window < RATE_TRIALS:  # too few finished: the rate since the first trial started
+            return len(self.finished) / max(now - (self.first_trial or now), 1e-9)
+        return window / max(now - times[-1 - window], 1e-9)
+
+    def trials_left(self) -> float:
+        """Trials planned and not finished, and the refine trainings still to come."""
+        return len(self.planned) - len(self.finished) + self.refine_left()
 
     def refine_left(self) -> float:
         """Refine trainings the unfinished pairs have still to ask for (module doc)."""

@@ -9,6 +9,7 @@ import math
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from dwtune.core import vocabulary
@@ -145,3 +146,22 @@ def test_the_forecast_counts_refine_trainings_from_the_start_and_learns_from_fin
     for label in labels[1:]:
         progress.pair(label, 4, 1.05, "bracketed", done=True)
     assert progress.refine_left() == 0
+
+
+def test_the_eta_runs_at_the_pace_of_the_recent_trials(monkeypatch):
+    """20 grid trials a second apart, then 20 refine trials a tenth of a second apart: the
+    rate is the last quarter's (10 a second), not the whole history's (under 2 a second)."""
+    spec = load_spec(SIMULATED_SPEC)
+    clock = [0.0]
+    monkeypatch.setattr("dwtune.study.progress.time.monotonic", lambda: clock[0])
+    progress = StudyProgress(io.StringIO(), interval_s=0.0)
+    requests = grid_requests(spec)[:40]
+    progress.begin("grid", requests, [])
+    curve = [{vocabulary.STEP: 100, vocabulary.VAL_LOSS: 3.0}]
+    for i, request in enumerate(requests):
+        clock[0] += 1.0 if i < 20 else 0.1
+        progress.trial_started(request)
+        record = record_from_result(request, spec, curve, vocabulary.STATUS_FINISHED, 0.5)
+        progress.trial_finished(request, record)
+    progress.add(grid_requests(spec)[40:60])  # 20 trials left
+    assert progress.eta_s() == pytest.approx(20 / 10.0)
