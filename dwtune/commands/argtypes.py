@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Mapping
 
 import shtab
 
@@ -77,7 +78,7 @@ OVERRIDES_HELP = (
 FILE, DIRECTORY = shtab.FILE, shtab.DIRECTORY
 
 
-def completes(action: argparse.Action, kind: dict[str, str]) -> argparse.Action:
+def completes(action: argparse.Action, kind: Mapping[str, object]) -> argparse.Action:
     """``action`` marked for shtab to complete paths of ``kind`` (FILE or DIRECTORY)."""
     action.complete = kind  # type: ignore[attr-defined]  # read by shtab, unknown to argparse
     return action

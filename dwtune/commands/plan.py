@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from dwtune.commands import argtypes
 from dwtune.core.budget import BUDGET_TOLERANCE
@@ -78,7 +79,9 @@ def _columns(rows: list[dict]) -> tuple[tuple[str, str, str], ...]:
     return (*COLUMNS[:-1], WORKERS_COLUMN, COLUMNS[-1]) if sharded else COLUMNS
 
 
-def _trainings(spec: ExperimentSpec, rows: list[dict], cost: dict | None) -> str:
+def _trainings(
+    spec: ExperimentSpec, rows: list[dict[str, Any]], cost: dict[str, Any] | None
+) -> str:
     """The first cells' trainings, and where the refine stage's come in: the table lists only
     the cells planned before any result, the cost table (``--cost``) all the study's trainings."""
     seeds = len(spec.space.seeds)
@@ -90,7 +93,9 @@ def _trainings(spec: ExperimentSpec, rows: list[dict], cost: dict | None) -> str
     return f"{first} first trainings, about {cost['total']['trainings']} in all with refine"
 
 
-def format_table(spec: ExperimentSpec, rows: list[dict], cost: dict | None = None) -> str:
+def format_table(
+    spec: ExperimentSpec, rows: list[dict], cost: dict[str, Any] | None = None
+) -> str:
     columns = _columns(rows)
     header = [fmt.format(title) for _, title, fmt in columns]
     lines = [

@@ -374,7 +374,7 @@ def _begin(progress, spec: ExperimentSpec, store: ExperimentStore, forecast: boo
         _forecast_refine(progress, spec, store)
 
 
-def _forecast_refine(progress, spec: ExperimentSpec, store: ExperimentStore) -> None:
+def _forecast_refine(progress: object, spec: ExperimentSpec, store: ExperimentStore) -> None:
     """Hand the display the planner's estimate of each pair's refine trainings (the ETA's
     total), computed on a thread of its own while the grid trains: on the simulated twin it
     takes seconds to a minute, which the study must not wait for. A study whose refine stage
