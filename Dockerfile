@@ -31,7 +31,9 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 COPY constraints.txt /tmp/constraints.txt
-RUN pip install --index-url ${TORCH_INDEX} -c /tmp/constraints.txt torch
+# Only torch's own pin here: the CUDA index need not hold the pinned versions of torch's
+# dependencies, which the next step brings to their pins from PyPI.
+RUN pip install --index-url ${TORCH_INDEX} "$(grep '^torch==' /tmp/constraints.txt)"
 COPY pyproject.toml README.md /src/
 COPY dwtune /src/dwtune
 # boto3: the head's autoscaler starts and stops AWS nodes with it.
