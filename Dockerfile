@@ -14,8 +14,8 @@
 # (docker.image) and in deploy/rayjob.yaml (every image:); tests/study/test_cluster.py checks
 # that the three agree. docs/gpu_cluster.md walks the whole first study.
 #
-# Reproducible: torch and Ray are pinned here, every other dependency by deploy/constraints.txt
-# (the versions the test suite passes with); pin the base image by digest when publishing
+# Reproducible: Ray is pinned here, torch and every other dependency by constraints.txt (the
+# versions the test suite passes with); pin the base image by digest when publishing
 # (docker buildx imagetools inspect python:3.11-slim-bookworm prints it).
 # Slim: python:3.11-slim, no CUDA toolkit (the torch wheels bring their CUDA 13.0 runtime
 # libraries as nvidia-* packages; the host brings the driver, >= 580 for CUDA 13.0), no compiler
@@ -24,14 +24,16 @@
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
-# torch==2.13.0 as pyproject.toml pins it, CUDA 13.0 build (PyTorch's default CUDA since 2.11;
+# torch==2.13.0 as constraints.txt pins it, CUDA 13.0 build (PyTorch's default CUDA since 2.11;
 # it runs on H100, H200 and A100).
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cu130
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-RUN pip install --index-url ${TORCH_INDEX} torch==2.13.0
-COPY deploy/constraints.txt /tmp/constraints.txt
+COPY constraints.txt /tmp/constraints.txt
+# Only torch's own pin here: the CUDA index need not hold the pinned versions of torch's
+# dependencies, which the next step brings to their pins from PyPI.
+RUN pip install --index-url ${TORCH_INDEX} "$(grep '^torch==' /tmp/constraints.txt)"
 COPY pyproject.toml README.md /src/
 COPY dwtune /src/dwtune
 # boto3: the head's autoscaler starts and stops AWS nodes with it.

@@ -141,6 +141,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if not (sys.argv[1:] if argv is None else argv):  # a bare `dwtune`: its help, not an error
+        build_parser().print_help()
+        return 0
     try:
         args = parse(argv)
     except SystemExit as exc:  # a refused flag (its one line is printed), --help, --version

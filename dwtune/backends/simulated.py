@@ -16,11 +16,11 @@ loss for seed ``s`` is::
   2020's fit for non-embedding parameters): smooth, from about 4.0 nats at 1e6 to 2.0 at 1e10.
 - planted transition size of a depth, from ``simulated.a`` and ``simulated.b``::
 
-      ln dx*(L) = a + b·L,   N*(L) = 12·L·dx*(L)²,   x*(L) = ln(12·L) + 2·(a + b·L)
+        ln dx*(L) = a + b·L,   N*(L) = 12·L·dx*(L)²,   x*(L) = ln(12·L) + 2·(a + b·L)
 
 - one link per configured pair ``(Ls, Ld)`` of ``refine.pairs``, owned by its deeper depth::
 
-      T(Ld, x) = gap · tanh((x*(Ld) − x) / transition_scale)
+        T(Ld, x) = gap · tanh((x*(Ld) − x) / transition_scale)
 
 - depth term: the partner of ``Ld`` is the ``Ls`` of its pair; the planted chain of a depth is
   ``chain(L) = (L, partner(L), partner(partner(L)), ...)`` down to a depth without a partner,
@@ -61,39 +61,39 @@ Surfaces
 --------
 ``simulated.surface`` picks one; every parameter is a field of the ``simulated`` section (its
 defaults in brackets) and, where it differs from its default, part of a trial's identity. The
-pure functions live in :mod:`dwtune.backends.simulated_surface`. Write ``u = (ln N*(Ld) − x) /
-transition_scale`` (positive below N*, where the deeper net loses) and ``σ = noise``.
+pure functions live in ``dwtune.backends.simulated_surface``. Write ``u = (ln N*(Ld) − x) /
+transition_scale`` (positive below ``N*``, where the deeper net loses) and ``σ = noise``.
 
 - ``default``: the surface above, bit-for-bit: ``T = gap·tanh(u)``, sd ``σ`` at every depth.
 - ``depth_noise``: the noise grows with depth and the gap shrinks with it::
 
-      sd(L) = σ·(1 + noise_depth_slope·(L − 1))                     [0.1]
-      T(Ld, x) = gap / (1 + gap_depth_slope·(Ld − 1)) · tanh(u)       [0.1]
+        sd(L) = σ·(1 + noise_depth_slope·(L − 1))                     [0.1]
+        T(Ld, x) = gap / (1 + gap_depth_slope·(Ld − 1)) · tanh(u)       [0.1]
 
   A paired Δ then has sd ``sqrt(sd(Ls)² + sd(Ld)² − 2ρ·sd(Ls)·sd(Ld))`` (``paired_noise_sd``).
 - ``non_monotone``: a compact bump pulls Δ below zero once, ``dip_offset`` e-folds below the
-  real crossing, before Δ returns positive and crosses for real at N*::
+  real crossing, before Δ returns positive and crosses for real at ``N*``::
 
-      T = gap·tanh(u) − dip_size·gap·B((ln N*(Ld) − x − dip_offset) / dip_width)
-      B(t) = (1 − t²)² for |t| < 1, else exactly 0        [dip_size 1.5, offset 2, width 0.5]
+        T = gap·tanh(u) − dip_size·gap·B((ln N*(Ld) − x − dip_offset) / dip_width)
+        B(t) = (1 − t²)² for |t| < 1, else exactly 0        [dip_size 1.5, offset 2, width 0.5]
 
   With ``dip_size > tanh(dip_offset / transition_scale)`` the minimum is negative, so Δ has
-  three sign changes (``mean_sign_changes``); ``dip_width < dip_offset`` keeps N* exact.
+  three sign changes (``mean_sign_changes``); ``dip_width < dip_offset`` keeps ``N*`` exact.
 - ``outliers``: heavy tails: a training of depth ``>= outlier_min_depth`` [0] ends
   ``outlier_size`` [0.1] nats high with probability ``outlier_share`` [0.03], drawn from a
   uniform that is a pure function of the shape and seed.
 - ``divergences``: a training diverges with probability::
 
-      P(L, lr) = logistic(diverge_logit + diverge_depth_slope·L + diverge_lr_slope·ln(lr / lr_opt))
-                                                                  [−4, 0.1, 2 per e-fold of lr]
+        P(L, lr) = logistic(diverge_logit + diverge_depth_slope·L
+                            + diverge_lr_slope·ln(lr / lr_opt))   [−4, 0.1, 2 per e-fold of lr]
 
   It reports its curve up to a step drawn in (5%, 100%] of the run, then one last report with
   ``train/loss`` and ``val/loss`` NaN and status ``diverged``, as the torch trainer does.
 - ``lr_mistuned``: the tanh surface plus the learning-rate penalty (which needs
   ``lr_penalty > 0`` here, and applies on any surface where it is)::
 
-      penalty(w, lr) = lr_penalty · ln²(lr / lr_opt(w))                       [nats; 0 = off]
-      lr_opt(w)      = lr_opt · (lr_base_width / w)^lr_width_exponent    [3e-3, 256, 1]
+        penalty(w, lr) = lr_penalty · ln²(lr / lr_opt(w))                       [nats; 0 = off]
+        lr_opt(w)      = lr_opt · (lr_base_width / w)^lr_width_exponent    [3e-3, 256, 1]
 
   ``lr`` is the trial's learning rate (``spec.train.lr`` unless the caller passes ``lr=``;
   a searched rate reaches the backend as ``spec.train.lr`` through ``records.request_spec``).
@@ -102,36 +102,36 @@ transition_scale`` (positive below N*, where the deeper net loses) and ``σ = no
   Under standard parametrisation (exponent 1) the best rate falls as 1/width, so one shared
   rate mis-tunes the two nets of a pair differently: at equal N the deeper net is narrower
   and Δ gains ``penalty(w_d, lr) − penalty(w_s, lr)``, which moves the crossing away from
-  N*(Ld); ``mean_sign_changes`` finds where it really is.
-- ``asymmetric``: not a tanh: below N* ``gap·tanh(u)``; above it a slow power-law approach
+  ``N*(Ld)``; ``mean_sign_changes`` finds where it really is.
+- ``asymmetric``: not a tanh: below ``N*`` ``gap·tanh(u)``; above it a slow power-law approach
   to a smaller gap::
 
-      T = −asymmetry_gap_ratio·gap·(1 − (1 − u)^(−asymmetry_power))    for u < 0   [0.4, 0.5]
+        T = −asymmetry_gap_ratio·gap·(1 − (1 − u)^(−asymmetry_power))    for u < 0   [0.4, 0.5]
 
-  so Δ's slope just above N* is ``asymmetry_gap_ratio·asymmetry_power`` times the slope below.
+  so Δ's slope just above ``N*`` is ``asymmetry_gap_ratio·asymmetry_power`` times the slope below.
 
-- ``flat``: a tangent-like crossing, Δ flat at N* (zero slope there)::
+- ``flat``: a tangent-like crossing, Δ flat at ``N*`` (zero slope there)::
 
-      T = gap·tanh(u)³
+        T = gap·tanh(u)³
 
-  so Δ stays within a seed's noise over a wide band around N* (about ±0.2 e-folds at the
-  defaults and four seeds) and a chord through two points of that band says little about N*.
+  so Δ stays within a seed's noise over a wide band around ``N*`` (about ±0.2 e-folds at the
+  defaults and four seeds) and a chord through two points of that band says little about ``N*``.
 - ``size_noise``: the seed noise grows with size (the tanh mean of ``default``)::
 
-      sd(N) = σ·exp(noise_size_slope·ln(N / 1e8))                     [0.15 per e-fold]
+        sd(N) = σ·exp(noise_size_slope·ln(N / 1e8))                     [0.15 per e-fold]
 
   about 0.5σ at 1e6 and 2σ at 1e10, so one pooled sd is wrong at both ends of a grid.
 
 - training length (any surface): with ``length_exponent`` [0 = off] every planted transition
   moves with the trial's total steps::
 
-      N*(L; steps) = N*(L) · (steps / length_ref_steps)^length_exponent        [ref 1000]
+        N*(L; steps) = N*(L) · (steps / length_ref_steps)^length_exponent        [ref 1000]
 
   (``length_shifted``: ``a`` moves by ``length_exponent·ln(steps/ref)/2``), so
-  ``refine.length_check`` has a known answer to find: ln(N*_f / N*) = length_exponent·ln f.
+  ``refine.length_check`` has a known answer to find: ``ln(N*_f / N*) = length_exponent·ln f``.
   The seed noise does not depend on the length.
 
-On every surface T(Ld, x*(Ld)) = 0 exactly, so ``planted_transition`` is the crossing of each
+On every surface ``T(Ld, x*(Ld)) = 0`` exactly, so ``planted_transition`` is the crossing of each
 configured pair (the real one on non_monotone); only the lr penalty moves it. The noiseless
 Δ of a configured pair at equal ``n`` is ``pair_delta_mean(config, Ls, Ld, n, lr=None)``; the
 per-seed outcome at real-valued width (for the coverage benchmark) is ``seed_outcome``, and
@@ -151,7 +151,7 @@ value and closes on it at a slowing rate (at the defaults, 6 vs 12 layers: about
 half the run, 0.003 at 80%); ``η`` is independent eval noise of sd ``curve_eval_noise`` [0.001
 nats] at every eval but the last, which is exactly the final loss on both curves. So the end of
 training, and every decision made from it, is the same under both curves; only a rule that
-looks at partial curves (:mod:`dwtune.core.refine.early`) sees the difference. On
+looks at partial curves (``dwtune.core.refine.early``) sees the difference. On
 ``interpolated`` a partial Δ already has the final sign, which makes any early rule look
 perfect: measure one on ``late_descent``. No gradients exist: ``grad_norm`` and ``mfu`` are NaN;
 ``step_time_s`` is ``seconds_per_step`` (NaN when 0) and ``tokens_per_s`` follows from it.
@@ -391,7 +391,7 @@ def simulate_training(
     resume_from: str | None = None,
     lr: float | None = None,
 ) -> dict:
-    """The backend (see :mod:`dwtune.backends.trial`): report the simulated curve, return
+    """The backend (see ``dwtune.backends.trial``): report the simulated curve, return
     its end. ``lr`` is the trial's learning rate (``spec.train.lr`` when None)."""
     total = spec.train.total_steps(spec.data.seq_len)
     outcome = trial_outcome(spec, shape, seed, lr)

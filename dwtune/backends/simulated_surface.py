@@ -35,8 +35,8 @@ def planted_width(config: SimulatedConfig, depth: float) -> float:
 
 
 def planted_transition(config: SimulatedConfig, depth: float) -> float:
-    """N*(L) = 12·L·dx*(L)²: where a configured pair with deeper depth L changes sign (on
-    every surface; with a learning-rate penalty see :func:`mean_sign_changes`)."""
+    """``N*(L) = 12·L·dx*(L)²``: where a configured pair with deeper depth L changes sign (on
+    every surface; with a learning-rate penalty see ``mean_sign_changes``)."""
     return 12.0 * depth * planted_width(config, depth) ** 2
 
 
@@ -137,7 +137,7 @@ def mean_sign_changes(
     n_range: tuple[float, float] = (1e3, 1e16),
     points: int = 4000,
 ) -> tuple[float, ...]:
-    """Every size in ``n_range`` where :func:`pair_delta_mean` changes sign, found on a grid
+    """Every size in ``n_range`` where ``pair_delta_mean`` changes sign, found on a grid
     of ``points`` sizes and bisected to 1e-12 e-folds: the truth on every surface, including
     the crossing a learning-rate penalty shifts away from N*."""
 

@@ -14,6 +14,8 @@ import argparse
 import math
 from pathlib import Path
 
+from dwtune.commands import argtypes
+
 WINDOW_HELP = (
     "largest |ln N_deep - ln N_shallow| compared, in e-folds of size (default 0.25), or a size "
     "ratio such as 1.3x"
@@ -25,7 +27,10 @@ COLUMNS_HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", metavar="RUNS", help="CSV, Parquet file or experiment directory")
+    runs = parser.add_argument(
+        "runs", metavar="RUNS", help="CSV, Parquet file or experiment directory"
+    )
+    argtypes.completes(runs, argtypes.FILE)
     parser.add_argument("--pairs", help="depth pairs SHALLOW-DEEP,... (default: adjacent depths)")
     parser.add_argument("--columns", help=COLUMNS_HELP)
     parser.add_argument("--tokens", help="use each run's checkpoint nearest to T tokens (e.g. 2e9)")

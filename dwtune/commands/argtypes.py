@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Mapping
+
+import shtab
 
 from dwtune.core.errors import shown
 from dwtune.core.spec import limits
@@ -71,9 +74,20 @@ OVERRIDES_HELP = (
 )
 
 
+# What a path argument completes to in the shell (`dwtune --print-completion bash`): FILE offers
+# files and folders (a folder leads to a file; RUNS is either), DIRECTORY folders only.
+FILE, DIRECTORY = shtab.FILE, shtab.DIRECTORY
+
+
+def completes(action: argparse.Action, kind: Mapping[str, object]) -> argparse.Action:
+    """``action`` marked for shtab to complete paths of ``kind`` (FILE or DIRECTORY)."""
+    action.complete = kind  # type: ignore[attr-defined]  # read by shtab, unknown to argparse
+    return action
+
+
 def add_spec(parser: argparse.ArgumentParser, help: str) -> None:
     """The SPEC positional and its ``KEY=VALUE`` overrides (``args.spec``, ``args.overrides``)."""
-    parser.add_argument("spec", metavar="SPEC", help=help)
+    completes(parser.add_argument("spec", metavar="SPEC", help=help), FILE)
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=OVERRIDES_HELP)
 
 

@@ -15,18 +15,41 @@ from dwtune.core.units import format_size
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--depth", type=argtypes.DEPTH, default=4)
-    parser.add_argument("--width", type=argtypes.WIDTH, default=128)
-    parser.add_argument("--heads", type=argtypes.HEADS, default=2)
-    parser.add_argument("--seq-len", type=argtypes.SEQ_LEN, default=128)
-    parser.add_argument("--batch-size", type=argtypes.BATCH, default=16)
-    parser.add_argument("--vocab-size", type=argtypes.VOCAB, default=2000)
-    parser.add_argument("--mlp-ratio", type=argtypes.MLP_RATIO, default=4.0)
+    shape = parser.add_argument_group("the shape timed (as a spec's model and data sections)")
+    shape.add_argument(
+        "--depth", type=argtypes.DEPTH, default=4, help="layers L (default 4)"
+    )
+    shape.add_argument(
+        "--width", type=argtypes.WIDTH, default=128, help="model width dx (default 128)"
+    )
+    shape.add_argument(
+        "--heads", type=argtypes.HEADS, default=2, help="attention heads per layer (default 2)"
+    )
+    shape.add_argument(
+        "--seq-len", type=argtypes.SEQ_LEN, default=128, help="tokens per sequence (default 128)"
+    )
+    shape.add_argument(
+        "--batch-size", type=argtypes.BATCH, default=16, help="sequences per step (default 16)"
+    )
+    shape.add_argument(
+        "--vocab-size", type=argtypes.VOCAB, default=2000, help="vocabulary size (default 2000)"
+    )
+    shape.add_argument(
+        "--mlp-ratio",
+        type=argtypes.MLP_RATIO,
+        default=4.0,
+        help="MLP hidden width over dx (default 4)",
+    )
     parser.add_argument("--steps", type=argtypes.STEPS, default=20, help="timed steps (default 20)")
     parser.add_argument(
         "--warmup", type=argtypes.WARMUP, default=3, help="untimed steps first (default 3)"
     )
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="where to time it (default auto: cuda when available)",
+    )
     parser.add_argument(
         "--compile",
         action=argparse.BooleanOptionalAction,
@@ -39,7 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="device peak FLOP/s for MFU (default: GPU table or calibration)",
     )
-    parser.add_argument("--seed", type=argtypes.SEED, default=0)
+    parser.add_argument(
+        "--seed", type=argtypes.SEED, default=0, help="initialisation and data seed (default 0)"
+    )
     parser.add_argument(
         "--seeds",
         type=argtypes.SEED_COUNT,

@@ -9,9 +9,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dwtune.commands import argtypes
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("experiment", help="experiment directory, e.g. experiments/quickstart")
+    argtypes.completes(
+        parser.add_argument("experiment", help="experiment directory, e.g. experiments/quickstart"),
+        argtypes.DIRECTORY,
+    )
     parser.add_argument("--json", action="store_true", help="print the files written as JSON")
 
 

@@ -18,11 +18,12 @@ LEVEL_HELP = f"confidence level of the printed intervals (default {LEVEL})"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    target = parser.add_argument(
         "target",
         metavar="EXPERIMENT_DIR|transitions.parquet|table.csv",
         help="experiment directory, its transitions.parquet, or a CSV of depth,width,width_err",
     )
+    argtypes.completes(target, argtypes.FILE)
     parser.add_argument("--level", type=argtypes.LEVEL, default=LEVEL, help=LEVEL_HELP)
     parser.add_argument("--json", action="store_true", help="print the fit as JSON (as fit.json)")
 

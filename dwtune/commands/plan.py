@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from dwtune.commands import argtypes
 from dwtune.core.budget import BUDGET_TOLERANCE
@@ -79,12 +80,27 @@ def _columns(rows: list[dict]) -> tuple[tuple[str, str, str], ...]:
     return (*COLUMNS[:-2], WORKERS_COLUMN, *COLUMNS[-2:]) if sharded else COLUMNS
 
 
-def format_table(spec: ExperimentSpec, rows: list[dict]) -> str:
+def _trainings(
+    spec: ExperimentSpec, rows: list[dict[str, Any]], cost: dict[str, Any] | None
+) -> str:
+    """The first cells' trainings, and where the refine stage's come in: the table lists only
+    the cells planned before any result, the cost table (``--cost``) all the study's trainings."""
+    seeds = len(spec.space.seeds)
+    first = f"{len(rows)} cells x {seeds} seed(s) = {len(rows) * seeds}"
+    if not spec.refine.pairs:
+        return f"{first} trainings"
+    if cost is None:
+        return f"{first} first trainings (the refine stage adds more: --cost estimates them)"
+    return f"{first} first trainings, about {cost['total']['trainings']} in all with refine"
+
+
+def format_table(
+    spec: ExperimentSpec, rows: list[dict], cost: dict[str, Any] | None = None
+) -> str:
     columns = _columns(rows)
     header = [fmt.format(title) for _, title, fmt in columns]
     lines = [
-        f"{spec.name}: {len(rows)} cells x {len(spec.space.seeds)} seed(s) = "
-        f"{len(rows) * len(spec.space.seeds)} trainings; trainer {spec.trainer}"
+        f"{spec.name}: {_trainings(spec, rows, cost)}; trainer {spec.trainer}"
         + (f" ({SIMULATED_LABEL} loss surface)" if spec.trainer == Trainer.SIMULATED else ""),
         f"size convention {spec.model.size_convention}; width step "
         f"lcm(heads={spec.model.heads}, multiple={spec.model.width_multiple})",
@@ -128,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
         return code
-    print(format_table(spec, plan.cells))
+    print(format_table(spec, plan.cells, plan.cost))
     for line in planning.corpus_lines(plan.corpus) + planning.packing_lines(plan.packing):
         print(line)
     for line in plan.warnings:

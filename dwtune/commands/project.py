@@ -21,11 +21,19 @@ DEFAULT_REFERENCE = "levine2020"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", nargs="?", metavar="EXPERIMENT_DIR", help="fit this study")
-    parser.add_argument(
-        "--budget", action="append", default=[], help="parameters, e.g. 1.75e11, 175B, 1T, 50M"
+    argtypes.completes(
+        parser.add_argument("source", nargs="?", metavar="EXPERIMENT_DIR", help="fit this study"),
+        argtypes.DIRECTORY,
     )
-    parser.add_argument("--depth", action="append", default=[], help="layers, e.g. 96")
+    parser.add_argument(
+        "--budget",
+        action="append",
+        default=[],
+        help="parameters, e.g. 1.75e11, 175B, 1T, 50M; several: 175B,1T or --budget repeated",
+    )
+    parser.add_argument(
+        "--depth", action="append", default=[], help="layers, e.g. 96; several: 48,96"
+    )
     parser.add_argument("--reference", help=f"published fit (default {DEFAULT_REFERENCE})")
     parser.add_argument("--fit", metavar="FILE", help="fit.json, transitions.parquet or CSV")
     parser.add_argument(
@@ -62,6 +70,11 @@ def _study_law(path: Path):
 
 
 MAX_DEPTH = 10_000
+
+
+def _listed(values: list[str]) -> list[str]:
+    """Every value of a repeatable flag, each occurrence also split at commas (175B,1T)."""
+    return [part.strip() for value in values for part in value.split(",")]
 
 
 def _depth(text: str) -> float:
@@ -142,8 +155,8 @@ def run(args: argparse.Namespace) -> int:
     from dwtune.storage.fit_json import json_ready
 
     z_value(args.level)  # a bad --level fails before any file is read
-    budgets = [parse_budget(b, field="--budget") for b in args.budget]
-    depths = [_depth(d) for d in args.depth]
+    budgets = [parse_budget(b, field="--budget") for b in _listed(args.budget)]
+    depths = [_depth(d) for d in _listed(args.depth)]
     if not budgets and not depths:
         raise InputError("give at least one --budget (e.g. --budget 175B) or --depth (e.g. 96)")
     law, simulated = _law(args)

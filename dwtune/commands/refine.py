@@ -15,11 +15,12 @@ from dwtune.commands import argtypes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    experiment = parser.add_argument(
         "experiment",
         metavar="EXPERIMENT_DIR",
         help="experiment directory written by `dwtune run` (holds spec.yaml)",
     )
+    argtypes.completes(experiment, argtypes.DIRECTORY)
     parser.add_argument(
         "--address",
         default=None,

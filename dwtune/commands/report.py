@@ -11,11 +11,15 @@ import argparse
 import sys
 from pathlib import Path
 
+from dwtune.commands import argtypes
 from dwtune.core.vocabulary import FIGURES_DIR
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("exp_dir", metavar="EXPERIMENT_DIR", help="experiment directory")
+    argtypes.completes(
+        parser.add_argument("exp_dir", metavar="EXPERIMENT_DIR", help="experiment directory"),
+        argtypes.DIRECTORY,
+    )
     parser.add_argument("--json", action="store_true", help="print the files written as JSON")
 
 

@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
 
 def answer_dict(store, results, grid_only: bool) -> dict:
     """``run --json``: the experiment, its trial counts, and (unless grid only) each pair's
-    transition, the fit (as fit.json) and the report's path."""
+    transition (``pairs``, as ``analyze --json``), the fit (as fit.json) and the report's path."""
     from dwtune.study.api import table_records
 
     records = store.records()
@@ -127,4 +127,4 @@ def answer_dict(store, results, grid_only: bool) -> dict:
         return out
     table = results.root / TRANSITIONS_FILE  # absent when the spec configures no pair
     pairs = table_records(results.transitions) if table.is_file() else []
-    return out | {"transitions": pairs, "fit": results.fit, "report": str(results.report)}
+    return out | {"pairs": pairs, "fit": results.fit, "report": str(results.report)}

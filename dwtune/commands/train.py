@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--width", type=argtypes.WIDTH, help="model width (a multiple of model.heads)"
     )
     size.add_argument("--budget", help="solve the width for this size, e.g. 1e6 or 50M")
-    parser.add_argument("--seed", type=argtypes.SEED, default=0)
+    parser.add_argument("--seed", type=argtypes.SEED, default=0, help="the seed (default 0)")
     parser.add_argument("--steps", type=argtypes.STEPS, default=None, help="override train.steps")
     parser.add_argument(
         "--device", choices=("auto", "cpu", "cuda"), default=None, help="override train.device"

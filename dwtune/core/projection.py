@@ -8,7 +8,7 @@ The width there is ``exp(a + b·L)``, equivalently ``sqrt(N / (12·L))``.
 
 Intervals (at ``level``, default 95%) come from the fit's covariance of (a, b), without Monte
 Carlo and without linearising the projection. Their half-width is ``q·se`` with the fit's own
-quantile ``q`` (:func:`dwtune.core.intervals.interval_quantile`: Student's t scaled by the
+quantile ``q`` (``dwtune.core.intervals.interval_quantile``: Student's t scaled by the
 transitions' scatter about the law, their stated σ a prior worth a quarter of a pseudo-observation);
 below, ``z`` stands for that ``q``.
 
@@ -51,7 +51,7 @@ MAX_DEPTH = 1e9
 
 class FittedLine(Protocol):
     """What a projection takes from a fit of ``ln dx* = a + b·L``
-    (:class:`dwtune.core.fit.FitResult`); named here so that the projection needs no fit."""
+    (``dwtune.core.fit.FitResult``); named here so that the projection needs no fit."""
 
     @property
     def a(self) -> float: ...
@@ -141,14 +141,15 @@ class DepthProjection:
 def parse_budget(text: object, field: str = "budget") -> float:
     """``"1.75e11"``, ``"175B"``, ``"1T"``, ``"50M"``, ``"300k"`` -> parameters (InputError else).
 
-    A thin name over :func:`dwtune.core.units.parse_size`, which owns the grammar.
+    A thin name over ``dwtune.core.units.parse_size``, which owns the grammar.
     """
     return parse_size(text, field=field)
 
 
 def reference(name: str) -> DepthWidthLaw:
     if name not in REFERENCES:
-        raise InputError(f"--reference: got {name!r}; expected one of {sorted(REFERENCES)}")
+        known = ", ".join(sorted(REFERENCES))
+        raise InputError(f"--reference: got {name!r}; expected a published fit: {known}")
     return REFERENCES[name]
 
 

@@ -205,13 +205,16 @@ FIGURES_DIR = "figures"
 TB_DIR = "tb"
 TB_FIT_DIR = "fit"  # under TB_DIR: the fit's scalars
 TRIAL_RECORDS_DIR = "trials"  # one JSON record per trial
-REFINE_DIR = "refine"  # one Optuna journal per pair
+REFINE_DIR = "refine"  # the refine stage's Optuna journal (REFINE_JOURNAL), one study per pair
 LR_SEARCH_DIR = "lr_search"  # one Optuna journal per searched cell
 RAY_DIR = "ray"  # one folder per Ray Tune run
 # One folder per unfinished trial: its checkpoints (a sharded trial's Ray Train run), removed
 # once the trial is recorded with a final status (dwtune.study.runners.ray_tune.trial).
 TRAIN_DIR = "train"
 JOURNAL_SUFFIX = ".journal"
+# Under REFINE_DIR: one Optuna storage for every pair (a study named after the pair), so one
+# optuna-dashboard shows them all. Experiments written before hold <Ls>-<Ld>.journal per pair.
+REFINE_JOURNAL = "optuna.journal"
 SPEC_FILE = "spec.yaml"
 
 

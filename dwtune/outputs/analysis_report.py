@@ -107,8 +107,8 @@ def markdown(analysis: AnalysisResult, figure: Path, out: Path) -> str:
     lines += [
         f"- checkpoints: {analysis.checkpoints.describe()}",
         f"- window: |ln N_deep − ln N_shallow| ≤ {analysis.window:.3g}",
-        "- Δ = loss(deeper) − loss(shallower) at the deeper net's size; N* from the refine "
-        "stage's estimator (dwtune.core.refine.estimate)",
+        "- Δ = loss(deeper) − loss(shallower) at the deeper net's size; N* estimated as the "
+        "refine stage estimates it (docs/statistics.md)",
     ]
     if ref:
         a, b = ref.reference.law.a, ref.reference.law.b

@@ -92,9 +92,27 @@ def _point_rows(held: AnalysedPair, law: str | None) -> list[list]:
     return rows
 
 
+# What would decide an undecided pair, by where its noise came from.
+TO_DECIDE = {
+    vocabulary.NOISE_PRIOR: "replicate runs (a seed column) or checkpoints (a tokens or step "
+    "column) to measure the noise, which is only assumed here",
+    vocabulary.NOISE_CHECKPOINT_JITTER: "replicate runs (a seed column), or sizes farther from N*",
+    vocabulary.NOISE_MEASURED: "more seeds at the sizes within noise, or sizes farther from N*",
+}
+
+
+def status_text(held: AnalysedPair) -> str:
+    """The pair's status; an undecided one also says what would decide it."""
+    pair = held.analysis
+    text = STATUS_TEXT[pair.status]
+    if pair.status == vocabulary.TransitionStatus.UNDECIDED:
+        text += f"; to decide it: {TO_DECIDE[pair.noise.source]}"
+    return text
+
+
 def pair_lines(held: AnalysedPair, law: str | None) -> list[str]:
     pair = held.analysis
-    head = f"pair {pair.label}: {STATUS_TEXT[pair.status]}; {n_star_text(held)}"
+    head = f"pair {pair.label}: {status_text(held)}; {n_star_text(held)}"
     if law is not None:
         head += f"; {law_text(held, law)}"
     headers = POINT_HEADERS + ((f"vs {law}",) if law else ())

@@ -1,6 +1,6 @@
 """The columns of every Parquet table, as Markdown: ``docs/outputs_columns.md`` is its output.
 
-Rendered from the one source of the descriptions (:data:`dwtune.storage.schemas.DESCRIPTIONS`,
+Rendered from the one source of the descriptions (``dwtune.storage.schemas.DESCRIPTIONS``,
 the same text each file carries as field metadata), so the page cannot drift from the files.
 Regenerate it with ``python -m dwtune.outputs.columns_doc > docs/outputs_columns.md``; a test
 fails while the checked-in page differs.
@@ -24,7 +24,11 @@ parameters (non-embedding, 12·L·dx², unless `model.size_convention: total`).
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    """A description as a table cell: ``|`` would end the cell, and an asterisk outside code
+    (``N*``) would open an italic run."""
+    parts = text.replace("|", "\\|").split("`")
+    parts[::2] = [part.replace("*", "\\*") for part in parts[::2]]
+    return "`".join(parts)
 
 
 def _type(arrow_type: str) -> str:
@@ -58,7 +62,7 @@ def table_markdown(name: str) -> str:
 
 
 def columns_markdown() -> str:
-    """The whole page: every table of :data:`~dwtune.storage.schemas.TABLE_SCHEMAS`."""
+    """The whole page: every table of ``TABLE_SCHEMAS``."""
     tables = [table_markdown(name) for name in TABLE_SCHEMAS]
     return "\n".join([INTRO, *tables])
 

@@ -223,8 +223,12 @@ JOURNAL_OP_KEY = "op_code"  # every line Optuna's JournalStorage appends carries
 
 
 def journal_advice(path: Path) -> str:
+    # the experiment's one journal holds every pair's study; a per-pair one (an experiment
+    # written before) holds one pair's
+    shared = path.name == vocabulary.REFINE_JOURNAL
+    restarted = "every pair's refinement" if shared else "this pair's refinement"
     return (
-        f"remove {path.name} to restart this pair's refinement: it proposes the same points "
+        f"remove {path.name} to restart {restarted}: it proposes the same points "
         f"again and reuses every training recorded in trials/ (nothing is lost)"
     )
 

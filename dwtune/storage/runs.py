@@ -97,13 +97,32 @@ def _read_frame(path: Path) -> pd.DataFrame:
         raise InputError(f"{path}: the file is empty; export the runs with a header line")
     try:
         if path.suffix.lower() == ".csv":
-            return pd.read_csv(path, skipinitialspace=True)
+            return _read_csv(path)
         return pq.read_table(path).to_pandas()
     except pd.errors.EmptyDataError:
         raise InputError(f"{path}: the file is empty; export the runs with a header line") from None
     except (OSError, ValueError, pa.ArrowException, pd.errors.ParserError) as exc:
         kind = "CSV" if path.suffix.lower() == ".csv" else "Parquet"
         raise InputError(f"{path}: cannot read it as {kind} ({_first_line(exc)})") from None
+
+
+# Separators other than the comma that spreadsheets write (a `;` where the decimal mark is a
+# comma, a tab from a copy): a header that is one column holding one of them was split wrongly.
+OTHER_SEPARATORS = (";", "\t")
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    """The CSV, comma-separated or, when its header says so, ``;`` or tab separated (with a
+    decimal comma where the numbers use one: ``3,25``)."""
+    frame = pd.read_csv(path, skipinitialspace=True)
+    header = str(frame.columns[0]) if len(frame.columns) == 1 else ""
+    sep = next((s for s in OTHER_SEPARATORS if s in header), None)
+    if sep is None:
+        return frame
+    frame = pd.read_csv(path, sep=sep, skipinitialspace=True)
+    if any(frame[c].astype(str).str.fullmatch(r"-?\d+,\d*").any() for c in frame.columns):
+        frame = pd.read_csv(path, sep=sep, decimal=",", skipinitialspace=True)
+    return frame
 
 
 def _missing(frame: pd.DataFrame, role: str, column: str, path: Path) -> InputError:

@@ -9,7 +9,7 @@ studies) is derived from or stored beside these records::
         .driver.lock         held by the one driver working on this directory
         trials/<id>.json     one finished or failed trial each
         tb/                  TensorBoard event files
-        refine/              Optuna studies of the refine stage
+        refine/optuna.journal  Optuna studies of the refine stage, one per pair
         trials.parquet, curves.parquet, transitions.parquet, fit.json, report.md, figures/
 """
 

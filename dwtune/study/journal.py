@@ -1,25 +1,41 @@
-"""The refine stage's Optuna journals: one JournalStorage file per depth pair, checked before use.
+"""The refine stage's Optuna storage: one JournalStorage file for the experiment
+(``refine/optuna.journal``), one study per depth pair in it named after the pair (``6-12``), so
+``optuna-dashboard refine/optuna.journal`` shows every pair. An experiment written before keeps
+a pair's study in ``refine/<Ls>-<Ld>.journal`` (study ``refine-<Ls>-<Ld>``): that pair resumes
+there, so its finished trials are never retrained.
 
-A torn last line (a kill or a full disk mid-append) is cut off with a message; other damage is
-refused with the exact fix (:mod:`dwtune.storage.loaders`); trials a killed driver left running
-are marked failed so Optuna asks them again.
+Every journal file is checked before use: a torn last line (a kill or a full disk mid-append) is
+cut off with a message; other damage is refused with the exact fix
+(:mod:`dwtune.storage.loaders`); trials a killed driver left running are marked failed so Optuna
+asks them again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
-from optuna.trial import TrialState
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import FrozenTrial, TrialState
 
 from dwtune.core.errors import InputError
 from dwtune.core.refine.points import PairPoint
-from dwtune.core.vocabulary import JOURNAL_SUFFIX, REFINE_DIR
+from dwtune.core.vocabulary import JOURNAL_SUFFIX, REFINE_DIR, REFINE_JOURNAL
 from dwtune.storage import loaders
 from dwtune.storage.store import ExperimentStore
 
 POINT_ATTR = "point"  # trial user attribute: the PairPoint it produced
+LEGACY_PREFIX = "refine-"  # a per-pair journal's study name: refine-<Ls>-<Ld>
+
+Pair = tuple[int, int]
+Say = Callable[[str], None]  # where a repair (a cut-off line, a removed lock) is told
+# Optuna's replay of a file raises these on damage check_journal lets through: a garbled line
+# ValueError (JSONDecodeError, UnicodeDecodeError), a line missing a key KeyError or TypeError,
+# an operation Optuna cannot replay (an unknown op_code) AttributeError or AssertionError.
+REPLAY_ERRORS = (ValueError, KeyError, TypeError, AttributeError, AssertionError)
 
 
 def trial_points(study: optuna.Study) -> list[PairPoint]:
@@ -34,57 +50,123 @@ def trial_numbers(study: optuna.Study) -> list[tuple[int, PairPoint]]:
     return [(t.number, PairPoint.from_dict(t.user_attrs[POINT_ATTR])) for t in finished]
 
 
-def study_path(store: ExperimentStore, pair: tuple[int, int]) -> Path:
-    return store.root / REFINE_DIR / f"{pair[0]}-{pair[1]}{JOURNAL_SUFFIX}"
+def journal_path(store: ExperimentStore) -> Path:
+    """The experiment's one refine journal (every pair's study)."""
+    return Path(store.root) / REFINE_DIR / REFINE_JOURNAL
 
 
-def open_study(path: Path, sampler: optuna.samplers.BaseSampler, say=None) -> optuna.Study:
-    """Create or load the pair's study; a corrupt journal is an InputError naming the fix."""
+def legacy_path(store: ExperimentStore, pair: Pair) -> Path:
+    """Where an experiment written before kept the pair's study (one journal per pair)."""
+    return Path(store.root) / REFINE_DIR / f"{pair[0]}-{pair[1]}{JOURNAL_SUFFIX}"
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyPlace:
+    """The journal file holding a pair's study, and the study's name in it."""
+
+    path: Path
+    name: str
+    legacy: bool  # a per-pair journal of an experiment written before
+
+
+def study_place(store: ExperimentStore, pair: Pair) -> StudyPlace:
+    """The pair's per-pair journal where one exists (the pair goes on there), else the
+    experiment's one journal."""
+    old = legacy_path(store, pair)
+    if old.exists() or old.is_symlink():
+        return StudyPlace(old, f"{LEGACY_PREFIX}{pair[0]}-{pair[1]}", legacy=True)
+    return StudyPlace(journal_path(store), f"{pair[0]}-{pair[1]}", legacy=False)
+
+
+def study_path(store: ExperimentStore, pair: Pair) -> Path:
+    """The journal file holding the pair's study."""
+    return study_place(store, pair).path
+
+
+def open_journal(path: Path, say: Say) -> optuna.storages.JournalStorage:
+    """The one opener of a refine journal file: checked, a killed driver's lock removed, then
+    Optuna's storage on it. Once per file and stage: removing the lock assumes no writer, and
+    the stage's pairs share the storage (it serialises their writes with a thread lock)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    say = say or (lambda line: print(line, file=sys.stderr))
     loaders.check_journal(path, say)  # a torn last line is cut off, other damage refused
     loaders.clear_stale_journal_lock(path, say)
     try:
-        backend = optuna.storages.journal.JournalFileBackend(str(path))
-        storage = optuna.storages.JournalStorage(backend)
-        study = optuna.create_study(
-            storage=storage,
-            study_name=f"refine-{path.stem}",
-            sampler=sampler,
-            direction="minimize",
-            load_if_exists=True,
-        )
-    # Only Optuna's replay of the file runs in here: a garbled line raises ValueError
-    # (JSONDecodeError, UnicodeDecodeError), a line missing a key KeyError or TypeError, an
-    # operation Optuna cannot replay (an unknown op_code) AttributeError or AssertionError.
-    except (ValueError, KeyError, TypeError, AttributeError, AssertionError) as exc:
-        raise InputError(
-            f"{path}: corrupt Optuna journal ({type(exc).__name__}); {loaders.journal_advice(path)}"
-        ) from None
-    _check_points(path, study)
-    return study
+        backend = JournalFileBackend(str(path))
+        return optuna.storages.JournalStorage(backend)  # replays the file
+    except REPLAY_ERRORS as exc:
+        raise corrupt(path, exc) from None
 
 
-def _check_points(path: Path, study: optuna.Study) -> None:
-    """Every finished trial of the journal must hold a readable refine point."""
+def corrupt(path: Path, exc: BaseException) -> InputError:
+    return InputError(
+        f"{path}: corrupt Optuna journal ({type(exc).__name__}); {loaders.journal_advice(path)}"
+    )
+
+
+class Journals:
+    """The refine stage's storages: the experiment's one journal, opened on the first pair
+    that lives there, and any per-pair journal of an experiment written before."""
+
+    def __init__(self, store: ExperimentStore, say: Say | None = None):
+        self.store = store
+        self.say = say or (lambda line: print(line, file=sys.stderr))
+        self._open: dict[Path, optuna.storages.JournalStorage] = {}
+
+    def storage(self, path: Path) -> optuna.storages.JournalStorage:
+        if path not in self._open:
+            self._open[path] = open_journal(path, self.say)
+        return self._open[path]
+
+    def study(self, pair: Pair, sampler: optuna.samplers.BaseSampler | None) -> optuna.Study:
+        """Create or load the pair's study; a corrupt journal is an InputError naming the fix."""
+        place = study_place(self.store, pair)
+        storage = self.storage(place.path)
+        try:
+            study = optuna.create_study(
+                storage=storage,
+                study_name=place.name,
+                sampler=sampler,
+                direction="minimize",
+                load_if_exists=True,
+            )
+        except REPLAY_ERRORS as exc:
+            raise corrupt(place.path, exc) from None
+        _check_points(place, study)
+        return study
+
+
+def open_study(
+    store: ExperimentStore,
+    pair: Pair,
+    sampler: optuna.samplers.BaseSampler | None,
+    say: Say | None = None,
+) -> optuna.Study:
+    """The pair's study on storages of its own (a caller outside a refine stage)."""
+    return Journals(store, say).study(pair, sampler)
+
+
+def _check_points(place: StudyPlace, study: optuna.Study) -> None:
+    """Every finished trial of the pair's study must hold a readable refine point."""
+    path = place.path
     unreadable = [
         t.number for t in _finished(study) if not isinstance(t.user_attrs.get(POINT_ATTR), dict)
     ]
     if unreadable:
         raise InputError(
-            f"{path}: trial(s) {unreadable} hold no refine point (not written by dwtune's refine "
-            f"stage?); restore the journal or move it aside to restart this pair's refinement"
+            f"{path}: study {place.name}'s trial(s) {unreadable} hold no refine point (not "
+            f"written by dwtune's refine stage?); restore the journal, or "
+            f"{loaders.journal_advice(path)}"
         )
     try:
         trial_points(study)
     except (ValueError, KeyError, TypeError) as exc:  # a point mapping lacking or garbling a field
         raise InputError(
-            f"{path}: corrupt refine point in the Optuna journal ({type(exc).__name__}); "
+            f"{path}: corrupt refine point in study {place.name} ({type(exc).__name__}); "
             f"{loaders.journal_advice(path)}"
         ) from None
 
 
-def _finished(study: optuna.Study) -> list:
+def _finished(study: optuna.Study) -> list[FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
 
 

@@ -12,13 +12,16 @@ another program drives a study the same way::
 (for the simulated backend and small studies); the records are those the Ray runner writes.
 
 Every stage resumes: a finished trial is never trained again, a refined pair is not refined again.
-Ray is started only by :meth:`Study.run` and :meth:`Study.refine` (and by ``refine`` only when
-something is left to train).
+Ray is started only by [Study.run][dwtune.study.pipeline.Study.run] and
+[Study.refine][dwtune.study.pipeline.Study.refine] (and by ``refine`` only when something is
+left to train).
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import ClassVar
@@ -43,6 +46,7 @@ from dwtune.core.vocabulary import (
     TRIALS_FILE,
     FitStatus,
     Runner,
+    Stage,
 )
 from dwtune.storage.experiment import ExperimentReader, export_experiment
 from dwtune.storage.store import ExperimentStore
@@ -150,7 +154,7 @@ class StudyResults:
 
     def project(self, budget, level: float = LEVEL):
         """Optimal depth and width at ``budget`` (parameters, or a size such as '175B'): a
-        BudgetProjection; for a list of budgets, :class:`~dwtune.study.api.Projections`."""
+        BudgetProjection; for a list of budgets, ``Projections``."""
         law, _ = self._reader.law()
         if isinstance(budget, str | int | float):
             return project_budget(law, parse_size(budget, field="budget"), level)
@@ -221,7 +225,7 @@ class Study:
         with store.driver_lock():
             store.initialise(self.spec)
             store.records()  # a corrupt record stops us here, before Ray starts
-            _begin(progress, self.spec)
+            _begin(progress, self.spec, store, forecast=runner != "local")
             try:
                 with contextlib.ExitStack() as stack:
                     # Ray starts with the first batch that trains something: rerunning a
@@ -257,7 +261,7 @@ class Study:
         runner: str = "ray",
     ) -> tuple[list[Transition], StudyResults]:
         """The refine stage alone (or its resumption), then export, fit and report
-        (``runner`` as in :meth:`run`)."""
+        (``runner`` as in [run][dwtune.study.pipeline.Study.run])."""
         store = self._store()
         _check_runner(runner, self.spec)
         if not self.spec.refine.pairs:
@@ -268,7 +272,7 @@ class Study:
         check_address(address)  # malformed: refused even when nothing needs training
         with store.driver_lock():
             stage = refine_stage(self.spec, store, progress)  # bad pairs fail before Ray
-            _begin(progress, self.spec)
+            _begin(progress, self.spec, store, forecast=runner != "local")
             try:
                 with contextlib.ExitStack() as stack:
                     trainer = (
@@ -360,10 +364,38 @@ def finish(store: ExperimentStore, progress=None) -> None:
     write_report(store.root)
 
 
-def _begin(progress, spec: ExperimentSpec) -> None:
+def _begin(progress, spec: ExperimentSpec, store: ExperimentStore, forecast: bool) -> None:
+    """The display learns of the study; with ``forecast`` (Ray runs: trials train in other
+    processes, so a thread of this one is free) it also gets the refine forecast."""
     study = getattr(progress, "study", None)
     if study is not None:
         study(spec)
+    if forecast:
+        _forecast_refine(progress, spec, store)
+
+
+def _forecast_refine(progress: object, spec: ExperimentSpec, store: ExperimentStore) -> None:
+    """Hand the display the planner's estimate of each pair's refine trainings (the ETA's
+    total), computed on a thread of its own while the grid trains: on the simulated twin it
+    takes seconds to a minute, which the study must not wait for. A study whose refine stage
+    has begun keeps the display's round counting: its pairs' earlier trainings were asked for
+    by another run."""
+    forecast = getattr(progress, "forecast", None)
+    if forecast is None or not spec.refine.pairs:
+        return
+    if any(record.stage == Stage.REFINE for record in store.records()):
+        return
+
+    def estimate() -> None:
+        from dwtune.study.cost_estimate import refine_estimate
+
+        try:
+            rounds = refine_estimate(spec).rounds
+        except Exception:  # the ETA falls back to round counting; the study is unaffected
+            return
+        forecast(dict(Counter(r.pair for batch in rounds for r in batch)))
+
+    threading.Thread(target=estimate, name="dwtune-forecast", daemon=True).start()
 
 
 def _stage(progress, name: str, message: str = "") -> None:
@@ -398,7 +430,7 @@ class StartOnFirstBatch:
     """Starts Ray for the first batch only: a finished stage resumes in a second, not ten.
 
     With ``store``, a batch whose every request is already recorded (and reusable, see
-    :func:`~dwtune.study.runners.base.reusable_record`) before Ray is up is answered from the
+    ``reusable_record``) before Ray is up is answered from the
     records, with the runner's "already recorded" line, and starts nothing.
     """
 
@@ -420,7 +452,7 @@ class StartOnFirstBatch:
         return recorded if recorded is not None else self._started().run_lr_search(requests)
 
     def run_feed(self, feed) -> None:
-        """Train a :class:`~dwtune.study.feed.RequestFeed`: what the records answer needs no
+        """Train a ``RequestFeed``: what the records answer needs no
         Ray; Ray starts once something is left to train."""
         if self.runner is None and self.store is not None:
             reused: list = []

@@ -17,8 +17,14 @@ Lines of their own (start-up facts, each pair's decisions, failures) print above
 returns, the status at most every ``interval_s`` seconds; the first line says SIMULATED when
 the backend is simulated.
 
-The ETA is the study's, not a batch's: trials left (planned, plus the refine rounds each pair
-may still take, at most ``refine.max_rounds``) over the rate trials have finished at so far.
+The ETA is the study's, not a batch's: trials left over the rate the last quarter of the
+finished trials came at. Trials left are those planned and not finished, plus each unfinished
+pair's refine trainings still to come: the planner's forecast of them (:meth:`forecast`, the
+refine stage of the spec's simulated twin, as ``dwtune plan --cost`` estimates it) less what
+the pair has asked for, scaled by how the finished pairs' trainings compared with their
+forecast; without a forecast, the rounds each pair may still take (at most
+``refine.max_rounds``). Its error on ``search_spaces/simulated.yaml``: benchmarks/README.md
+("The study's ETA").
 
 Verbosity: ``QUIET`` shows only warnings (failures, retries), ``NORMAL`` the display and its
 lines, ``VERBOSE`` also one line per finished trial. :class:`ProgressHandler` sends the
@@ -49,6 +55,8 @@ ERROR_CHARS = 200
 # Pair rows shown on a terminal; the rest are summed up in one row.
 MAX_PAIR_ROWS = 8
 QUIET, NORMAL, VERBOSE = 0, 1, 2
+# Fewest finished trials the ETA's rate is measured over (then the last quarter of them).
+RATE_TRIALS = 10
 
 log = logging.getLogger("dwtune")
 
@@ -107,9 +115,12 @@ class StudyProgress:
         self.planned: dict[str, float] = {}  # trial_id -> expected cost, trials to train
         self.running: dict[str, float] = {}  # trial_id -> start time (s, monotonic)
         self.finished: set[str] = set()
+        self.finish_times: list[float] = []  # monotonic seconds, one per finished trial
         self.failed = 0
         self.pairs: dict[str, PairState] = {}
         self.per_round = 2.0  # trainings a refine round asks for (both depths × seeds)
+        self.forecasts: dict[str, int] = {}  # pair -> refine trainings the planner expects
+        self.asked: dict[str, set[str]] = {}  # pair -> refine trainings it has asked for
         self.started = time.monotonic()
         self.first_trial: float | None = None
         self._last_draw = 0.0
@@ -151,6 +162,11 @@ class StudyProgress:
         if message:
             self.note(message)
         self.tick(force=True)
+
+    def forecast(self, refine_trainings: dict[str, int]) -> None:
+        """The planner's estimate of each pair's refine trainings: the ETA counts them from
+        the start instead of learning of them round by round (module doc)."""
+        self.forecasts = dict(refine_trainings)
 
     def pair(self, label: str, round: int, bracket: float, status: str, done: bool = False):
         """A refine pair after a round: bisection rounds, N_high/N_low, what it does next."""
@@ -207,6 +223,8 @@ class StudyProgress:
         for r in requests:
             if r.trial_id not in self.finished:
                 self.planned[r.trial_id] = (costs or {}).get(r.trial_id, 1.0)
+            if r.pair:
+                self.asked.setdefault(r.pair, set()).add(r.trial_id)
         self.tick()
 
     def end(self) -> None:
@@ -223,6 +241,8 @@ class StudyProgress:
     def trial_finished(self, request: TrialRequest, record: TrialRecord) -> None:
         self.running.pop(request.trial_id, None)
         self.planned.setdefault(request.trial_id, 1.0)
+        if request.trial_id not in self.finished:
+            self.finish_times.append(time.monotonic())
         self.finished.add(request.trial_id)
         self.first_trial = self.first_trial or time.monotonic()
         failed = record.status == vocabulary.STATUS_FAILED
@@ -313,14 +333,49 @@ class StudyProgress:
     def eta_s(self) -> float:
         """Seconds the study has left: trials left (planned and forecast) over the rate they
         have finished at so far; inf before any trial finished, 0 when nothing is left."""
-        left = len(self.planned) - len(self.finished)
-        left += sum(s.left(self.per_round) for s in self.pairs.values())
+        left = self.trials_left()
         if left <= 0:
             return 0.0
         if not self.finished or self.first_trial is None:
             return math.inf
-        rate = len(self.finished) / max(time.monotonic() - self.first_trial, 1e-9)
-        return left / rate
+        return left / self._rate()
+
+    def _rate(self) -> float:
+        """Trials finished per second over the last quarter of them (at least RATE_TRIALS):
+        a study's trials change pace (Ray starting, the grid's batch, the refine stage's
+        smaller rounds), so the whole history's rate lags the pace of what is left."""
+        now, times = time.monotonic(), self.finish_times
+        window = min(max(RATE_TRIALS, len(times) // 4), len(times) - 1)
+        if window < RATE_TRIALS:  # too few finished: the rate since the first trial started
+            return len(self.finished) / max(now - (self.first_trial or now), 1e-9)
+        return window / max(now - times[-1 - window], 1e-9)
+
+    def trials_left(self) -> float:
+        """Trials planned and not finished, and the refine trainings still to come."""
+        return len(self.planned) - len(self.finished) + self.refine_left()
+
+    def refine_left(self) -> float:
+        """Refine trainings the unfinished pairs have still to ask for (module doc)."""
+        if not self.forecasts:
+            return sum(s.left(self.per_round) for s in self.pairs.values())
+        scale = self._forecast_scale()
+        left = 0.0
+        for label, state in self.pairs.items():
+            if state.done:
+                continue
+            asked = len(self.asked.get(label, ()))
+            expected = scale * self.forecasts.get(label, 0)
+            # a pair past its forecast still takes a round at least: it is not done
+            left += expected - asked if expected > asked else self.per_round
+        return left
+
+    def _forecast_scale(self) -> float:
+        """Finished pairs' refine trainings over their forecast (1 before any finished)."""
+        done = [label for label, s in self.pairs.items() if s.done and self.forecasts.get(label)]
+        if not done:
+            return 1.0
+        asked = sum(len(self.asked.get(label, ())) for label in done)
+        return asked / sum(self.forecasts[label] for label in done)
 
     def _counts(self) -> tuple[int, int, int]:
         return len(self.finished), len(self.running), self.failed

@@ -54,6 +54,31 @@ def wandb_csv(tmp_path) -> Path:
     return path
 
 
+@pytest.mark.parametrize(
+    ("sep", "decimal"), [(";", ","), (";", "."), ("\t", ".")], ids=["excel-de", "semicolon", "tab"]
+)
+def test_a_spreadsheets_separator_and_decimal_comma_read_as_the_comma_csv(
+    capsys, wandb_csv, tmp_path, sep, decimal
+):
+    other = tmp_path / "other.csv"
+    pd.read_csv(wandb_csv).to_csv(other, sep=sep, decimal=decimal, index=False)
+    expected = analyze_json(capsys, wandb_csv, "--columns", WANDB_COLUMNS)
+    got = analyze_json(capsys, other, "--columns", WANDB_COLUMNS)
+    assert got["pairs"] == expected["pairs"]
+
+
+def test_an_undecided_pair_says_what_would_decide_it(capsys, tmp_path):
+    """One run per shape, no checkpoints, sizes close to N*: nothing measures the noise."""
+    table = sweep(n_stars=(PLANTED,), budgets=(PLANTED / 1.2, PLANTED, PLANTED * 1.2))
+    table = table[(table.seed == 0) & (table.tokens == table.tokens.max())]
+    path = tmp_path / "one_each.csv"
+    table.drop(columns=["seed", "tokens"]).to_csv(path, index=False)
+    assert main(["analyze", str(path), "--columns", WANDB_COLUMNS]) == 0
+    [head] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pair ")]
+    assert "undecided (Δ within noise); to decide it: replicate runs (a seed column) or " in head
+    assert "checkpoints (a tokens or step column)" in head
+
+
 def test_planted_crossing_is_found_with_an_interval_covering_it(capsys, wandb_csv):
     result = analyze_json(capsys, wandb_csv, "--columns", WANDB_COLUMNS)
     [pair] = result["pairs"]

@@ -4,6 +4,7 @@ is a quiet exit, --json on every command, results on stdout. No Ray: studies run
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dwtune.cli import COMMANDS, main
+from dwtune.cli import COMMANDS, build_parser, main
 from dwtune.core.records import grid_requests
 from dwtune.core.spec import load_spec
 from tests.helpers.specs import small_simulated
@@ -263,7 +264,15 @@ def test_run_prints_its_answer_on_stdout_and_progress_on_stderr(experiment, tmp_
     assert "trial(s) recorded" in err and "report:" not in err
 
 
-def completions(script: str, words: list[str]) -> list[str]:
+def test_run_json_lists_pairs_as_analyze_does(experiment, tmp_path, capsys):
+    raw = yaml.safe_load((experiment / "spec.yaml").read_text())
+    answer = run_json(capsys, spec_file(tmp_path, raw), "--storage", str(experiment.parent))
+    assert "transitions" not in answer
+    assert [pair["pair"] for pair in answer["pairs"]] == ["6-12"]
+    assert {"status", "n_star", "statement"} <= set(answer["pairs"][0])
+
+
+def completions(script: str, words: list[str], cwd: Path | None = None) -> list[str]:
     """What bash offers for the last word of ``words`` with ``script`` sourced."""
     line = " ".join(f'"{w}"' for w in words)
     probe = (
@@ -271,7 +280,9 @@ def completions(script: str, words: list[str]) -> list[str]:
         'COMP_LINE="${COMP_WORDS[*]}"; COMP_POINT=${#COMP_LINE}; _shtab_dwtune; '
         'printf "%s\\n" "${COMPREPLY[@]}"'
     )
-    done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["bash", "-c", probe], capture_output=True, text=True, timeout=60, cwd=cwd
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.split()
 
@@ -287,6 +298,47 @@ def test_bash_completion_offers_commands_flags_and_choices(tmp_path, capsys):
         "ray",
         "local",
     ]
+
+
+@pytest.mark.parametrize(
+    ("words", "offered"),
+    [
+        (["plan", "search_spaces/qu"], {"search_spaces/quick.yaml", "search_spaces/quiet/"}),
+        (["run", "-q", "search_spaces/qui"], {"search_spaces/quick.yaml", "search_spaces/quiet/"}),
+        (["analyze", "search_spaces/quiet/r"], {"search_spaces/quiet/runs.csv"}),
+        (["report", "search_spaces/qu"], {"search_spaces/quiet/"}),
+        (["refine", "search_spaces/"], {"search_spaces/quiet/"}),
+        (["project", "search_spaces/q"], {"search_spaces/quiet/"}),
+        (["fit", "search_spaces/quiet/"], {"search_spaces/quiet/runs.csv"}),
+    ],
+    ids=["spec", "spec-after-flags", "runs", "report-dir", "refine-dir", "project-dir", "fit"],
+)
+def test_bash_completion_offers_paths(tmp_path, capsys, words, offered):
+    """SPEC and RUNS complete files and folders, EXPERIMENT_DIR folders only (a folder is
+    offered with its slash, as `ls` completes it)."""
+    assert main(["--print-completion", "bash"]) == 0
+    script = tmp_path / "dwtune.bash"
+    script.write_text(capsys.readouterr().out)
+    (tmp_path / "search_spaces" / "quiet").mkdir(parents=True)
+    (tmp_path / "search_spaces" / "quick.yaml").write_text("name: q\n")
+    (tmp_path / "search_spaces" / "quiet" / "runs.csv").write_text("depth\n")
+    got = completions(str(script), ["dwtune", *words], cwd=tmp_path)
+    assert {word + ("/" if (tmp_path / word).is_dir() else "") for word in got} == offered
+
+
+def test_a_bare_dwtune_prints_the_help(capsys):
+    assert main([]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("usage: dwtune") and all(command in out for command in COMMANDS)
+    assert err == ""
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_flag_and_argument_has_help_text(command):
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    silent = [a.dest for a in commands.choices[command]._actions if a.help is None]
+    assert silent == []
 
 
 def test_a_mistyped_choice_is_answered_with_the_plain_choices(capsys):

@@ -107,6 +107,16 @@ def test_project_json_within_two_percent_of_the_paper(capsys):
     assert data["budgets"][0]["depth_lo"] is None  # no covariance published: no interval
 
 
+def test_project_takes_comma_separated_budgets_and_depths_as_repeated_flags(capsys):
+    _, listed, _ = run_cli(capsys, "project", "--budget", "175B,1e12", "--depth", "48,96", "--json")
+    _, repeated, _ = run_cli(
+        capsys, "project", "--budget", "175B", "--budget", "1e12", "--depth", "48", "--depth", "96",
+        "--json",
+    )
+    assert json.loads(listed) == json.loads(repeated)
+    assert [b["budget"] for b in json.loads(listed)["budgets"]] == [1.75e11, 1e12]
+
+
 def test_project_from_experiment_dir_has_intervals(capsys, tmp_path):
     exp = write_transitions(tmp_path / "exp")
     code, out, _ = run_cli(capsys, "project", str(exp), "--budget", "1T", "--json")
@@ -256,7 +266,7 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
         ),
         "unknown reference": (
             ["project", "--budget", "1T", "--reference", "gpt"],
-            "expected one of",
+            "--reference: got 'gpt'; expected a published fit: levine2020",
         ),
         "fit.json without fit": (
             ["project", "--budget", "1T", "--fit", str(tmp / "nofit.json")],

@@ -162,3 +162,15 @@ def test_plan_says_how_many_seeds_each_trial_fuses(capsys):
     cells = json.loads(capsys.readouterr().out)["cells"]
     assert all(c["fused_seeds"] == 1 for c in cells if c["workers"] > 1)
     assert any(c["fused_seeds"] == 3 for c in cells)  # small cells: all three seeds
+
+
+def test_plan_header_and_cost_table_count_the_same_trainings(capsys):
+    """The table lists the cells planned before any result; its header says so, and with
+    --cost names the whole study's trainings, as the cost table's total row does."""
+    assert main(["plan", str(PAPER)]) == 3
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "= 75 first trainings (the refine stage adds more: --cost estimates them)" in header
+    assert main(["plan", str(PAPER), "--cost"]) == 3
+    lines = capsys.readouterr().out.splitlines()
+    total = next(line.split()[1] for line in lines if line.startswith("total "))
+    assert f"= 75 first trainings, about {total} in all with refine;" in lines[0]

@@ -101,7 +101,7 @@ def test_a_corrupt_journal_is_refused_and_nothing_else_is_touched(tmp_path, caps
     code, _, err = refine(store, capsys)
     assert code == 2
     line = one_error_line(err)
-    assert f"{journal}: corrupt Optuna journal" in line and "remove 6-12.journal" in line
+    assert f"{journal}: corrupt Optuna journal" in line and "remove optuna.journal" in line
     assert {p.name: p.read_bytes() for p in store.trials_dir.iterdir()} == records
 
 

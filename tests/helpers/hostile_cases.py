@@ -386,7 +386,7 @@ def _spec_yaml_dir(root: Path) -> None:
 
 
 def _journal() -> Callable[[Path], Path]:
-    return lambda root: root / EXP / "refine" / "6-12.journal"
+    return lambda root: root / EXP / "refine" / "optuna.journal"
 
 
 def _torn_journal(root: Path) -> None:

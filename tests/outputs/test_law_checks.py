@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from dwtune.core.fit.checks import law_checks
@@ -16,6 +18,8 @@ def test_the_section_holds_forms_loo_and_the_bootstrap():
     text = "\n".join(section.markdown(record))
     assert "LR test, quadratic vs linear" in text and "without" not in text
     assert "| pair left out |" in text and "Study bootstrap (" in text
+    # report.md is read by people: it names methods, never the functions that run them
+    assert re.findall(r"dwtune\.\w+\.|\b[a-z]+_[a-z]+_?[a-z]*\b(?![.\]])", text) == []
 
 
 def test_without_pair_deltas_the_section_says_why():

@@ -20,7 +20,7 @@ from dwtune.core.refine.early import EarlyRule, PointNoise, point_call, run_eval
 from dwtune.core.spec import load_spec
 from dwtune.storage.experiment import export_experiment
 from dwtune.storage.store import ExperimentStore
-from dwtune.study.journal import open_study, study_path, trial_points
+from dwtune.study.journal import open_study, trial_points
 from dwtune.study.progress import StudyProgress
 from dwtune.study.refine import RefineStage
 from dwtune.study.runners.local import LocalRunner
@@ -85,7 +85,7 @@ def test_settled_points_stop_their_trainings_and_record_the_step(refined):
 
 def test_a_point_settled_early_takes_the_rules_sign_which_is_the_planted_one(refined):
     spec, store, _, _ = refined
-    study = open_study(study_path(store, (6, 12)), None, lambda _line: None)
+    study = open_study(store, (6, 12), None, lambda _line: None)
     early = [p for p in trial_points(study) if p.early_sign]
     assert early
     for point in early:

@@ -3,11 +3,13 @@ first, one ETA for the whole study, and -q / -v."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from dwtune.core import vocabulary
@@ -112,3 +114,54 @@ def test_quiet_shows_warnings_only_and_verbose_every_trial():
     assert "a diagnostic" in verbose.getvalue()
     assert ": val/loss 3.0000" in verbose.getvalue()
     assert not logging.getLogger("dwtune").handlers  # removed after the block
+
+
+def _asks(progress: StudyProgress, spec, label: str, count: int) -> None:
+    """The pair ``label`` asks for ``count`` refine trainings more."""
+    base = grid_requests(spec)[0]
+    start = len(progress.asked.get(label, ()))
+    progress.add(
+        [
+            dataclasses.replace(base, trial_id=f"{label}-{start + i}", stage="refine", pair=label)
+            for i in range(count)
+        ]
+    )
+
+
+def test_the_forecast_counts_refine_trainings_from_the_start_and_learns_from_finished_pairs():
+    spec = load_spec(SIMULATED_SPEC)
+    labels = [f"{a}-{b}" for a, b in spec.refine.pairs]
+    progress = StudyProgress(io.StringIO(), interval_s=0.0)
+    progress.study(spec)
+    rounds_only = progress.refine_left()
+    progress.forecast(dict.fromkeys(labels, 60) | {labels[0]: 40})
+    assert progress.refine_left() == 40 + 5 * 60 != rounds_only
+    _asks(progress, spec, labels[0], 10)
+    assert progress.refine_left() == 30 + 5 * 60  # what a pair asked for is planned now
+    _asks(progress, spec, labels[0], 10)
+    progress.pair(labels[0], 4, 1.05, "bracketed", done=True)
+    assert progress.refine_left() == 5 * 30  # it took half its forecast: so will the others
+    _asks(progress, spec, labels[1], 35)
+    assert progress.refine_left() == progress.per_round + 4 * 30  # past its forecast, not done
+    for label in labels[1:]:
+        progress.pair(label, 4, 1.05, "bracketed", done=True)
+    assert progress.refine_left() == 0
+
+
+def test_the_eta_runs_at_the_pace_of_the_recent_trials(monkeypatch):
+    """20 grid trials a second apart, then 20 refine trials a tenth of a second apart: the
+    rate is the last quarter's (10 a second), not the whole history's (under 2 a second)."""
+    spec = load_spec(SIMULATED_SPEC)
+    clock = [0.0]
+    monkeypatch.setattr("dwtune.study.progress.time.monotonic", lambda: clock[0])
+    progress = StudyProgress(io.StringIO(), interval_s=0.0)
+    requests = grid_requests(spec)[:40]
+    progress.begin("grid", requests, [])
+    curve = [{vocabulary.STEP: 100, vocabulary.VAL_LOSS: 3.0}]
+    for i, request in enumerate(requests):
+        clock[0] += 1.0 if i < 20 else 0.1
+        progress.trial_started(request)
+        record = record_from_result(request, spec, curve, vocabulary.STATUS_FINISHED, 0.5)
+        progress.trial_finished(request, record)
+    progress.add(grid_requests(spec)[40:60])  # 20 trials left
+    assert progress.eta_s() == pytest.approx(20 / 10.0)

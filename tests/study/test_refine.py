@@ -22,9 +22,7 @@ SIMULATED_YAML = Path(__file__).resolve().parents[2] / "search_spaces" / "simula
 
 
 def study_points(store, pair):
-    study = refine_stage.open_study(
-        refine_stage.study_path(store, pair), optuna.samplers.RandomSampler()
-    )
+    study = refine_stage.open_study(store, pair, optuna.samplers.RandomSampler())
     return refine_stage.trial_points(study)
 
 
@@ -145,29 +143,72 @@ def test_a_killed_stage_resumes_to_the_same_transitions_without_retraining(tmp_p
     assert not set(killed.ids) & set(resumed.ids)  # nothing trained twice
 
 
-def test_a_corrupt_journal_is_an_input_error_and_deleting_it_restarts_that_pair(tmp_path):
+def test_a_corrupt_journal_is_an_input_error_and_deleting_it_restarts_the_pairs(tmp_path):
     spec = make_spec(space={"depths": [6, 12, 18]}, refine={"pairs": [[6, 12], [12, 18]]})
     store = grid_done(tmp_path, spec)
     first = refine_stage.run_refine(spec, store, LocalRunner(spec, store).run)
-    journal, other = (
-        refine_stage.study_path(store, (6, 12)),
-        refine_stage.study_path(store, (12, 18)),
-    )
+    journal = refine_stage.journal_path(store)
+    assert refine_stage.study_path(store, (12, 18)) == journal  # every pair's study in one file
     lines = journal.read_bytes().splitlines(keepends=True)
     journal.write_bytes(b"".join([lines[0], b"{not json\n", *lines[1:]]))
     before = {p.name: p.read_bytes() for p in (store.root / "trials").iterdir()}
-    other_before = other.read_bytes()
     runner = LocalRunner(spec, store)
     with pytest.raises(
-        InputError, match=rf"{journal}: corrupt Optuna journal.*remove 6-12.journal to restart"
+        InputError, match=rf"{journal}: corrupt Optuna journal.*remove optuna.journal to restart"
     ):
         refine_stage.run_refine(spec, store, runner.run)
     assert runner.trained == 0
     assert {p.name: p.read_bytes() for p in (store.root / "trials").iterdir()} == before
-    assert other.read_bytes() == other_before
     journal.unlink()
     assert refine_stage.run_refine(spec, store, runner.run) == first
-    assert runner.trained == 0  # the restarted pair's trainings were all recorded
+    assert runner.trained == 0  # the restarted pairs' trainings were all recorded
+
+
+def test_one_journal_holds_a_study_per_pair_as_optuna_dashboard_lists_them(tmp_path):
+    spec = make_spec(space={"depths": [6, 12, 18]}, refine={"pairs": [[6, 12], [12, 18]]})
+    store = grid_done(tmp_path, spec)
+    refine_stage.run_refine(spec, store, LocalRunner(spec, store).run)
+    assert sorted(p.name for p in (store.root / "refine").iterdir()) == ["optuna.journal"]
+    backend = optuna.storages.journal.JournalFileBackend(str(refine_stage.journal_path(store)))
+    storage = optuna.storages.JournalStorage(backend)
+    assert sorted(optuna.get_all_study_names(storage)) == ["12-18", "6-12"]
+    for name in ("6-12", "12-18"):
+        study = optuna.load_study(study_name=name, storage=storage)
+        assert study.user_attrs["pair"] == name and study.user_attrs["final"] is True
+
+
+def _to_per_pair_journals(store, pairs, keep: int) -> None:
+    """The layout an experiment written before holds: ``refine/<Ls>-<Ld>.journal`` per pair
+    (study ``refine-<Ls>-<Ld>``), each keeping its first ``keep`` trials (a killed stage)."""
+    shared = refine_stage.journal_path(store)
+    source = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(shared))
+    )
+    for a, b in pairs:
+        study = optuna.load_study(study_name=f"{a}-{b}", storage=source)
+        old = shared.parent / f"{a}-{b}.journal"
+        target = optuna.storages.JournalStorage(
+            optuna.storages.journal.JournalFileBackend(str(old))
+        )
+        copy = optuna.create_study(study_name=f"refine-{a}-{b}", storage=target)
+        copy.add_trials(study.trials[:keep])
+    shared.unlink()
+
+
+def test_an_experiment_with_a_journal_per_pair_resumes_there(tmp_path):
+    pairs = [(6, 12), (12, 18)]
+    spec = make_spec(space={"depths": [6, 12, 18]}, refine={"pairs": [list(p) for p in pairs]})
+    store = grid_done(tmp_path, spec)
+    first = refine_stage.run_refine(spec, store, LocalRunner(spec, store).run)
+    _to_per_pair_journals(store, pairs, keep=2)
+    runner = LocalRunner(spec, store)
+    assert refine_stage.run_refine(spec, store, runner.run) == first
+    assert runner.trained == 0  # every training of the old journals was recorded
+    refine = store.root / "refine"
+    assert sorted(p.name for p in refine.iterdir()) == ["12-18.journal", "6-12.journal"]
+    for pair in pairs:
+        assert refine_stage.study_path(store, pair) == refine / f"{pair[0]}-{pair[1]}.journal"
+        assert len(study_points(store, pair)) > 2  # the pair went on in its own journal
 
 
 def test_transitions_parquet_has_exactly_the_documented_columns(tmp_path):

@@ -25,11 +25,9 @@ def refined(tmp_path_factory):
 
 def _load(store) -> optuna.Study:
     """The pair's study as a user opens it: stock Optuna, no dwtune sampler."""
-    path = refine_stage.study_path(store, (6, 12))
+    path = refine_stage.journal_path(store)
     backend = optuna.storages.journal.JournalFileBackend(str(path))
-    return optuna.load_study(
-        study_name="refine-6-12", storage=optuna.storages.JournalStorage(backend)
-    )
+    return optuna.load_study(study_name="6-12", storage=optuna.storages.JournalStorage(backend))
 
 
 def test_the_study_attributes_hold_n_star_status_and_interval(refined):

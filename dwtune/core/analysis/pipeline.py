@@ -60,7 +60,8 @@ NOISE_TEXT = {
     vocabulary.NOISE_PRIOR: (
         f"assumed: no replicate runs and no checkpoints to measure it; the {DEFAULT_NOISE_PRIOR:g}"
         f"-nats guess on {DEFAULT_PRIOR_DOF:g} pseudo-observations, whose t boundary decides "
-        "almost nothing"
+        "almost nothing; replicate runs (a seed column) or checkpoints (a tokens or step column) "
+        "would measure it"
     ),
 }
 JITTER_LIMITS = (

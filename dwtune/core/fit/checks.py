@@ -27,12 +27,12 @@ BOOTSTRAP_SEED = 0
 BOOTSTRAP_DONE, BOOTSTRAP_NOT_RUN = "done", "not run"
 _METHOD = (
     "seeds drawn jointly across pairs (one draw of seed ids serves every pair); each pair "
-    "re-estimated by estimate_crossing; refit by the interval-censored likelihood; percentile "
-    "intervals"
+    "re-estimated as the refine stage estimates N*; refit by the interval-censored likelihood; "
+    "percentile intervals (docs/statistics.md)"
 )
 _POINTS = (
     "; points also drawn with replacement within each pair (sensitivity check: it discards the "
-    "bracket the bisection built, so it over-states the spread; dwtune.core.fit.bootstrap)"
+    "bracket the bisection built, so it over-states the spread)"
 )
 
 

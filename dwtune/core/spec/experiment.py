@@ -28,8 +28,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, repr=False)
 class ExperimentSpec:
-    """A validated study spec (``dwtune.Spec``): build it with :meth:`from_yaml` or
-    :meth:`from_dict`, change it with :meth:`with_overrides`; ``to_dict()`` is its resolved,
+    """A validated study spec (``dwtune.Spec``): build it with
+    [from_yaml][dwtune.core.spec.ExperimentSpec.from_yaml] or
+    [from_dict][dwtune.core.spec.ExperimentSpec.from_dict], change it with
+    [with_overrides][dwtune.core.spec.ExperimentSpec.with_overrides]; ``to_dict()`` is its resolved,
     YAML-safe form (what an experiment folder stores as spec.yaml)."""
 
     name: str
@@ -137,14 +139,14 @@ class ExperimentSpec:
 
     def grid(self) -> list[GridCell]:
         """The cells the grid stage trains: the first wave's first cells, as the design the
-        spec names places them (:mod:`dwtune.core.refine.design`)."""
+        spec names places them (``dwtune.core.refine.design``)."""
         from dwtune.core.refine.design import design_for
 
         return design_for(self).first_wave_cells()
 
     def first_cells(self) -> list[GridCell]:
         """Every pair's first cells, each wave's as fit.reference places them (what
-        ``dwtune plan`` checks against the GPU's memory; :mod:`dwtune.core.refine.design`)."""
+        ``dwtune plan`` checks against the GPU's memory; ``dwtune.core.refine.design``)."""
         from dwtune.core.refine.design import design_for
 
         return design_for(self).first_cells()

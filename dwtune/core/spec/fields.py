@@ -1,9 +1,9 @@
 """The spec sections' pydantic vocabulary: what a field coerces, accepts, and how it fails.
 
-A section is a frozen pydantic dataclass marked :func:`section`, validated on every construction
+A section is a frozen pydantic dataclass marked ``section``, validated on every construction
 (the loader's, a ``dataclasses.replace``). A field's type names its coercion (``Int`` takes
 ``1e3``, which PyYAML reads as text; ``Budgets`` takes ``175B`` and ``{min, max, num}``), its
-:class:`Rule` s what it accepts (not JSON Schema keywords: the schema shows an editor the forms).
+``Rule``s what it accepts (not JSON Schema keywords: the schema shows an editor the forms).
 A failure is one line naming the field, the value and what would be accepted; a section's lines
 come together, an unknown key's with the closest valid key.
 """
@@ -133,7 +133,7 @@ OptStr = Annotated[str | None, coerce(as_str, optional=True)]
 
 class Rule:
     """``check(name, value, *args)`` (raising InputError) on a set field value: Annotated
-    metadata run after the field's coercion, or one of the rules :func:`each` runs per entry."""
+    metadata run after the field's coercion, or one of the rules ``each`` runs per entry."""
 
     def __init__(self, check: Callable[..., object], *args: Any) -> None:
         self.check, self.args = check, args

@@ -1,9 +1,11 @@
-"""Reading a study spec: YAML in ``search_spaces/`` parsed once into an :class:`ExperimentSpec`.
+"""Reading a study spec: YAML in ``search_spaces/`` parsed once into an
+[ExperimentSpec][dwtune.core.spec.ExperimentSpec].
 
-:func:`load_spec` is the only boundary where raw YAML is touched. Each section validates and
-coerces itself (dwtune.core.spec.sections: pydantic dataclasses, every problem of a section at
-once, an unknown key with the closest valid key); what stays here is what no section can say
-alone: the spec file (size, syntax, nesting), its top-level keys, and the checks across sections.
+[load_spec][dwtune.core.spec.load_spec] is the only boundary where raw YAML is touched. Each
+section validates and coerces itself (dwtune.core.spec.sections: pydantic dataclasses, every
+problem of a section at once, an unknown key with the closest valid key); what stays here is
+what no section can say alone: the spec file (size, syntax, nesting), its top-level keys, and
+the checks across sections.
 """
 
 from __future__ import annotations
@@ -74,9 +76,10 @@ def _model(raw: object) -> ModelConfig:
 
 
 def spec_from_dict(raw: object, source: str = "", overrides: Iterable[str] = ()) -> ExperimentSpec:
-    """Validate a raw mapping (parsed YAML) into an :class:`ExperimentSpec`, with ``KEY=VALUE``
-    ``overrides`` set first. Every unknown key, bad value and range error of the sections is
-    reported in one :class:`~dwtune.core.errors.InputErrors`."""
+    """Validate a raw mapping (parsed YAML) into an
+    [ExperimentSpec][dwtune.core.spec.ExperimentSpec], with ``KEY=VALUE`` ``overrides`` set
+    first. Every unknown key, bad value and range error of the sections is reported in one
+    ``InputErrors``."""
     raw = apply_overrides(raw, overrides)
     if not isinstance(raw, dict):
         raise InputError(
@@ -244,7 +247,7 @@ def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> ExperimentSpec
     """Read and validate a spec file; every failure is an InputError naming the fix.
 
     ``overrides``: ``KEY=VALUE`` strings (``train.steps=100``) set in the raw mapping before
-    validation (:mod:`dwtune.core.spec.overrides`)."""
+    validation (``dwtune.core.spec.overrides``)."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise InputError(

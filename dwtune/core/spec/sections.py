@@ -432,7 +432,7 @@ class SimulatedConfig:
     """Planted law, noise and surface of the simulated backend (see dwtune.backends.simulated).
 
     The fields after ``seed_correlation`` shape the hard surfaces; each one enters a trial's
-    identity only when it differs from its default (:meth:`identity`), so experiment
+    identity only when it differs from its default (``identity``), so experiment
     directories made before they existed still resume.
     """
 

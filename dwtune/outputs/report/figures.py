@@ -187,10 +187,14 @@ def _mark_transition(ax, row: pd.Series | None) -> str:
     status = str(row["status"])
     if status == TransitionStatus.BRACKETED:
         lo, hi, n = (float(row.get(c, math.nan)) for c in ("n_star_low", "n_star_high", "n_star"))
+        # The 95% interval is often a sliver of a log axis spanning decades: its edges are
+        # drawn as lines too, and the N* line is thin, so the band is never hidden under it.
         if math.isfinite(lo) and math.isfinite(hi):
-            ax.axvspan(lo, hi, color="tab:red", alpha=0.15, label="N* bracket")
+            ax.axvspan(lo, hi, color="tab:red", alpha=0.3, lw=0, label="N* 95% interval")
+            for edge in (lo, hi):
+                ax.axvline(edge, color="tab:red", lw=0.8, ls=":")
         if math.isfinite(n):
-            ax.axvline(n, color="tab:red", lw=1.5, label=f"N* = {n:.3g}")
+            ax.axvline(n, color="tab:red", lw=0.8, label=f"N* = {n:.3g}")
         return f"bracketed, N* = {n:.3g}"
     pair = censored_pair(row)
     if math.isfinite(pair.bound):
@@ -387,10 +391,19 @@ def plot_projection(
     axes = fig.subplots(1, 2)
     _measured_span(experiment, axes)
     reference_rows = rows[rows["law"] == LEVINE2020.name]
-    ref_style = {"color": "gray", "ls": "--", "label": "Levine et al. 2020 (published a, b)"}
+    # The published line is drawn over the study's fit (which often lies on it), dashed and
+    # darker, so both stay visible where they coincide.
+    ref_style = {
+        "color": "black",
+        "ls": (0, (4, 3)),
+        "lw": 1.4,
+        "zorder": 4,
+        "label": "Levine et al. 2020 (published a, b)",
+    }
     _plot_law(axes, reference_rows, LEVINE2020.name, ref_style)
     if outcome.law is not None:
-        _plot_law(axes, rows, outcome.law.name, {"color": "tab:blue", "label": "this study's fit"})
+        study_style = {"color": "tab:blue", "lw": 3, "alpha": 0.7, "label": "this study's fit"}
+        _plot_law(axes, rows, outcome.law.name, study_style)
     else:
         axes[0].text(
             0.02,

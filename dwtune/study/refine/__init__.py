@@ -2,9 +2,10 @@
 
 For each pair of ``refine.pairs`` its design (:mod:`dwtune.core.refine.design`, chosen once per
 stage) gives the first points (:func:`dwtune.core.refine.first_points.pair_start`) and an
-outcome: a bracket, or a censored pair. Each pair then has its own Optuna study, stored in the
-experiment directory as ``refine/<Ls>-<Ld>.journal`` (journal storage, one JSON line per
-event). Each round the pair plans its step once (:meth:`pair.PairRefiner.plan`,
+outcome: a bracket, or a censored pair. Each pair then has its own Optuna study (named
+``<Ls>-<Ld>``), all of them in one journal storage in the experiment directory,
+``refine/optuna.journal`` (one JSON line per event; :mod:`dwtune.study.journal`). Each
+round the pair plans its step once (:meth:`pair.PairRefiner.plan`,
 :func:`dwtune.core.refine.steps.next_step`), and every point it trains is one Optuna trial:
 
 - ``verify``: a point that decides the outcome is within noise with the seeds it has: the trial
@@ -30,7 +31,14 @@ Modules: :mod:`.stage` (the stage and its waves), :mod:`.pair` (one pair's loop)
 (what the journal, the board and the console say).
 """
 
-from dwtune.study.journal import POINT_ATTR, open_study, study_path, trial_points
+from dwtune.study.journal import (
+    POINT_ATTR,
+    Journals,
+    journal_path,
+    open_study,
+    study_path,
+    trial_points,
+)
 from dwtune.study.refine.attrs import OBJECTIVE, describe
 from dwtune.study.refine.pair import PairRefiner
 from dwtune.study.refine.sampler import LOG_N, StepSampler
@@ -47,11 +55,13 @@ __all__ = [
     "LOG_N",
     "OBJECTIVE",
     "POINT_ATTR",
+    "Journals",
     "PairRefiner",
     "RefineStage",
     "RunTrials",
     "StepSampler",
     "describe",
+    "journal_path",
     "observations",
     "open_study",
     "pair_starts",

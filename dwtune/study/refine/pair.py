@@ -54,8 +54,8 @@ from dwtune.storage.store import ExperimentStore
 from dwtune.study.background import Background
 from dwtune.study.journal import (
     POINT_ATTR,
+    Journals,
     clear_stale_trials,
-    open_study,
     study_path,
     trial_numbers,
     trial_points,
@@ -116,7 +116,9 @@ class PairRefiner(EarlyCalls):
         start: PairStart,
         say: Progress,
         design: RefineDesign,
+        journals: Journals | None = None,
     ):
+        """``journals``: the stage's storages, shared by its pairs (default: the pair's own)."""
         self.spec, self.store, self.start, self.say = spec, store, start, say
         self.design = design  # where the pair's next size goes (chosen once by the stage)
         self.refine = spec.refine
@@ -126,7 +128,7 @@ class PairRefiner(EarlyCalls):
         self.path = study_path(store, self.pair)
         self.span = budget_span(spec)
         self.sampler = StepSampler()
-        self.study = open_study(self.path, self.sampler, say)
+        self.study = (journals or Journals(store, say)).study(self.pair, self.sampler)
         self._asking: tuple[int, str] = (0, "")  # (round, point kind) of the round running
         # early_context's cache of the pair's measured noise and equal-N trend: None until
         # computed, and again each time a round is told (the only change to the pair's points)

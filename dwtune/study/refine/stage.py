@@ -41,6 +41,7 @@ from dwtune.storage.store import ExperimentStore
 from dwtune.storage.tables import transition_rows
 from dwtune.study.background import Background
 from dwtune.study.feed import RequestFeed
+from dwtune.study.journal import Journals
 from dwtune.study.refine.pair import PairRefiner, Progress, RateFor, Rounds
 from dwtune.study.runners.local import LocalRunner
 
@@ -103,6 +104,8 @@ class RefineStage:
         self.refiners: list[PairRefiner] = []  # the opened waves' pairs, in refine.pairs order
         self._sizes: dict[int, set[float]] = {}  # each depth's first sizes in the opened waves
         self._background: Background | None = None
+        # every pair's study in one storage, opened (checked, its stale lock removed) once
+        self.journals = Journals(store, self.say)
         # the first wave's cells count for the later waves' sizes
         first = self.design.first_wave_cells()
         self._open(self.waves[0], reference(spec.fit.reference), first)
@@ -122,7 +125,8 @@ class RefineStage:
         records = self.store.records()
         starts = pair_starts(self.spec, self.design, records, wave, law, self._sizes)
         refiners = [
-            PairRefiner(self.spec, self.store, start, self.say, self.design) for start in starts
+            PairRefiner(self.spec, self.store, start, self.say, self.design, self.journals)
+            for start in starts
         ]
         for refiner in refiners:
             refiner.rate_for, refiner.watch = self.rate_for, self.watch
