@@ -116,8 +116,9 @@ def fused_seeds(spec: ExperimentSpec, shape: ModelShape, gpu_bytes: int | None, 
     one: a fused model lives on one device) and trains on them in the passes one seed's trial
     needs. So k is the most seeds (at most ``seeds``) whose fused memory
     (:meth:`~dwtune.core.memory.MemoryEstimate.times`) fits that share of a GPU of
-    ``gpu_bytes`` in the same micro-batches and checkpointing as one seed; every seed on CPU
-    or with the GPU memory unknown (no limit); 1 where a trial is sharded (each worker holds
+    ``gpu_bytes`` in the same micro-batches and checkpointing as one seed; every seed with the
+    GPU memory unknown, or on CPU where ``resources.fuse_seeds`` is "always" (by default a CPU
+    trial trains one seed); 1 where a trial is sharded (each worker holds
     a shard of one model) and on the simulated trainer (nothing to share: its trials stay
     one per seed, with their checkpoints). Guarantee: fusing never adds a pass or a
     recomputation.
@@ -126,11 +127,19 @@ def fused_seeds(spec: ExperimentSpec, shape: ModelShape, gpu_bytes: int | None, 
     if one.workers > 1 or seeds <= 1 or spec.trainer == Trainer.SIMULATED:
         return 1
     gpu = spec.resources.gpu
+    if not _fusing(spec.resources.fuse_seeds, gpu):
+        return 1
     for k in range(seeds, 1, -1):
         if gpu > 0 and gpu_bytes is not None and not _fused_fits(spec, shape, gpu_bytes, k, one):
             continue
         return k
     return 1
+
+
+def _fusing(policy: str, gpu: float) -> bool:
+    """``resources.fuse_seeds``: "auto" fuses where a trial holds a GPU (on CPU fusing measured
+    no faster, benchmarks/README.md "Fused seeds"), "always" everywhere, "never" nowhere."""
+    return policy == "always" or (policy == "auto" and gpu > 0)
 
 
 def _fused_fits(

@@ -157,7 +157,10 @@ def test_paper_scale_shards_only_the_cells_one_gpu_cannot_hold(capsys):
 def test_plan_says_how_many_seeds_each_trial_fuses(capsys):
     assert main(["plan", str(QUICKSTART), "--json"]) == 0
     cells = json.loads(capsys.readouterr().out)["cells"]
-    assert {c["fused_seeds"] for c in cells} == {2}  # CPU: a cell's two seeds, one model
+    assert {c["fused_seeds"] for c in cells} == {1}  # CPU: fusing measured no faster
+    assert main(["plan", str(QUICKSTART), "resources.fuse_seeds=always", "--json"]) == 0
+    cells = json.loads(capsys.readouterr().out)["cells"]
+    assert {c["fused_seeds"] for c in cells} == {2}  # a cell's two seeds, one model
     assert main(["plan", *PAPER_GRID, "--device", "h100", "--json"]) == 3  # no corpus here
     cells = json.loads(capsys.readouterr().out)["cells"]
     assert all(c["fused_seeds"] == 1 for c in cells if c["workers"] > 1)

@@ -24,9 +24,13 @@ def simulated(**sections):
     return spec_from_dict(small_simulated(**sections))
 
 
+ALWAYS = {"fuse_seeds": "always"}  # these tests fuse on CPU, which "auto" leaves unfused
+
+
 def torch_twin(**sections):
     """The small simulated study's shapes on the torch trainer (planning only: never trained)."""
-    raw = small_simulated(**sections)
+    raw = small_simulated(**{"resources": ALWAYS, **sections})
+    raw["resources"] = {**ALWAYS, **raw["resources"]}
     return spec_from_dict({**raw, "trainer": "torch"})
 
 
@@ -70,6 +74,19 @@ def test_gpu_memory_bounds_the_seeds_a_trial_fuses():
     assert sharding.fused_seeds(spec, shape, int(2.5 * one / usable), 4) == 2
     assert sharding.fused_seeds(spec, shape, int(3.5 * one / usable), 4) == 3
     assert sharding.fused_seeds(spec, shape, 80 * GIB, 4) == 4
+
+
+def test_fuse_seeds_chooses_where_seeds_fuse():
+    """"auto" fuses a GPU trial's seeds and leaves a CPU trial's apart; "never" never fuses."""
+    auto = {"fuse_seeds": "auto"}
+    cpu = torch_twin(space={"seeds": 3}, resources={**auto, "gpu": 0})
+    gpu = torch_twin(space={"seeds": 3}, resources={**auto, "gpu": 0.25})
+    never = torch_twin(space={"seeds": 3}, resources={"fuse_seeds": "never", "gpu": 0.25})
+    shape = cpu.first_cells()[0].shape
+    assert sharding.fused_seeds(cpu, shape, None, 3) == 1
+    assert sharding.fused_seeds(gpu, shape, 80 * GIB, 3) == 3
+    assert sharding.fused_seeds(never, shape, 80 * GIB, 3) == 1
+    assert sharding.fused_seeds(torch_twin(space={"seeds": 3}), shape, None, 3) == 3  # always
 
 
 def test_a_sharded_trial_stays_unfused():
@@ -118,6 +135,7 @@ def torch_spec(tmp_path_factory):
             },
             "model": {"width_multiple": 2},
             "train": {"steps": 30, "batch_size": 4, "eval_every": 10, "eval_batches": 2},
+            "resources": ALWAYS,
         }
     )
 
@@ -152,7 +170,7 @@ def ray_spec(root, steps: int = 30, retries: int = 0):
             "data": {"cache_dir": str(root / "cache"), "seq_len": 16, "vocab_size": 96},
             "model": {"width_multiple": 2},
             "train": {"steps": steps, "batch_size": 4, "eval_every": 10, "eval_batches": 2},
-            "resources": {"cpu": 1, "retries": retries},
+            "resources": {"cpu": 1, "retries": retries, **ALWAYS},
         }
     )
 
@@ -272,7 +290,7 @@ def test_a_feeds_seeds_of_one_depth_train_as_one_tune_trial(tmp_path, monkeypatc
         "data": {"cache_dir": str(tmp_path / "cache"), "seq_len": 16, "vocab_size": 96},
         "model": {"width_multiple": 2},
         "train": {"steps": 20, "batch_size": 4, "eval_every": 10, "eval_batches": 2},
-        "resources": {"cpu": 1, "retries": 0},
+        "resources": {"cpu": 1, "retries": 0, **ALWAYS},
     }
     spec = spec_from_dict(raw)
     store = ExperimentStore.for_spec(tmp_path, spec)

@@ -55,6 +55,7 @@ LR_SEARCH_SCALES = ("log",)
 LR_REFINE_MODES = ("search", "interpolate")  # dwtune.core.projection holds their constants
 DESIGNS = tuple(d.value for d in Design)
 DEVICES = ("auto", "cpu", "cuda")
+FUSE_POLICIES = ("auto", "always", "never")  # resources.fuse_seeds
 # Loss surfaces of the simulated backend; formulas in dwtune.backends.simulated's docstring.
 SIMULATED_SURFACES = (
     "default",
@@ -411,6 +412,10 @@ class ResourcesConfig:
     # Node-local scratch for a trial's checkpoint staging (a node's NVMe); None: the system's
     # temporary folder.
     scratch_dir: OptStr = None
+    # Seeds of one shape trained as one fused model (dwtune.core.sharding.fused_seeds):
+    # "auto" fuses on GPUs only, where a small model's step is launch-bound; on CPU fusing
+    # measured no faster (benchmarks/README.md, "Fused seeds"); "always" fuses on CPU too.
+    fuse_seeds: Annotated[Str, choice(FUSE_POLICIES)] = "auto"
 
     def __post_init__(self) -> None:
         if self.workers_per_trial > 1 and self.gpu not in (0, 1):
