@@ -51,6 +51,7 @@ from dwtune.core.refine.signs import (
     decided_bounds,
     pair_noise,
     point_signs,
+    seeded_groups,
     signed,
     signs_of_ratios,
 )
@@ -134,17 +135,33 @@ def _replicate_roots(
     n_boot: int,
     rng: np.random.Generator,
     local_centre: np.ndarray | None = None,
+    seed_shares: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """ln N* of each parametric bootstrap replicate (module doc): the chord's, and the
     reported estimator's (:func:`~dwtune.core.refine.stick.local_zeros` on ``local_centre``
     plus the replicate's very errors, in the window the chord takes; the chord's where too few
     points lie there; NaN where ``local_centre`` is None). Replicates that share a sign
     pattern share their windows, so each pattern is classified once. The noise sd of a
-    replicate is drawn once for all points from its sampling distribution on ``noise_dof``."""
+    replicate is drawn once for all points from its sampling distribution on ``noise_dof``;
+    where a seed's luck persists across sizes (``noise.persistence`` ĉ > 0), each seed's effect
+    is drawn once for all the points it was trained at (``seed_shares``: point × seed, 1/k where
+    the point has the seed), so the replicates resample seeds as whole units."""
     dof = target[1]
     scale = np.sqrt(dof / rng.chisquare(dof, size=n_boot))
-    se = se_of(noise.sd[None, :] * scale[:, None])
+    sd = noise.sd[None, :] * scale[:, None]
+    se = se_of(sd)
     errors = rng.standard_normal(se.shape) * se
+    if noise.persistence > 0 and seed_shares is not None and seed_shares.size:
+        # each seed's luck drawn once for every size: ĉ·σ²/k of a point's variance is shared
+        shared = (
+            np.sqrt(noise.persistence)
+            * sd
+            * (rng.standard_normal((n_boot, seed_shares.shape[1])) @ seed_shares.T)
+        )
+        own = np.sqrt(
+            np.maximum(se**2 - noise.persistence * sd**2 * (seed_shares**2).sum(axis=1), 0.0)
+        )
+        errors = errors / se * own + shared
     drawn = centre + errors
     signs, strong = signs_of(drawn, se)
     keys = np.concatenate([signs + 1, strong.astype(int)], axis=1)
@@ -282,6 +299,7 @@ class _Redraw:
     bounds: np.ndarray
     confirm: np.ndarray
     measured: np.ndarray  # not failures alone: a run of failures is never beyond noise
+    seed_shares: np.ndarray  # point × seed: 1/k where the point's k usable seeds hold it
 
     @classmethod
     def of(cls, points: Sequence[DeltaPoint], first: PointSigns) -> _Redraw:
@@ -290,7 +308,13 @@ class _Redraw:
         extra = np.array([p.extra_sd for p in points], dtype=float)
         measured = np.array([any(math.isfinite(d) for d in p.deltas) for p in points])
         finished = np.maximum(counts - failed, 1.0)
-        return cls(finished, extra, first.bounds, first.confirm, measured)
+        groups = seeded_groups(points)
+        seeds = sorted({s for g in groups for s in g})
+        shares = np.zeros((len(points), len(seeds)))
+        for i, group in enumerate(groups):
+            for s in group:
+                shares[i, seeds.index(s)] = 1.0 / len(group)
+        return cls(finished, extra, first.bounds, first.confirm, measured, shares)
 
     def se(self, sd: np.ndarray) -> np.ndarray:
         floored: np.ndarray = np.maximum(np.sqrt(sd**2 / self.finished + self.extra**2), MIN_SE)
@@ -334,7 +358,8 @@ def _chord(
     target = (found, noise.dof_at((window.before, window.after)))
     args = (redraw.se, noise, target, redraw.signs, n_boot, rng)
     clipped = clipped_means(points, means, noise.sd)
-    replicates, local = _replicate_roots(x, means, *args, local_centre=clipped)
+    shares = redraw.seed_shares
+    replicates, local = _replicate_roots(x, means, *args, local_centre=clipped, seed_shares=shares)
     replicates = _midpoint_filled(replicates, x, window)
     # The chord's bias where Δ is kinked: the same estimate in a world where Δ is the
     # broken stick fitted to the points, whose crossing is known.
@@ -342,7 +367,8 @@ def _chord(
     kink, world = stick.stick_world(x, robust, se, window, means)
     bias = 0.0  # too few points to fit the stick: no correction, and no second bootstrap
     if not math.isnan(kink):
-        world_roots = _midpoint_filled(_replicate_roots(x, world, *args)[0], x, window)
+        world = _replicate_roots(x, world, *args, seed_shares=shares)[0]
+        world_roots = _midpoint_filled(world, x, window)
         bias = float(np.median(world_roots)) - kink
     star = float(np.clip(found - bias, *_chord_gap(x, means, window)))
     # The kink correction is a model's guess (a smooth bend can pass the stick's test for a
