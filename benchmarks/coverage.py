@@ -22,7 +22,9 @@ pseudo-observations as in every spec.
 Surfaces: the seven of :mod:`dwtune.backends.simulated` (default, depth_noise, non_monotone,
 outliers, divergences, lr_mistuned, asymmetric), ``flat`` (Δ ∝ tanh³: flat at N*),
 ``size_noise`` (the seed noise grows 0.15 per e-fold of N), and ``independent`` (the default
-surface with the two depths' seed noise independent: seed_correlation 0).
+surface with the two depths' seed noise independent: seed_correlation 0), ``seed_sizes_05`` and
+``seed_sizes_08`` (a seed's luck at a depth persists across sizes: its paired Δ deviation is
+correlated 0.5 / 0.8 between sizes, ``simulated.seed_size_correlation``).
 
 Printed per surface and ratio:
 
@@ -33,8 +35,10 @@ Printed per surface and ratio:
 - false-sign rate at a true Δ of 0: a point trained at the true crossing (Δ = 0 there exactly)
   is tested by the sequential rule with the pair's grid points beside it, seeds added as the
   refine stage adds them; the share given a sign, marked ``!`` where it exceeds α + 2 binomial
-  se; and the wrong-sign rate at |Δ| = 0.25 sd (the sizes where the mean Δ is ±0.25 of the
-  paired noise sd near the crossing);
+  se; the same for a point at the true crossing inside the refined pair (beside its final
+  points, the same seeds: where a seed's luck persists across sizes, the pair's pooled noise and
+  the point share it); and the wrong-sign rate at |Δ| = 0.25 sd (the sizes where the mean Δ
+  is ±0.25 of the paired noise sd near the crossing);
 - trainings per pair: grid (18) + refine.
 
 Run: ``python benchmarks/coverage.py --jobs 2`` (defaults: 200 pairs, every surface, ratios
@@ -99,6 +103,10 @@ SURFACES = {
     "flat": {"surface": "flat"},
     "size_noise": {"surface": "size_noise"},
     "independent": {"seed_correlation": 0.0},
+    # a seed's luck at a depth persists across sizes: its paired Δ deviation is correlated
+    # 0.5 / 0.8 between sizes (simulated.seed_size_correlation)
+    "seed_sizes_05": {"seed_size_correlation": 0.5},
+    "seed_sizes_08": {"seed_size_correlation": 0.8},
 }
 RATIOS = (0.5, 1.0, 2.0, 5.0)  # true paired sd ÷ the spec's guess
 MARGIN = 3.0  # e-folds between the grid's ends and the planted N* (room for the dip)
@@ -140,6 +148,7 @@ class SimulatedPair:
             self.budgets = tuple(min(max(b, BUDGETS[0]), BUDGETS[-1]) for b in sizes)
         self.cache: dict[tuple[int, float, int], TrialRecord] = {}
         self.trainings = 0
+        self.refined: list[PairPoint] = []  # the refined pair's points (refine_pair)
 
     def record(self, depth: int, budget: float, seed: int) -> TrialRecord:
         key = (depth, budget, seed)
@@ -204,6 +213,7 @@ def refine_pair(sim: SimulatedPair):
             verified = step.reason == "re-verify"
         later.append(evaluate(sim, points, budget, step.kind, start, verified))
     merged = merge_points(grid, later)
+    sim.refined = merged
     return make_transition(PAIR, merged, refine, trials=0, rounds=rounds, simulated=True)
 
 
@@ -224,11 +234,12 @@ def size_where(sim: SimulatedPair, target: float) -> float | None:
     return optimize.brentq(gap, *sorted((x0, far)), xtol=1e-10)
 
 
-def point_sign(sim: SimulatedPair, log_n: float) -> int:
-    """Sign the sequential rule gives a fresh point at ``log_n`` beside the pair's grid."""
-    grid = decide_points(sim.grid(), sim.refine)
+def point_sign(sim: SimulatedPair, log_n: float, beside: list[PairPoint] | None = None) -> int:
+    """Sign the sequential rule gives a fresh point at ``log_n`` beside the pair's grid, or
+    beside ``beside`` (a refined pair's points: its noise pooled from them, the same seeds)."""
+    context = decide_points(sim.grid() if beside is None else beside, sim.refine)
     start = decide_seeds(sim.refine)  # a bisect step starts with two seeds
-    point = evaluate(sim, grid, math.exp(log_n), "bisect", start, False)
+    point = evaluate(sim, context, math.exp(log_n), "bisect", start, False)
     return point.decision.sign
 
 
@@ -248,12 +259,16 @@ def run_surface(
     law = None if guess_sd is None else (guess_sd, seed)
     rng = np.random.default_rng([seed, list(SURFACES).index(name)])
     stats = {"name": name, "ratio": ratio, "status": {}, "in68": 0, "in95": 0, "errors": []}
-    stats |= {"trainings": [], "zero": [0, 0], "quarter": [0, 0]}
+    stats |= {"trainings": [], "zero": [0, 0], "quarter": [0, 0], "inside": [0, 0]}
     for replicate in range(pairs):
         sim = SimulatedPair(base, replicate, rng, ratio, law)
         t = refine_pair(sim)
         stats["status"][t.status] = stats["status"].get(t.status, 0) + 1
         stats["trainings"].append(sim.trainings)
+        # a point at the true crossing inside the refined pair (its seeds' luck shared with the
+        # pair's points where the surface persists it across sizes)
+        stats["inside"][0] += point_sign(sim, math.log(sim.truth[-1]), sim.refined) != 0
+        stats["inside"][1] += 1
         if t.status == vocabulary.TransitionStatus.BRACKETED:
             truth = nearest_truth(sim, t.n_star)
             stats["in68"] += t.n_star_low_68 <= truth <= t.n_star_high_68
@@ -282,7 +297,8 @@ def percent(hits: int, total: int) -> str:
 
 HEADER = (
     "| surface | noise/prior | status | 68% | 95% | median abs ln(N*/N*_true) "
-    "| false sign at Δ=0 | wrong sign at 0.25 sd | trainings/pair |"
+    "| false sign at Δ=0 | at Δ=0 inside the refined pair | wrong sign at 0.25 sd "
+    "| trainings/pair |"
 )
 
 
@@ -297,9 +313,13 @@ def row(stats: dict, pairs: int, alpha: float) -> str:
     hits, total = stats["zero"]
     limit = alpha + 2 * math.sqrt(alpha * (1 - alpha) / total)
     zero = percent(hits, total) + (" !" if hits / total > limit else "")
+    hits, total = stats["inside"]
+    limit = alpha + 2 * math.sqrt(alpha * (1 - alpha) / total)
+    inside = percent(hits, total) + (" !" if hits / total > limit else "")
     quarter = percent(*stats["quarter"]) if stats["quarter"][1] else "n/a"
     trainings = f"{np.mean(stats['trainings']):.1f}"
-    cells = [stats["name"], f"{stats['ratio']:g}", shares, *cover, error, zero, quarter, trainings]
+    cells = [stats["name"], f"{stats['ratio']:g}", shares, *cover, error, zero, inside]
+    cells += [quarter, trainings]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -336,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     tasks = [(name, r, args.pairs, args.seed, guess) for name in args.surfaces for r in args.ratios]
     print(HEADER)
-    print("|" + "---|" * 9, flush=True)
+    print("|" + "---|" * 10, flush=True)
     with ProcessPoolExecutor(args.jobs) as pool:  # rows print as their tasks finish, in order
         for stats in pool.map(run_surface, *zip(*tasks, strict=True)):
             print(row(stats, args.pairs, REFINE.alpha), flush=True)

@@ -24,7 +24,10 @@ which ratio ran. The estimator is never handed the true noise as known: the gues
     python benchmarks/study_coverage.py --studies 200 --jobs 2 [--ratio 5] [KEY=VALUE ...]
 
 ``KEY=VALUE`` overrides the spec, e.g. ``refine.design=law`` (the law
-design, :mod:`dwtune.core.refine.design`).
+design, :mod:`dwtune.core.refine.design`), or ``simulated.seed_size_correlation=0.8`` (the
+surfaces where a seed's luck at a depth persists across sizes: its paired Δ deviation correlated
+0.8 between sizes; 0.5 likewise), the same surfaces as ``coverage.py``'s ``seed_sizes_08`` and
+``seed_sizes_05``.
 """
 
 from __future__ import annotations

@@ -56,6 +56,11 @@ drawn from a numpy Generator seeded by a hash of those inputs, so a trial's loss
 ``ρ = seed_correlation`` models paired seeds: the same seed means the same data order at every
 depth and size, so it shares ``ρ`` of the noise variance. Each loss has standard deviation
 ``noise``; a paired difference (same seed, two depths) has ``noise · sqrt(2·(1 − ρ))``.
+``seed_size_correlation = c`` (default 0) splits ``z_trial`` into ``sqrt(c)·z_seed_depth +
+sqrt(1 − c)·z_trial``, ``z_seed_depth`` a function of the seed and the depth alone: a seed's
+luck at a depth persists across sizes, so a paired Δ's seed deviation is correlated ``c``
+between any two sizes (as one data order and initialisation stream do in real training); each
+sd is unchanged.
 
 Surfaces
 --------

@@ -235,7 +235,9 @@ def seed_outcome(
     lr: float | None = None,
     trial_key: Mapping | None = None,
 ) -> SeedOutcome:
-    """The final loss of one training: mean + sd(L)·(sqrt(ρ)·z_seed + sqrt(1 − ρ)·z_trial),
+    """The final loss of one training: mean + sd(L)·(sqrt(ρ)·z_seed + sqrt(1 − ρ)·z_own),
+    z_own = sqrt(c)·z_seed_depth + sqrt(1 − c)·z_trial with c = seed_size_correlation (z_own =
+    z_trial where c = 0, so a paired Δ's seed deviation is correlated c between sizes),
     + outlier_size for an outlier, or a divergence. ``trial_key`` names the trial's own draws
     (the backend passes its shape; by default the depth and width)."""
     key = dict(trial_key) if trial_key is not None else {"depth": depth, "width": width}
@@ -243,9 +245,12 @@ def seed_outcome(
         share = DIVERGE_EARLIEST + (1.0 - DIVERGE_EARLIEST) * uniform("diverge_at", key, seed)
         return SeedOutcome(math.nan, share)
     rho = config.seed_correlation
-    noise = math.sqrt(rho) * standard_normal("seed", seed) + math.sqrt(1.0 - rho) * standard_normal(
-        "trial", key, seed
-    )
+    own = standard_normal("trial", key, seed)
+    if config.seed_size_correlation > 0:  # the seed's luck at this depth, at every size
+        persists = config.seed_size_correlation
+        shared = standard_normal("seed_depth", depth, seed)
+        own = math.sqrt(persists) * shared + math.sqrt(1.0 - persists) * own
+    noise = math.sqrt(rho) * standard_normal("seed", seed) + math.sqrt(1.0 - rho) * own
     sd = loss_noise_sd(config, depth, 12.0 * depth * width**2)
     loss = mean_loss_at(config, linked, depth, width, lr) + sd * noise
     if is_outlier(config, depth, key, seed):

@@ -237,6 +237,9 @@ NOISE_PRIOR = "prior"  # no two seeds at any point yet: the spec's guess on its 
 # `dwtune analyze` on one run per shape: each run's checkpoint-to-checkpoint jitter about a
 # smooth curve in tokens (dwtune.core.analysis.jitter)
 NOISE_CHECKPOINT_JITTER = "checkpoint_jitter"
+# `dwtune analyze` on a table with neither replicates nor checkpoints: Δ's scatter about its
+# own trend along ln N (dwtune.core.analysis.scatter)
+NOISE_TREND_SCATTER = "trend_scatter"
 
 # `dwtune analyze`: a pair's verdict (its JSON `status`), from the estimator's transition status.
 ANALYSIS_CROSSES = "crosses"

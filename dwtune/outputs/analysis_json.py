@@ -18,7 +18,7 @@ from dwtune.core.analysis.result import (
 )
 from dwtune.core.analysis.table import Checkpoints
 from dwtune.core.analysis.tokens import TOKEN_TOLERANCE
-from dwtune.core.analysis.verdicts import noise_range
+from dwtune.core.analysis.verdicts import noise_range, to_decide
 from dwtune.core.refine.signs import SignRule
 from dwtune.core.vocabulary import LEVEL, FitStatus
 from dwtune.storage.fit_json import fit_to_dict, json_ready
@@ -185,6 +185,7 @@ def pair_dict(held: AnalysedPair) -> dict:
             "dof_low": dof_low,
         },
         "trend": pair.trends,
+        "to_decide": to_decide(pair),
         "points": point_dicts(held),
     }
     if view is not None:

@@ -7,7 +7,7 @@ import math
 
 from dwtune.core import vocabulary
 from dwtune.core.analysis.result import RULE_TEST, AnalysedPair, AnalysisResult, TableFit
-from dwtune.core.analysis.verdicts import noise_range
+from dwtune.core.analysis.verdicts import noise_range, to_decide
 
 STATUS_TEXT = {
     vocabulary.ANALYSIS_CROSSES: "crosses",
@@ -22,6 +22,7 @@ NOISE_NAMES = {
     vocabulary.NOISE_MEASURED: "replicate runs",
     vocabulary.NOISE_CHECKPOINT_JITTER: "checkpoint jitter",
     vocabulary.NOISE_PRIOR: "assumed (nothing to measure it)",
+    vocabulary.NOISE_TREND_SCATTER: "scatter about the trend",
 }
 TREND_KINDS = {
     "pooled": "one slope across all runs (the shallower depth has too few sizes)",
@@ -117,6 +118,9 @@ def pair_lines(held: AnalysedPair, law: str | None) -> list[str]:
         head += f"; {law_text(held, law)}"
     headers = POINT_HEADERS + ((f"vs {law}",) if law else ())
     lines = [head, f"  {trend_text(held)}; {pair_noise_text(held)}"]
+    decide = to_decide(pair)
+    if decide is not None:
+        lines.append(f"  to decide: {decide}")
     return lines + ["  " + r for r in plain_table(headers, _point_rows(held, law))]
 
 

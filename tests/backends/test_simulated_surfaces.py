@@ -348,3 +348,25 @@ def test_bad_surface_settings_are_input_errors(spec, values, message):
     raw["simulated"] = {**raw["simulated"], **values}
     with pytest.raises(InputError, match=message):
         spec_from_dict(raw)
+
+
+def test_a_seeds_luck_persists_across_sizes_at_the_planted_correlation():
+    from dwtune.backends.simulated_surface import pair_seed_outcomes
+    from dwtune.core.spec import SimulatedConfig
+
+    def deviations(c):
+        config = SimulatedConfig(seed_size_correlation=c)
+        rows = []
+        for n in (1e7, 3e7):
+            rows.append(
+                [
+                    (lambda s, d: d.loss - s.loss)(*pair_seed_outcomes(config, 12, 18, n, seed))
+                    for seed in range(400)
+                ]
+            )
+        return np.array(rows)
+
+    persistent = deviations(0.8)
+    assert np.corrcoef(persistent)[0, 1] == pytest.approx(0.8, abs=0.06)
+    assert np.std(persistent[0]) == pytest.approx(0.002, rel=0.1)  # each sd unchanged
+    assert abs(np.corrcoef(deviations(0.0))[0, 1]) < 0.12

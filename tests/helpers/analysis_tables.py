@@ -142,3 +142,50 @@ def single_run_suite(
             pairs = zip(tokens, losses, strict=True)
             rows += [(name, depth, width, n, int(t), float(v)) for t, v in pairs]
     return pd.DataFrame(rows, columns=SUITE_COLUMNS)
+
+
+# --------------------------------------------------------------------------- no exact replicates
+
+
+def scattered_sweep(
+    depths=(6, 12, 18, 24),
+    budgets=None,
+    seeds=(0, 1, 2),
+    *,
+    a: float = 5.039,
+    b: float = 0.0555,
+    noise: float = 0.002,
+    scatter: float = 0.08,
+    dip: tuple | None = None,
+    rng_seed: int = 0,
+) -> pd.DataFrame:
+    """Final losses only (no tokens, no run column), one row per seed, each seed's run at its
+    own size: the budget times ``e^(scatter·s)`` with ``s`` spread evenly over −1..1 by seed
+    and jittered by ±0.25, the width rounded to a whole
+    number, so no two runs of a depth share a size (as runs gathered from elsewhere rarely do).
+    Losses from the simulated surface chained 6-12-18-24 (law ``ln dx* = a + b·L``) plus
+    ``noise`` (nats, independent per run). ``dip``: (pair index, e-folds below its N*, nats)
+    adds a second dip of that depth (a Δ that crosses three times).
+
+    SIMULATED DATA."""
+    from dwtune.backends.simulated_surface import mean_loss_at, planted_transition
+    from dwtune.core.spec.sections import SimulatedConfig
+
+    config = SimulatedConfig(a=a, b=b)
+    budgets = np.geomspace(1e6, 1e9, 13) if budgets is None else budgets
+    rng = np.random.default_rng(rng_seed)
+    rows = []
+    for depth in depths:
+        linked = tuple(d for d in depths if depths[0] < d <= depth)
+        for budget in budgets:
+            for k, seed in enumerate(seeds):  # seeds spread over ±scatter, jittered by a quarter
+                spread = 2.0 * k / max(len(seeds) - 1, 1) - 1.0 + rng.uniform(-0.25, 0.25)
+                size = budget * np.exp(scatter * spread)
+                width = rounded_width(depth, size, multiple=1)
+                n = 12 * depth * width**2
+                loss = mean_loss_at(config, linked, depth, width, None)
+                if dip is not None and depth >= depths[dip[0] + 1]:
+                    centre = np.log(planted_transition(config, depths[dip[0] + 1])) - dip[1]
+                    loss -= dip[2] * np.exp(-0.5 * ((np.log(n) - centre) / 0.25) ** 2)
+                rows.append((depth, width, n, seed, float(loss + noise * rng.standard_normal())))
+    return pd.DataFrame(rows, columns=["n_layer", "d_model", "n_params", "seed", "val_loss"])

@@ -43,9 +43,13 @@ several seeds of a shape), the seed-to-seed noise is learned from them as the re
 learns it (:func:`dwtune.core.refine.signs.pair_noise`, the 0.003-nats guess worth half a
 pseudo-observation). Where it has one run per shape, each run's checkpoint-to-checkpoint
 jitter about a smooth curve in ln tokens, pooled per depth (:mod:`.jitter`, which also says
-what jitter cannot show). Where it has neither, the guess alone: on half a degree of freedom
-its t boundary is so wide that nothing is decided, which is the honest answer. The output
-states the method of every pair.
+what jitter cannot show). Where it has neither but 8 or more sizes along the pair's axis, Δ's
+scatter about its own trend: a difference-based estimate, robust to the bends near N*, on the
+degrees of freedom it is worth (:mod:`.scatter`, which also says what it cannot show). Where it
+has none of these, the guess alone: on a quarter of a degree of freedom its t boundary is so
+wide that nothing is decided, which is the honest answer. The output states the method of
+every pair, and for a pair left undecided what would decide it
+(:func:`~.verdicts.to_decide`).
 
 Signs. Every point is judged by the one sign rule (:class:`dwtune.core.refine.signs.SignRule`)
 with one look (a fixed table: all its runs at once) at ``--alpha`` (default 0.05): a sign

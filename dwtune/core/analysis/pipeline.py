@@ -57,6 +57,13 @@ NOISE_TEXT = {
         "replicate runs: the seed-to-seed spread of each point's Δ, pooled along ln N, with "
         f"the {DEFAULT_NOISE_PRIOR:g}-nats guess worth {DEFAULT_PRIOR_DOF:g} pseudo-observations"
     ),
+    vocabulary.NOISE_TREND_SCATTER: (
+        "scatter about the trend: no replicate runs and no checkpoints, so the sd of one Δ is "
+        "estimated from each point's distance to the straight line through its two neighbours "
+        "along ln N (a median, so bends near N* do not set it), on the dof such a median is "
+        "worth; it cannot see a seed's luck shared across sizes (that looks like trend), and "
+        "replicate runs at a few sizes would measure the noise itself"
+    ),
     vocabulary.NOISE_PRIOR: (
         f"assumed: no replicate runs and no checkpoints to measure it; the {DEFAULT_NOISE_PRIOR:g}"
         f"-nats guess on {DEFAULT_PRIOR_DOF:g} pseudo-observations, whose t boundary decides "

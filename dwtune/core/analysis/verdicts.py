@@ -15,6 +15,7 @@ from scipy import stats
 from dwtune.core import vocabulary
 from dwtune.core.analysis.jitter import JitterModel
 from dwtune.core.analysis.matching import MatchedPoint, SizeGroup, pair_points
+from dwtune.core.analysis.scatter import MIN_RESIDUALS, scatter_noise
 from dwtune.core.errors import InputError
 from dwtune.core.fit import TransitionObservation
 from dwtune.core.fit.bootstrap import PairPoints, observation_from_estimate
@@ -71,12 +72,22 @@ def choose_noise(
     matched: Sequence[MatchedPoint], jitter: JitterModel | None, prior: NoisePrior
 ) -> Noise:
     """Replicates where the pair has them (the seed-to-seed noise itself, learned as the
-    refine stage learns it); else its runs' checkpoint jitter; else the prior alone."""
+    refine stage learns it); else its runs' checkpoint jitter; else Δ's scatter about its own
+    trend (:mod:`.scatter`); else the prior alone."""
     replicates = pair_noise([m.point for m in matched], prior)
-    if replicates.measured_dof > 0 or jitter is None:
+    if replicates.measured_dof > 0:
         return replicates
-    measured = jitter.delta_noise([(m.rows_deep, m.rows_shallow) for m in matched])
-    return replicates if measured is None else measured
+    if jitter is not None:
+        measured = jitter.delta_noise([(m.rows_deep, m.rows_shallow) for m in matched])
+        if measured is not None:
+            return measured
+    points = [m.point for m in matched]
+    scatter = scatter_noise(
+        [math.log(p.n) for p in points],
+        [float(np.mean(p.deltas)) for p in points],
+        [p.extra_sd for p in points],
+    )
+    return replicates if scatter is None else scatter
 
 
 def analyse_pair(
@@ -112,6 +123,43 @@ def analyse_pair(
         boundary=tuple(float(b) for b in signs.bounds),
         noise=noise,
         estimate=estimate_crossing(points, rule=rule, noise=noise, n_boot=n_boot, seed=seed),
+    )
+
+
+# --------------------------------------------------------------------------- what would decide
+
+
+def to_decide(pair: PairAnalysis) -> str | None:
+    """What would decide a pair whose signs leave N* open (undecided, or bounded on one side
+    only), in words; None where its status is decided (a crossing, a censored one, several).
+
+    Rule: where no method measured the noise, the three things that would; else, at the point
+    within noise with the largest |Δ|/se, the seeds ``k`` that would put |Δ| beyond its
+    boundary at the measured sd (``se = sd/√k``, Δ unchanged: a planning figure, not a
+    promise), and sizes beyond the decided signs' bound, where |Δ| grows."""
+    if pair.estimate.status != vocabulary.TransitionStatus.UNDECIDED:
+        return None
+    source = pair.noise.source
+    if source == vocabulary.NOISE_PRIOR:
+        return (
+            "nothing measures the noise: two or more seeds at a few sizes (replicate runs), "
+            "each run's checkpoints (a tokens or step column), or more sizes along the pair's "
+            f"axis (the scatter about the trend needs {MIN_RESIDUALS + 2})"
+        )
+    open_points = [i for i, sign in enumerate(pair.signs) if sign == 0]
+    if not open_points:
+        return None
+    ratio = [abs(pair.delta[i]) / pair.delta_err[i] for i in open_points]
+    best = open_points[int(np.argmax(ratio))]
+    sd, delta = float(pair.noise.sd[best]), abs(pair.delta[best])
+    sizes = "sizes beyond the decided signs' bound, where |Δ| is larger"
+    if delta <= 0 or not math.isfinite(delta):
+        return f"{sizes}; at N = {pair.points[best].point.n:.3g} Δ is 0 to the digit"
+    seeds = math.ceil((pair.boundary[best] * sd / delta) ** 2)
+    return (
+        f"seeds: at N = {pair.points[best].point.n:.3g} (Δ = {pair.delta[best]:+.4f} nats) "
+        f"about {seeds} seed(s) of each depth, if Δ holds and the sd of one Δ is "
+        f"{sd:.2g} nats ({source.replace('_', ' ')}); or {sizes}"
     )
 
 

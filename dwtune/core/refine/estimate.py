@@ -16,6 +16,11 @@ Rule (docs/statistics.md, "N* and its intervals"):
   without the kink correction; the 95% interval widened to the broken stick's profile band;
 - the reported N*: the local line's crossing within ``PROFILE_REACH`` of the bracket (the
   stick's where a kink is beyond doubt), the chord's where too few points lie there;
+- each interval also holds the reported estimator's own: the same bootstrap replicates (the
+  same errors, centred on the values that estimator reads) put through that estimator, their
+  percentiles about their median added to the reported N* (:func:`own_interval`). So N* lies
+  strictly inside its 68% and 95% intervals unless its replicates are degenerate; it is never
+  clipped into another estimator's interval;
 - σ(ln N*): the larger of half the 68% width and the 95% interval's reach over ``Z95``.
 
 Guarantee: none beyond what is measured; the coverage of these intervals with the noise guess
@@ -46,6 +51,7 @@ from dwtune.core.refine.signs import (
     decided_bounds,
     pair_noise,
     point_signs,
+    seeded_groups,
     signed,
     signs_of_ratios,
 )
@@ -128,18 +134,39 @@ def _replicate_roots(
     signs_of: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
     n_boot: int,
     rng: np.random.Generator,
-) -> np.ndarray:
-    """ln N* of each parametric bootstrap replicate (module doc): replicates that share a
-    sign pattern share their windows, so each pattern is classified once. The noise sd of a
-    replicate is drawn once for all points from its sampling distribution on ``noise_dof``."""
+    local_centre: np.ndarray | None = None,
+    seed_shares: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """ln N* of each parametric bootstrap replicate (module doc): the chord's, and the
+    reported estimator's (:func:`~dwtune.core.refine.stick.local_zeros` on ``local_centre``
+    plus the replicate's very errors, in the window the chord takes; the chord's where too few
+    points lie there; NaN where ``local_centre`` is None). Replicates that share a sign
+    pattern share their windows, so each pattern is classified once. The noise sd of a
+    replicate is drawn once for all points from its sampling distribution on ``noise_dof``;
+    where a seed's luck persists across sizes (``noise.persistence`` ĉ > 0), each seed's effect
+    is drawn once for all the points it was trained at (``seed_shares``: point × seed, 1/k where
+    the point has the seed), so the replicates resample seeds as whole units."""
     dof = target[1]
     scale = np.sqrt(dof / rng.chisquare(dof, size=n_boot))
-    se = se_of(noise.sd[None, :] * scale[:, None])
-    drawn = centre + rng.standard_normal(se.shape) * se
+    sd = noise.sd[None, :] * scale[:, None]
+    se = se_of(sd)
+    errors = rng.standard_normal(se.shape) * se
+    if noise.persistence > 0 and seed_shares is not None and seed_shares.size:
+        # each seed's luck drawn once for every size: ĉ·σ²/k of a point's variance is shared
+        shared = (
+            np.sqrt(noise.persistence)
+            * sd
+            * (rng.standard_normal((n_boot, seed_shares.shape[1])) @ seed_shares.T)
+        )
+        own = np.sqrt(
+            np.maximum(se**2 - noise.persistence * sd**2 * (seed_shares**2).sum(axis=1), 0.0)
+        )
+        errors = errors / se * own + shared
+    drawn = centre + errors
     signs, strong = signs_of(drawn, se)
     keys = np.concatenate([signs + 1, strong.astype(int)], axis=1)
     patterns, inverse = _unique_rows(keys)
-    found = np.full(n_boot, np.nan)
+    found, local = np.full(n_boot, np.nan), np.full(n_boot, np.nan)
     half = x.size
     for k, key in enumerate(patterns):
         rows = np.flatnonzero(inverse.reshape(-1) == k)
@@ -149,7 +176,13 @@ def _replicate_roots(
         candidates = np.stack([roots(x, drawn[rows], se[rows], w) for w in windows])
         nearest = np.argmin(np.abs(candidates - target[0]), axis=0)
         found[rows] = candidates[nearest, np.arange(rows.size)]
-    return found
+        if local_centre is None:
+            continue
+        values = local_centre + errors[rows]
+        zeros = np.stack([stick.local_zeros(x, values, se[rows], w) for w in windows])
+        picked = zeros[nearest, np.arange(rows.size)]
+        local[rows] = np.where(np.isnan(picked), found[rows], picked)
+    return found, local
 
 
 def _unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -266,6 +299,7 @@ class _Redraw:
     bounds: np.ndarray
     confirm: np.ndarray
     measured: np.ndarray  # not failures alone: a run of failures is never beyond noise
+    seed_shares: np.ndarray  # point × seed: 1/k where the point's k usable seeds hold it
 
     @classmethod
     def of(cls, points: Sequence[DeltaPoint], first: PointSigns) -> _Redraw:
@@ -274,7 +308,13 @@ class _Redraw:
         extra = np.array([p.extra_sd for p in points], dtype=float)
         measured = np.array([any(math.isfinite(d) for d in p.deltas) for p in points])
         finished = np.maximum(counts - failed, 1.0)
-        return cls(finished, extra, first.bounds, first.confirm, measured)
+        groups = seeded_groups(points)
+        seeds = sorted({s for g in groups for s in g})
+        shares = np.zeros((len(points), len(seeds)))
+        for i, group in enumerate(groups):
+            for s in group:
+                shares[i, seeds.index(s)] = 1.0 / len(group)
+        return cls(finished, extra, first.bounds, first.confirm, measured, shares)
 
     def se(self, sd: np.ndarray) -> np.ndarray:
         floored: np.ndarray = np.maximum(np.sqrt(sd**2 / self.finished + self.extra**2), MIN_SE)
@@ -288,13 +328,16 @@ class _Redraw:
 @dataclass(frozen=True)
 class Chord:
     """The chord's estimate (ln N): its kink-corrected N*, 95% interval, the bootstrap's
-    percentiles (2.5, 16, 84, 97.5) and each point's standard error."""
+    percentiles (2.5, 16, 84, 97.5), each point's standard error, the chord's replicates
+    and the local line's (the chord's where too few points lie near in a replicate)."""
 
     star: float
     low95: float
     high95: float
     q: np.ndarray
     se: np.ndarray
+    replicates: np.ndarray
+    local: np.ndarray
 
 
 def _chord(
@@ -314,14 +357,18 @@ def _chord(
     rng = np.random.default_rng(seed)
     target = (found, noise.dof_at((window.before, window.after)))
     args = (redraw.se, noise, target, redraw.signs, n_boot, rng)
-    replicates = _midpoint_filled(_replicate_roots(x, means, *args), x, window)
+    clipped = clipped_means(points, means, noise.sd)
+    shares = redraw.seed_shares
+    replicates, local = _replicate_roots(x, means, *args, local_centre=clipped, seed_shares=shares)
+    replicates = _midpoint_filled(replicates, x, window)
     # The chord's bias where Δ is kinked: the same estimate in a world where Δ is the
     # broken stick fitted to the points, whose crossing is known.
     robust = robust_means(points, means)
     kink, world = stick.stick_world(x, robust, se, window, means)
     bias = 0.0  # too few points to fit the stick: no correction, and no second bootstrap
     if not math.isnan(kink):
-        world_roots = _midpoint_filled(_replicate_roots(x, world, *args), x, window)
+        world = _replicate_roots(x, world, *args, seed_shares=shares)[0]
+        world_roots = _midpoint_filled(world, x, window)
         bias = float(np.median(world_roots)) - kink
     star = float(np.clip(found - bias, *_chord_gap(x, means, window)))
     # The kink correction is a model's guess (a smooth bend can pass the stick's test for a
@@ -330,7 +377,20 @@ def _chord(
     corrected = plain - (found - star)  # the replicates shifted by the bias taken off
     q = np.concatenate([np.minimum(corrected, plain)[:2], np.maximum(corrected, plain)[2:]])
     band = stick.broken_stick_band(x, means, se, window, stick.PROFILE_Q95)
-    return Chord(star, min(q[0], band[0]), max(q[3], band[1]), q, se)
+    local = np.where(np.isnan(local), replicates, local)
+    low95, high95 = min(q[0], band[0]), max(q[3], band[1])
+    return Chord(star, low95, high95, q, se, replicates, local)
+
+
+def own_interval(star: float, replicates: np.ndarray) -> np.ndarray:
+    """The reported estimator's own 2.5/16/84/97.5 percentiles (ln N), located at its estimate:
+    ``star + (q − median)`` of its bootstrap replicates, i.e. the estimator's bootstrap error
+    about its median added to the estimate. Guarantee: ``star`` lies strictly inside both
+    intervals unless the replicates are degenerate at that level (their 16th or 84th
+    percentile equal to their median)."""
+    q = np.percentile(replicates, [2.5, 16.0, 84.0, 97.5])
+    located: np.ndarray = star + (q - float(np.median(replicates)))
+    return located
 
 
 def _reported(
@@ -344,12 +404,15 @@ def _reported(
     bounds: tuple[float | None, float | None],
 ) -> CrossingEstimate:
     """The bracketed estimate: the reported N* is the local line's crossing (the stick's
-    where kinked beyond doubt), the chord's where the points do not fix one (module doc)."""
-    star, low95, high95, q = chord.star, chord.low95, chord.high95, chord.q
+    where kinked beyond doubt), the chord's where the points do not fix one; each interval
+    holds the chord's and the reported estimator's own (module doc)."""
     zero = stick.local_zero(x, clipped_means(points, means, noise.sd), chord.se, shape.windows[0])
+    star, own = chord.star, chord.replicates  # the chord, where no line is fitted
     if not math.isnan(zero):
-        star = float(np.clip(zero, low95, high95))
-    low68, high68 = min(q[1], star), max(q[2], star)
+        star, own = zero, chord.local
+    own_q = own_interval(star, own)
+    low95, high95 = min(chord.low95, own_q[0]), max(chord.high95, own_q[3])
+    low68, high68 = min(chord.q[1], own_q[1]), max(chord.q[2], own_q[2])
     sigma = max(0.5 * (high68 - low68), _reach(star, low95, high95) / Z95)
     return CrossingEstimate(
         status=shape.status,

@@ -88,9 +88,21 @@ def usable_groups(points: Sequence[DeltaPoint]) -> list[np.ndarray]:
     return [np.asarray([d for d in p.deltas if math.isfinite(d)], dtype=float) for p in points]
 
 
+def seeded_groups(points: Sequence[DeltaPoint]) -> list[dict[int, float]]:
+    """Each point's finite Δ by seed (empty where its seeds are not recorded)."""
+    return [
+        {s: d for s, d in zip(p.seeds, p.deltas, strict=True) if math.isfinite(d)}
+        if len(p.seeds) == len(p.deltas)
+        else {}
+        for p in points
+    ]
+
+
 def pair_noise(points: Sequence[DeltaPoint], prior: NoisePrior) -> Noise:
-    """The pair's noise model (:func:`dwtune.core.refine.noise.estimate_noise`)."""
-    return estimate_noise(np.log([p.n for p in points]), usable_groups(points), prior)
+    """The pair's noise model (:func:`dwtune.core.refine.noise.estimate_noise`), a seed's
+    persistence across sizes measured where the points record their seeds."""
+    x = np.log([p.n for p in points])
+    return estimate_noise(x, usable_groups(points), prior, seeded_groups(points))
 
 
 @dataclass(frozen=True)

@@ -204,19 +204,61 @@ def stick_world(
     return zero, centre
 
 
+def _row_sums(
+    m: np.ndarray, w: np.ndarray, d: np.ndarray, keep: np.ndarray | None = None
+) -> np.ndarray:
+    """χ² of each row of ``m`` (row, point) against its best slope ≥ 0 on the distances ``d``
+    (candidate, point), over the points ``keep`` (candidate, point; all where None): the
+    residual sum Σ w·(m − s·d)² = Σ w·m² − 2·s·Σ w·m·d + s²·Σ w·d², array (row, candidate)."""
+    wm = w * m
+    den, num = w @ (d * d).T, wm @ d.T
+    squares = (wm * m) @ (np.ones_like(d) if keep is None else keep.astype(float)).T
+    slope = np.maximum(np.divide(num, den, out=np.zeros_like(den), where=den > 0), 0.0)
+    chi2: np.ndarray = squares - 2.0 * slope * num + slope**2 * den
+    return chi2
+
+
+def _rows_stick_chi2(
+    x: np.ndarray, m: np.ndarray, w: np.ndarray, zeros: np.ndarray, powers: Sequence[float]
+) -> np.ndarray:
+    """:func:`_stick_chi2` of every row of ``m`` and ``w`` at once, array (row, candidate)."""
+    d = zeros[:, None] - x[None, :]
+    best = np.full((m.shape[0], zeros.size), np.inf)
+    for power in powers:
+        total = np.zeros_like(best)
+        for side in (d >= 0, d < 0):
+            dd = np.where(side, np.sign(d) * np.abs(d) ** power, 0.0)
+            total += _row_sums(m, w, dd, side)
+        best = np.minimum(best, total)
+    return best
+
+
+def local_zeros(x: np.ndarray, rows: np.ndarray, se: np.ndarray, window: Window) -> np.ndarray:
+    """:func:`local_zero` of each row of ``rows`` with its row of ``se`` (the bootstrap's
+    replicates of one window): the line's crossing, the stick's where two straight legs fit
+    better by LINE_UNLESS_KINK; all NaN where too few points lie within reach (points not
+    finite in every row are left out)."""
+    rows, se = np.atleast_2d(rows), np.atleast_2d(se)
+    finite = np.isfinite(rows).all(axis=0)
+    near, grid = _stick_support(x, np.where(finite, 0.0, np.nan), window, PROFILE_REACH)
+    sides = stick_sides(x[near], x[window.before], x[window.after], PROFILE_REACH)
+    if near.sum() < ESTIMATE_MIN_POINTS or min(sides) < STICK_MIN_SIDE:
+        return np.full(rows.shape[0], math.nan)
+    inner = grid[1:-1]  # the bracket's ends have decided signs: N* lies strictly between them
+    xs, ys, w = x[near], rows[:, near], se[:, near] ** -2.0
+    line = _row_sums(ys, w, inner[:, None] - xs[None, :])
+    gain = line.min(axis=1) - _rows_stick_chi2(xs, ys, w, inner, (1.0,)).min(axis=1)
+    zeros: np.ndarray = inner[np.argmin(line, axis=1)]
+    kinked = np.flatnonzero(gain >= LINE_UNLESS_KINK)
+    if kinked.size:
+        chi2 = _rows_stick_chi2(xs, ys[kinked], w[kinked], inner, STICK_POWERS)
+        zeros[kinked] = inner[np.argmin(chi2, axis=1)]
+    return zeros
+
+
 def local_zero(x: np.ndarray, values: np.ndarray, se: np.ndarray, window: Window) -> float:
     """The reported N* from ``values`` within PROFILE_REACH e-folds of the bracket (module doc,
     Reported N*): the crossing of the best straight line through zero, or of the best broken
     stick of any of STICK_POWERS where two straight legs fit better by LINE_UNLESS_KINK; NaN
     where fewer than ESTIMATE_MIN_POINTS lie there, or fewer than STICK_MIN_SIDE on a side."""
-    near, grid = _stick_support(x, values, window, PROFILE_REACH)
-    sides = stick_sides(x[near], x[window.before], x[window.after], PROFILE_REACH)
-    if near.sum() < ESTIMATE_MIN_POINTS or min(sides) < STICK_MIN_SIDE:
-        return math.nan
-    inner = grid[1:-1]  # the bracket's ends have decided signs: N* lies strictly between them
-    xs, ys, w = x[near], values[near], se[near] ** -2.0
-    gain, line = _kink_gain(xs, ys, w, inner)
-    if gain < LINE_UNLESS_KINK:
-        return float(inner[np.argmin(line)])
-    chi2 = _stick_chi2(xs, ys, w, inner, STICK_POWERS)
-    return float(inner[np.argmin(chi2)])
+    return float(local_zeros(x, values, se, window)[0])

@@ -452,6 +452,9 @@ class SimulatedConfig:
     # e-folds of N over which a pair's gap changes sign
     transition_scale: Annotated[Planted, positive] = 0.5
     seed_correlation: Probability = 0.5  # share of the noise variance a seed gives every depth
+    # share of the rest a seed gives its depth at every size (its luck persists across sizes:
+    # a paired Δ's seed deviation is correlated this much between sizes); 0: none
+    seed_size_correlation: Probability = 0.0
     surface: Annotated[Str, choice(SIMULATED_SURFACES)] = "default"  # one of SIMULATED_SURFACES
     # depth_noise: noise sd(L) = noise·(1 + noise_depth_slope·(L − 1)),
     # gap(L) = gap / (1 + gap_depth_slope·(L − 1)) for the pair whose deeper depth is L
