@@ -25,7 +25,7 @@ from dwtune.core import vocabulary
 from dwtune.core.errors import InputError, shown
 from dwtune.core.records import RECORD_SCHEMA_VERSION, TrialRecord
 from dwtune.core.spec import limits
-from dwtune.core.spec.checks import nesting_depth
+from dwtune.core.spec.checks import nesting_depth, shape_problem
 
 # What to do about a damaged trial record: the stage that needs it trains it again (the refine
 # stage retrains a journal point's missing trainings), so removing it loses nothing.
@@ -99,6 +99,9 @@ def load_spec_mapping(path: Path) -> dict:
         raise damaged(path, "corrupt: not UTF-8 text", SPEC_ADVICE) from None
     except yaml.YAMLError:
         raise damaged(path, "corrupt: not valid YAML", SPEC_ADVICE) from None
+    problem = shape_problem(raw)  # an alias bomb would hang whatever walks it next
+    if problem:
+        raise damaged(path, f"corrupt: {problem}", SPEC_ADVICE)
     if not isinstance(raw, dict):
         raise damaged(path, f"corrupt: holds a {type(raw).__name__}, not a mapping", SPEC_ADVICE)
     return raw

@@ -17,7 +17,7 @@ import yaml
 
 from dwtune.core.errors import ErrorCollector, InputError, shown
 from dwtune.core.spec import limits
-from dwtune.core.spec.checks import at_most, nesting_depth, one_of
+from dwtune.core.spec.checks import at_most, one_of, shape_problem
 from dwtune.core.spec.experiment import ExperimentSpec
 from dwtune.core.spec.fields import as_str, build, unknown_key
 from dwtune.core.spec.overrides import apply_overrides
@@ -82,8 +82,9 @@ def spec_from_dict(raw: object, source: str = "", overrides: Iterable[str] = ())
         raise InputError(
             f"spec: got {type(raw).__name__}; expected a mapping with name, space, train"
         )
-    if nesting_depth(raw, limits.MAX_NESTING) > limits.MAX_NESTING:
-        raise InputError(f"spec: nested deeper than {limits.MAX_NESTING} levels; not a dwtune spec")
+    problem = shape_problem(raw)
+    if problem:
+        raise InputError(f"spec: {problem}; not a dwtune spec")
     # Every unknown key, bad value and range error of every section in one pass; the checks
     # across sections need whole sections, so they run once these pass.
     errors = ErrorCollector()
@@ -268,7 +269,7 @@ def parse_yaml_file(path: Path) -> object:
             f"{path}: {size} bytes; a spec is at most {limits.MAX_SPEC_BYTES} bytes (see limits)"
         )
     try:
-        return yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(path.read_text())
     except RecursionError:
         raise InputError(
             f"{path}: nested deeper than {limits.MAX_NESTING} levels; not a dwtune spec"
@@ -282,6 +283,11 @@ def parse_yaml_file(path: Path) -> object:
         raise InputError(f"{path}: not a text file; pass a YAML spec") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
+    # judged before anything walks it: overrides copy it, messages print parts of it
+    problem = shape_problem(raw)
+    if problem:
+        raise InputError(f"{path}: {problem}; not a dwtune spec")
+    return raw
 
 
 def _corpus_relative_to(spec: ExperimentSpec, folder: Path) -> ExperimentSpec:

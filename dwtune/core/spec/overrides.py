@@ -14,6 +14,7 @@ from collections.abc import Iterable
 import yaml
 
 from dwtune.core.errors import ErrorCollector, InputError, shown
+from dwtune.core.spec.checks import shape_problem
 
 EXAMPLE = "train.steps=100"
 MAX_OVERRIDE_CHARS = 10_000  # a value is a number, a name or a short list
@@ -34,6 +35,9 @@ def parse_override(text: str) -> tuple[list[str], object]:
             f"override {key}: got {shown(value)}; expected a YAML value such as 100, 3e-3, "
             f"[6, 12] or a name"
         ) from None
+    problem = shape_problem(parsed)
+    if problem:
+        raise InputError(f"override {key}: {problem}; expected a number, a name or a short list")
     return [part.strip() for part in parts], parsed
 
 
