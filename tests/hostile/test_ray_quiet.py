@@ -4,8 +4,10 @@ subprocess, so its whole console (what Ray's C++ code prints too) is read."""
 
 from __future__ import annotations
 
+import http.server
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -84,6 +86,56 @@ def test_an_address_that_refuses_the_token_is_one_line_naming_it(tmp_path, head_
     assert lines[0].startswith(f"dwtune run: error: --address {head_requiring_a_token}: ")
     assert "RAY_AUTH_TOKEN" in lines[0]
     assert not list((tmp_path / "exp" / BASE["name"] / "trials").glob("*.json"))
+
+
+@pytest.fixture
+def http_server():
+    """A plain HTTP server on loopback: it answers, but not as Ray."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def silent_listener():
+    """A port that accepts connections and never says a word."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+
+
+def _refused_at_once(tmp_path: Path, extra: list[str], env: dict) -> tuple[str, float]:
+    """The one line a driver pointed at ``address`` ends with, and its seconds."""
+    start = time.monotonic()
+    done = subprocess.run(
+        _command(_spec(tmp_path), tmp_path / "exp", "--grid-only", *extra),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,  # Ray itself dials a non-Ray address for ever
+    )
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert (done.returncode, len(lines)) == (2, 1), lines
+    assert not list((tmp_path / "exp" / BASE["name"] / "trials").glob("*.json"))
+    return lines[0], time.monotonic() - start
+
+
+def test_an_http_server_as_address_is_one_line_naming_it(tmp_path, http_server):
+    line, _ = _refused_at_once(tmp_path, ["--address", http_server], _env())
+    assert line.startswith(f"dwtune run: error: --address {http_server}: not a Ray cluster (")
+
+
+def test_an_http_server_as_ray_address_is_one_line_naming_it(tmp_path, http_server):
+    line, _ = _refused_at_once(tmp_path, [], {**_env(), "RAY_ADDRESS": http_server})
+    assert line.startswith(f"dwtune run: error: RAY_ADDRESS {http_server}: not a Ray cluster (")
+
+
+def test_a_silent_listener_as_address_is_one_line_naming_it(tmp_path, silent_listener):
+    line, _ = _refused_at_once(tmp_path, ["--address", silent_listener], _env())
+    assert line.startswith(f"dwtune run: error: --address {silent_listener}: not a Ray cluster")
+    assert "no answer" in line
 
 
 class _Console:

@@ -9,6 +9,7 @@ import socket
 from dwtune.core.errors import InputError
 
 CONNECT_TIMEOUT_S = 5.0
+NOT_A_CLUSTER_FIX = "start one with `ray start --head` or fix the address"
 DEFAULT_GCS_PORT = 6379
 MAX_PORT = 65535
 # A host name or address: letters, digits, dots, dashes, underscores; IPv6 in brackets.
@@ -33,13 +34,14 @@ def check_address(address: str | None) -> None:
         parse_address(address)
 
 
-def probe(address: str) -> None:
-    """A TCP connect to ``host:port``: fail in seconds, not after Ray's long retries."""
+def probe(address: str, named: str = "--address") -> None:
+    """A TCP connect to ``host:port``: fail in seconds, not after Ray's long retries.
+    ``named``: where the address came from (``--address`` or ``RAY_ADDRESS``)."""
     host, port = parse_address(address)
     try:
         socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
         raise InputError(
-            f"--address: cannot reach a Ray cluster at {address} ({exc.strerror or exc}); "
-            f"start one with `ray start --head` or fix the address"
+            f"{named}: cannot reach a Ray cluster at {address} ({exc.strerror or exc}); "
+            f"{NOT_A_CLUSTER_FIX}"
         ) from None

@@ -32,7 +32,7 @@ from dwtune.study.runners.cluster_address import probe
 from dwtune.study.runners.ray_tune import actor_reuse, embedded_ray
 from dwtune.study.runners.ray_tune.asha import CellASHA
 from dwtune.study.runners.ray_tune.checkpoints import remove_train_dir
-from dwtune.study.runners.ray_tune.cluster_token import check_token
+from dwtune.study.runners.ray_tune.cluster_token import check_cluster
 from dwtune.study.runners.ray_tune.early_stop import PairPointStopper, early_stop_summary
 from dwtune.study.runners.ray_tune.feed_searcher import REQUEST_KEY, FeedSearcher
 from dwtune.study.runners.ray_tune.reaper import Reaper
@@ -78,7 +78,9 @@ def _single_machine(on: bool) -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False if on else _CLUSTER_MODE_AT_IMPORT
 
 
-def _init_ray(address: str | None) -> None:
+def _init_ray(address: str | None, named: str = "--address") -> None:
+    """Start the embedded instance, or join the cluster at ``address`` once it has answered
+    as one (``named``: where the address came from, for the error line)."""
     common = {"log_to_driver": False, "logging_level": logging.ERROR}
     if _is_local(address):
         _single_machine(True)
@@ -91,9 +93,9 @@ def _init_ray(address: str | None) -> None:
         )
         return
     if address != "auto":
-        probe(address)
+        probe(address, named)
         if "://" not in address:  # a GCS address; Ray Client (ray://) speaks another protocol
-            check_token(address)
+            check_cluster(address, named)
     try:
         ray.init(address=address, **common)
     except ray.exceptions.AuthenticationError as exc:
@@ -131,6 +133,7 @@ class TuneRunner:
     ):
         self.spec, self.store, self.progress = spec, store, progress
         self.address = address or os.environ.get("RAY_ADDRESS") or None
+        self.address_named = "--address" if address else "RAY_ADDRESS"
         self.trial_spec = trial_spec(spec)
         # Tune changes trials' working dirs: trials find their checkpoints by absolute path
         self.experiment_root = str(Path(store.root).expanduser().resolve())
@@ -155,7 +158,7 @@ class TuneRunner:
             if self._owns_ray:
                 if _is_local(self.address):  # its processes end if this one is killed
                     self._reaper = Reaper()
-                _init_ray(self.address)
+                _init_ray(self.address, self.address_named)
             check_resources(self.spec)
             self._say_where()
         except BaseException:
