@@ -127,6 +127,7 @@ SPEC_MUTATIONS: dict[str, object] = {
     "nested-mapping-40": _set("description", _nested(40)),
 }
 
+
 def _alias_bomb(inline: bool = False) -> str:
     """A YAML "billion laughs": 9 levels of 9 aliases each name 9^9 strings in ~400 bytes."""
     lines = ['l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
