@@ -230,3 +230,25 @@ def test_self_containing_spec_is_too_deep(tmp_path):
     path.write_text("name: &a [*a]\n")
     with pytest.raises(InputError, match="nested deeper"):
         load_spec(path)
+
+
+# --------------------------------------------------------------------------- override types
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "search_spaces" / "quickstart.yaml"
+
+
+@pytest.mark.parametrize("written", ["yes", "no", "on", "off", "1e3", "007"])
+def test_an_override_of_a_text_field_keeps_its_value_as_written(written):
+    spec = load_spec(QUICKSTART, [f"name=x{written}", f"description={written}"])
+    assert spec.description == written
+    assert spec.name == f"x{written}"
+
+
+def test_an_override_named_yes_names_the_experiment_yes():
+    assert load_spec(QUICKSTART, ["name=yes"]).name == "yes"
+
+
+def test_an_override_of_a_number_field_is_still_a_number():
+    spec = load_spec(QUICKSTART, ["train.steps=100", "train.compile=true"])
+    assert spec.train.steps == 100
+    assert spec.train.compile == "true"

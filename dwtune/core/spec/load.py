@@ -47,6 +47,16 @@ SECTIONS: dict[str, type] = {
     "simulated": SimulatedConfig,
 }
 TOP_LEVEL = ["name", "description", "trainer", *SECTIONS]
+# Dotted keys of the text fields: an override keeps their scalar values as written
+TEXT_KEYS = frozenset(
+    ["name", "description", "trainer"]
+    + [
+        f"{key}.{field}"
+        for key, cls in SECTIONS.items()
+        for field, info in cls.__pydantic_fields__.items()
+        if info.annotation in (str, str | None)
+    ]
+)
 
 
 def _train(raw: object) -> TrainConfig:
@@ -77,7 +87,7 @@ def spec_from_dict(raw: object, source: str = "", overrides: Iterable[str] = ())
     """Validate a raw mapping (parsed YAML) into an :class:`ExperimentSpec`, with ``KEY=VALUE``
     ``overrides`` set first. Every unknown key, bad value and range error of the sections is
     reported in one :class:`~dwtune.core.errors.InputErrors`."""
-    raw = apply_overrides(raw, overrides)
+    raw = apply_overrides(raw, overrides, TEXT_KEYS)
     if not isinstance(raw, dict):
         raise InputError(
             f"spec: got {type(raw).__name__}; expected a mapping with name, space, train"
@@ -253,7 +263,7 @@ def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> ExperimentSpec
         )
     if not path.exists():
         raise InputError(f"{path}: no such spec file; see search_spaces/ for examples")
-    raw = apply_overrides(parse_yaml_file(path), overrides)
+    raw = apply_overrides(parse_yaml_file(path), overrides, TEXT_KEYS)
     spec = spec_from_dict(raw, source=str(path.resolve()))
     return _corpus_relative_to(spec, path.resolve().parent)
 
