@@ -572,11 +572,25 @@ DIR_COMMANDS = {
 }
 
 
+def _records_deleted(root: Path) -> None:
+    for path in (root / EXP / "trials").glob("*.json"):
+        path.unlink()
+
+
 def dir_cases() -> list[Case]:
     cases = []
     for name, (setup, commands) in DIR_DAMAGES.items():
         for command, expect in (commands or RECORD_COMMANDS).items():
             cases.append(Case(f"{command}-{name}", command, DIR_COMMANDS[command], setup, expect))
+    cases.append(  # the fix is to train the grid again, not to change the spec
+        Case(
+            "refine-records-deleted",
+            "refine",
+            lambda root: ["refine", str(root / EXP), "--runner", "local"],
+            _records_deleted,
+            says="rerun `dwtune run SPEC`",
+        )
+    )
     return cases
 
 
