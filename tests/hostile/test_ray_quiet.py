@@ -213,3 +213,28 @@ def test_a_killed_worker_is_one_short_line_and_a_killed_driver_leaves_nothing(tm
     trials = pd.read_parquet(store.root / "trials.parquet")
     assert len(trials) == trials.trial_id.nunique() == GRID
     assert set(trials.status) == {"finished"}
+
+
+@pytest.mark.ray
+def test_a_working_directory_removed_during_a_run_loses_nothing(tmp_path):
+    """Tune resolved paths against the working directory: removed mid-run, the run ended in
+    a traceback after training, without trials.parquet."""
+    spec, storage, cwd = _spec(tmp_path), tmp_path / "exp", tmp_path / "cwd"
+    cwd.mkdir()
+    store = ExperimentStore(storage / BASE["name"])
+    driver = subprocess.Popen(
+        _command(spec, storage, "--grid-only"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        cwd=cwd,
+    )
+    console = _Console(driver)
+    _wait(lambda: len(list(store.trials_dir.glob("*.json"))) >= 2, driver, "two records")
+    cwd.rmdir()
+    driver.wait(timeout=WAIT_S)
+    assert driver.returncode == 0, console.lines[-5:]
+    assert not any("Traceback" in line for line in console.lines)
+    trials = pd.read_parquet(store.root / "trials.parquet")
+    assert len(trials) == trials.trial_id.nunique() == GRID

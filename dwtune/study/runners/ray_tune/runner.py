@@ -110,6 +110,23 @@ def _init_ray(address: str | None, named: str = "--address") -> None:
         ) from None
 
 
+def _move_to(folder: Path) -> str | None:
+    """Work in ``folder`` while Ray runs: the experiment's own, which outlives the run (its
+    ray/ is removed once empty). Returns the directory left, or None where it was gone.
+
+    Why: Tune resolves paths against the working directory (its results listing calls
+    os.getcwd()), so a working directory removed during a run ended it in a traceback after
+    training. Every path dwtune passes on is absolute, and Ray started here keeps its
+    processes' working directory here too."""
+    try:
+        left = os.getcwd()
+    except FileNotFoundError:
+        left = None
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chdir(folder)
+    return left
+
+
 def trial_spec(spec: ExperimentSpec) -> ExperimentSpec:
     """The spec trials receive: data paths made absolute (Tune changes trials' cwd)."""
     from dwtune.backends.data import resolve_data_config
@@ -154,7 +171,9 @@ class TuneRunner:
         embedded_ray.set_env(env)
         logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
         self._reaper: Reaper | None = None
+        self._saved_cwd: str | None = None
         try:  # a refused start restores the environment too (a notebook or test goes on)
+            self._saved_cwd = _move_to(self.store.root)
             if self._owns_ray:
                 if _is_local(self.address):  # its processes end if this one is killed
                     self._reaper = Reaper()
@@ -173,6 +192,9 @@ class TuneRunner:
         if self._reaper is not None:
             self._reaper.stop()
         embedded_ray.set_env(self._saved_env)
+        if self._saved_cwd is not None:
+            with contextlib.suppress(OSError):  # removed meanwhile: stay where Ray ran
+                os.chdir(self._saved_cwd)
 
     def _say_where(self) -> None:
         if not self.progress:
