@@ -197,8 +197,12 @@ def test_a_killed_worker_is_one_short_line_and_a_killed_driver_leaves_nothing(tm
     _wait(lambda: len(list(store.trials_dir.glob("*.json"))) >= 2, driver, "two records")
     pids = Processes.descendants({driver.pid}, Processes.table())
     driver.send_signal(signal.SIGKILL)
-    driver.communicate(timeout=30)
+    stdout, _ = driver.communicate(timeout=30)
     assert _left_running(pids) == []
+    # Ray prints the errors its raylet publishes to stdout: the worker's death (1,071
+    # characters) is said by dwtune's retry line alone
+    assert "A worker died" not in stdout
+    assert max((len(line) for line in stdout.splitlines()), default=0) < 250, stdout
 
     retry = next(line for line in console.lines if "attempt 1 failed" in line)
     assert retry.endswith(

@@ -29,7 +29,7 @@ from dwtune.study.planning import gpu_memory_bytes
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.base import reusable_record, reusable_records
 from dwtune.study.runners.cluster_address import probe
-from dwtune.study.runners.ray_tune import actor_reuse, embedded_ray
+from dwtune.study.runners.ray_tune import actor_reuse, embedded_ray, raylet_errors
 from dwtune.study.runners.ray_tune.asha import CellASHA
 from dwtune.study.runners.ray_tune.checkpoints import remove_train_dir
 from dwtune.study.runners.ray_tune.cluster_token import check_cluster
@@ -82,6 +82,7 @@ def _init_ray(address: str | None, named: str = "--address") -> None:
     """Start the embedded instance, or join the cluster at ``address`` once it has answered
     as one (``named``: where the address came from, for the error line)."""
     common = {"log_to_driver": False, "logging_level": logging.ERROR}
+    raylet_errors.install()  # before ray.init starts the thread that prints them
     if _is_local(address):
         _single_machine(True)
         logging.getLogger("ray._private.authentication").setLevel(logging.ERROR)
