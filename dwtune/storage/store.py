@@ -355,10 +355,10 @@ class ExperimentStore:
             if exc.errno not in (errno.ELOOP, errno.EISDIR):
                 raise
             fd = None
-        info = os.fstat(fd) if fd is not None else None
-        if info is not None and stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
-            return fd
         if fd is not None:
+            info = os.fstat(fd)
+            if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+                return fd
             os.close(fd)
         what = loaders.link_problem(path) or "not a regular file"
         raise InputError(

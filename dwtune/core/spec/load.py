@@ -53,7 +53,7 @@ TEXT_KEYS = frozenset(
     + [
         f"{key}.{field}"
         for key, cls in SECTIONS.items()
-        for field, info in cls.__pydantic_fields__.items()
+        for field, info in cls.__pydantic_fields__.items()  # type: ignore[attr-defined]
         if info.annotation in (str, str | None)
     ]
 )

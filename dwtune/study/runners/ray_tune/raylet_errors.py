@@ -35,11 +35,11 @@ def install() -> None:
         return
 
     @functools.wraps(original)
-    def print_short(data: dict, ignore_prefix: bool) -> None:
+    def print_short(data: dict[str, object], ignore_prefix: bool) -> None:
         if data.get("pid") != "raylet":  # a worker's own output (log_to_driver): as it is
             original(data, ignore_prefix)
             return
-        lines = short_lines(list(data.get("lines", [])))
+        lines = short_lines([str(line) for line in data.get("lines") or []])  # type: ignore[attr-defined]
         if lines:
             original({**data, "lines": lines}, ignore_prefix)
 
