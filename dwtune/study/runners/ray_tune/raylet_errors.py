@@ -39,7 +39,8 @@ def install() -> None:
         if data.get("pid") != "raylet":  # a worker's own output (log_to_driver): as it is
             original(data, ignore_prefix)
             return
-        lines = short_lines([str(line) for line in data.get("lines") or []])  # type: ignore[attr-defined]
+        published = data.get("lines")
+        lines = short_lines([str(line) for line in published] if isinstance(published, list) else [])
         if lines:
             original({**data, "lines": lines}, ignore_prefix)
 
