@@ -40,7 +40,8 @@ def install() -> None:
             original(data, ignore_prefix)
             return
         published = data.get("lines")
-        lines = short_lines([str(line) for line in published] if isinstance(published, list) else [])
+        texts = [str(line) for line in published] if isinstance(published, list) else []
+        lines = short_lines(texts)
         if lines:
             original({**data, "lines": lines}, ignore_prefix)
 
