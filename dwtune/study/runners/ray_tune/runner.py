@@ -28,11 +28,10 @@ from dwtune.study.feed import RequestFeed
 from dwtune.study.planning import gpu_memory_bytes
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.base import reusable_record, reusable_records
-from dwtune.study.runners.cluster_address import probe
+from dwtune.study.runners.cluster_address import check_joinable, given_address
 from dwtune.study.runners.ray_tune import actor_reuse, embedded_ray, raylet_errors
 from dwtune.study.runners.ray_tune.asha import CellASHA
 from dwtune.study.runners.ray_tune.checkpoints import remove_train_dir
-from dwtune.study.runners.ray_tune.cluster_token import check_cluster
 from dwtune.study.runners.ray_tune.early_stop import PairPointStopper, early_stop_summary
 from dwtune.study.runners.ray_tune.feed_searcher import REQUEST_KEY, FeedSearcher
 from dwtune.study.runners.ray_tune.reaper import Reaper
@@ -93,10 +92,8 @@ def _init_ray(address: str | None, named: str = "--address") -> None:
             **common,
         )
         return
-    if address != "auto":
-        probe(address, named)
-        if "://" not in address:  # a GCS address; Ray Client (ray://) speaks another protocol
-            check_cluster(address, named)
+    if address != "auto":  # the commands checked it already; a library caller has not
+        check_joinable(address, named)
     try:
         ray.init(address=address, **common)
     except ray.exceptions.AuthenticationError as exc:
@@ -150,8 +147,7 @@ class TuneRunner:
         progress: StudyProgress | None = None,
     ):
         self.spec, self.store, self.progress = spec, store, progress
-        self.address = address or os.environ.get("RAY_ADDRESS") or None
-        self.address_named = "--address" if address else "RAY_ADDRESS"
+        self.address, self.address_named = given_address(address)
         self.trial_spec = trial_spec(spec)
         # Tune changes trials' working dirs: trials find their checkpoints by absolute path
         self.experiment_root = str(Path(store.root).expanduser().resolve())
