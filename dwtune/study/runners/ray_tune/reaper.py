@@ -97,7 +97,9 @@ def sweep(listed: dict[int, int], token: str | None, spared: dict[int, int]) -> 
     """The driver died: SIGKILL what was listed, then every process carrying the token (but
     this one and the spared) until none is left or SWEEPS rounds have passed."""
     kill_if_same(listed)
-    for _ in range(SWEEPS if token else 0):
+    if not token:  # a watcher started without one (not from an embedded instance's driver)
+        return
+    for _ in range(SWEEPS):
         found = carrying(token, _processes())
         found.pop(os.getpid(), None)
         found = {pid: started for pid, started in found.items() if spared.get(pid) != started}
