@@ -4,6 +4,7 @@ subprocess, so its whole console (what Ray's C++ code prints too) is read."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import signal
@@ -242,3 +243,80 @@ def test_a_working_directory_removed_during_a_run_loses_nothing(tmp_path):
     assert not any("Traceback" in line for line in console.lines)
     trials = pd.read_parquet(store.root / "trials.parquet")
     assert len(trials) == trials.trial_id.nunique() == GRID
+
+
+# The issue asks that no process of a killed driver's Ray outlives it: a short grace for the
+# kills to land, not a time the test measures.
+GRACE_S = 3.0
+TOKEN_VARIABLE = b"RAY_AUTH_TOKEN="  # the embedded instance's, random for each driver
+WORKER_SCRIPTS = "ray/_private/workers/"  # a trial worker's command line while it starts
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:  # exited, or another user's
+        return b""
+
+
+def _token_entry(pids: list[int]) -> bytes | None:
+    """``RAY_AUTH_TOKEN=...`` as the driver's Ray processes carry it (its GCS, say)."""
+    for pid in pids:
+        for entry in _environ(pid).split(b"\0"):
+            if entry.startswith(TOKEN_VARIABLE) and len(entry) > len(TOKEN_VARIABLE):
+                return entry
+    return None
+
+
+def _carrying(entry: bytes) -> set[int]:
+    return {
+        pid
+        for pid in Processes.table()
+        if entry in _environ(pid).split(b"\0") and Processes.alive(pid)
+    }
+
+
+@pytest.mark.ray
+def test_a_driver_killed_as_the_refine_stage_starts_leaves_no_process_of_its_ray(tmp_path):
+    """Killed as the refine stage's first Tune run starts its trial workers: a worker still
+    starting (not yet listed by the reaper, orphaned by the dead raylet) lived on 15 s and
+    more. Every process below the driver, and every one carrying its Ray's token, is gone."""
+    spec, storage = _spec(tmp_path), tmp_path / "exp"
+    store = ExperimentStore(storage / BASE["name"])
+    driver = subprocess.Popen(
+        _command(spec, storage),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=_env(),
+    )
+    _wait(lambda: len(list(store.trials_dir.glob("*.json"))) >= GRID, driver, "the grid's records")
+    seen = set(Processes.descendants({driver.pid}, Processes.table()))
+
+    def starting_worker_or_refine_record() -> bool:
+        table = Processes.table()
+        below = set(Processes.descendants({driver.pid}, table))
+        fresh = [p for p in below - seen if WORKER_SCRIPTS in table[p][1]]
+        seen.update(below)
+        return bool(fresh) or len(list(store.trials_dir.glob("*.json"))) > GRID
+
+    _wait(starting_worker_or_refine_record, driver, "a refine worker starting")
+    table = Processes.table()
+    pids = [p for p in Processes.descendants({driver.pid}, table) if p != driver.pid]
+    entry = _token_entry(pids)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait(timeout=30)
+    assert entry is not None, [table[p][1][:80] for p in pids]
+    deadline = time.monotonic() + GRACE_S
+    left = set()
+    while time.monotonic() < deadline:
+        now = Processes.table()
+        same = {p for p in pids if Processes.alive(p) and now.get(p, (0, ""))[1] == table[p][1]}
+        left = same | _carrying(entry)
+        if not left:
+            break
+        time.sleep(0.1)
+    names = {p: Processes.table().get(p, (0, "?"))[1][:100] for p in left}
+    for pid in left:  # the test's own cleanup: these are this test's driver's processes
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, names
