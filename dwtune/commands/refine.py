@@ -12,7 +12,6 @@ import argparse
 import sys
 
 from dwtune.commands import argtypes
-from dwtune.core import vocabulary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,10 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.runner == vocabulary.Runner.RAY:  # a wrong address: one line before the imports
-        from dwtune.study.runners.cluster_address import check_answers
-
-        check_answers(args.address)
     from dwtune.core.vocabulary import REPORT_FILE, TRANSITIONS_FILE
     from dwtune.study.pipeline import Study
     from dwtune.study.progress import StudyProgress, logging_to

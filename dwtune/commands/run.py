@@ -89,10 +89,6 @@ def _interrupted(store) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.runner == vocabulary.Runner.RAY:  # a wrong address: one line before the imports
-        from dwtune.study.runners.cluster_address import check_answers
-
-        check_answers(args.address)
     from dwtune.study.interruption import catching_ctrl_c, interrupted
     from dwtune.study.pipeline import Study, storage_root
     from dwtune.study.progress import StudyProgress, logging_to

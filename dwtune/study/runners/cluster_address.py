@@ -48,9 +48,10 @@ def check_answers(address: str | None) -> None:
     """Refuse, in seconds, an ``--address`` (else ``RAY_ADDRESS``) that does not answer as a
     Ray cluster accepting this process's token; nothing for a local instance or ``auto``.
 
-    The commands call this first, before importing the study (pandas, scipy) and the runner
-    (Ray Tune, torch through tensorboardX): under load those imports took 16 s, and a wrong
-    address must be refused well within 15 s. Only the token check imports ray."""
+    The study calls this as its first batch needs Ray, before importing the runner (Ray Tune,
+    torch through tensorboardX): after those imports a refusal took 16 s under load, and it
+    must come well within 15 s. Only the token check imports ray. A study whose trainings
+    are all recorded dials nothing."""
     address, named = given_address(address)
     if address not in (None, "", "local", "auto"):
         check_joinable(address, named)
