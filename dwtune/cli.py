@@ -96,9 +96,25 @@ class _ArgumentParser(argparse.ArgumentParser):
 MAX_MESSAGE_CHARS = 1000
 
 
+# Longest word (a key, a value, a path) an error line prints whole: a 5,000-character key
+# named twice made a 1,040-character line; a path of a deep folder still fits.
+MAX_WORD_CHARS = 160
+WORD_HEAD, WORD_TAIL = 100, 40  # characters kept of a longer word, either side of "…"
+
+
+def _elide(word: str) -> str:
+    if len(word) <= MAX_WORD_CHARS:
+        return word
+    core = word.rstrip(":;,.")  # the sentence's punctuation stays after the count
+    cut = f"{core[:WORD_HEAD]}…{core[-WORD_TAIL:]} ({len(core):,} characters)"
+    return cut + word[len(core) :]
+
+
 def one_line(message: str) -> str:
-    """``message`` as one line of at most MAX_MESSAGE_CHARS characters."""
+    """``message`` as one line of at most MAX_MESSAGE_CHARS characters, each word longer than
+    MAX_WORD_CHARS cut in its middle."""
     text = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    text = " ".join(_elide(word) for word in text.split(" "))
     if len(text) <= MAX_MESSAGE_CHARS:
         return text
     return f"{text[:MAX_MESSAGE_CHARS]}… ({len(text):,} characters)"

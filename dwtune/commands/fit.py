@@ -11,7 +11,6 @@ import argparse
 import json
 
 from dwtune.commands import argtypes
-from dwtune.core.intervals import SCALE_PRIOR_DOF
 from dwtune.core.vocabulary import LEVEL, SIMULATED_LAW_BANNER
 
 LEVEL_HELP = f"confidence level of the printed intervals (default {LEVEL})"
@@ -30,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def format_fit(fit, level: float, simulated: bool, source: str) -> str:
     """Human summary: coefficients with errors and intervals, quality, unfitted pairs."""
+    # scipy (through the intervals) when a fit is printed: the CLI imports every command to
+    # build its parser, and `dwtune run` must refuse a wrong --address in seconds
+    from dwtune.core.intervals import SCALE_PRIOR_DOF
     from dwtune.core.projection import LEVINE2020
 
     depths = ", ".join(f"{d:g}" for d in sorted(set(fit.depths)))

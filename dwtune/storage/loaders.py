@@ -16,6 +16,7 @@ import dataclasses
 import json
 import math
 import os
+import stat
 from pathlib import Path
 
 import yaml
@@ -25,7 +26,7 @@ from dwtune.core import vocabulary
 from dwtune.core.errors import InputError, shown
 from dwtune.core.records import RECORD_SCHEMA_VERSION, TrialRecord
 from dwtune.core.spec import limits
-from dwtune.core.spec.checks import nesting_depth
+from dwtune.core.spec.checks import nesting_depth, shape_problem
 
 # What to do about a damaged trial record: the stage that needs it trains it again (the refine
 # stage retrains a journal point's missing trainings), so removing it loses nothing.
@@ -99,6 +100,9 @@ def load_spec_mapping(path: Path) -> dict:
         raise damaged(path, "corrupt: not UTF-8 text", SPEC_ADVICE) from None
     except yaml.YAMLError:
         raise damaged(path, "corrupt: not valid YAML", SPEC_ADVICE) from None
+    problem = shape_problem(raw)  # an alias bomb would hang whatever walks it next
+    if problem:
+        raise damaged(path, f"corrupt: {problem}", SPEC_ADVICE)
     if not isinstance(raw, dict):
         raise damaged(path, f"corrupt: holds a {type(raw).__name__}, not a mapping", SPEC_ADVICE)
     return raw
@@ -241,11 +245,26 @@ def _journal_line_ok(line: bytes) -> bool:
     return isinstance(value, dict) and _is_int(value.get(JOURNAL_OP_KEY))
 
 
-def _target_folder(link: Path) -> Path | None:
+def link_problem(path: Path) -> str | None:
+    """Why writing ``path`` in place would write through a link, or None (missing, or a file
+    of its own). A symlink leads to another file; a hard link is another name of a file that
+    may lie outside the experiment (its other name cannot be found, only counted)."""
     try:
-        return link.resolve().parent
-    except (OSError, RuntimeError):  # a symlink loop
+        info = os.lstat(path)
+    except FileNotFoundError:
         return None
+    if stat.S_ISLNK(info.st_mode):
+        return "a symlink"
+    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        return f"a hard link (one file with {info.st_nlink} names, maybe outside the experiment)"
+    return None
+
+
+def refuse_link(path: Path, advice: str) -> None:
+    """One line when ``path``, a file appended to in place, is a symlink or a hard link."""
+    problem = link_problem(path)
+    if problem:
+        raise damaged(path, f"{problem}; dwtune appends to it only as a file of its own", advice)
 
 
 def check_journal(path: Path, say) -> None:
@@ -254,9 +273,7 @@ def check_journal(path: Path, say) -> None:
     if not path.exists() and not path.is_symlink():
         return
     advice = journal_advice(path)
-    if path.is_symlink() and _target_folder(path) != path.parent.resolve():
-        # Optuna appends to it: a link would write this pair's refinement into another folder
-        raise damaged(path, "a symlink out of its folder", advice)
+    refuse_link(path, advice)  # Optuna appends to it: a link would write another file
     data = read_bytes(path, limits.MAX_JSON_BYTES, advice)
     lines = data.split(b"\n")
     torn = lines.pop()  # after the last newline: b"" when the last append completed
@@ -265,9 +282,12 @@ def check_journal(path: Path, say) -> None:
             problem = f"corrupt Optuna journal (line {number} is not an operation)"
             raise damaged(path, problem, advice)
     if torn:
-        with open(path, "r+b") as handle:
-            handle.truncate(len(data) - len(torn))
-            os.fsync(handle.fileno())
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # refuse_link checked
+        try:
+            os.ftruncate(fd, len(data) - len(torn))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         say(f"{path}: cut off a partial last line ({len(torn)} bytes, an interrupted append)")
 
 

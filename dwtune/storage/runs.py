@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from dwtune.core import vocabulary
 from dwtune.core.analysis import RunTable
-from dwtune.core.analysis.table import run_keys
+from dwtune.core.analysis.table import run_codes
 from dwtune.core.errors import InputError, shown
 from dwtune.core.vocabulary import CURVES_FILE, SPEC_FILE, TRIALS_FILE
 from dwtune.storage.experiment import ExperimentReader
@@ -190,27 +190,33 @@ def _check_whole_depths(depth: np.ndarray, column: str, path: Path) -> None:
         )
 
 
-def _same_loss(a: float, b: float) -> bool:
-    return a == b or (np.isnan(a) and np.isnan(b))
-
-
 def _check_conflicting_rows(table: RunTable, path: Path) -> None:
     """Two rows of one run at one checkpoint with different losses: the checkpoint choice
-    would keep one of them silently, and which one is meant cannot be told."""
+    would keep one of them silently, and which one is meant cannot be told. Said of the first
+    such row in table order, against the first row of its run and checkpoint."""
     order_role = "tokens" if table.tokens is not None else "step"
     order = table.tokens if table.tokens is not None else table.step
     if order is None:  # every row is a run of its own (or a later checkpoint of its run)
         return
-    seen: dict = {}
-    for i, key in enumerate(run_keys(table)):
-        j = seen.setdefault((key, float(order[i])), i)
-        if not _same_loss(float(table.loss[i]), float(table.loss[j])):
-            raise InputError(
-                f"{path}: rows {table.row[j]} and {table.row[i]} are one run (depth "
-                f"{table.depth[i]:g}, params {table.params[i]:.4g}) at {order_role} "
-                f"{order[i]:g} with losses {table.loss[j]:.6g} and {table.loss[i]:.6g}; keep "
-                f"one row per checkpoint, or tell the runs apart with a seed or run column"
-            )
+    order = np.asarray(order, dtype=float)
+    codes = run_codes(table)
+    rows = np.lexsort((order, codes))  # stable: table order within a run and checkpoint
+    codes, at = codes[rows], order[rows]
+    new_group = np.ones(rows.size, bool)
+    new_group[1:] = (codes[1:] != codes[:-1]) | ~(at[1:] == at[:-1])  # NaN: a group of its own
+    first = rows[np.flatnonzero(new_group)[np.cumsum(new_group) - 1]]  # per row, in row order
+    loss, first_loss = table.loss[rows], table.loss[first]
+    same = (loss == first_loss) | (np.isnan(loss) & np.isnan(first_loss))
+    if same.all():
+        return
+    i = int(rows[~same].min())
+    j = int(first[~same][np.argmin(rows[~same])])
+    raise InputError(
+        f"{path}: rows {table.row[j]} and {table.row[i]} are one run (depth "
+        f"{table.depth[i]:g}, params {table.params[i]:.4g}) at {order_role} "
+        f"{order[i]:g} with losses {table.loss[j]:.6g} and {table.loss[i]:.6g}; keep "
+        f"one row per checkpoint, or tell the runs apart with a seed or run column"
+    )
 
 
 def _integers(values: np.ndarray, column: str, path: Path) -> np.ndarray:

@@ -20,6 +20,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import struct
 import tempfile
 from collections.abc import Iterator
@@ -37,6 +38,7 @@ from dwtune.core.vocabulary import (
     FIGURES_DIR,
     FIT_FILE,
     LENGTH_CHECK_FILE,
+    LR_SEARCH_DIR,
     PAIR_DELTAS_FILE,
     PROJECTIONS_FILE,
     RAY_DIR,
@@ -44,6 +46,7 @@ from dwtune.core.vocabulary import (
     REPORT_FILE,
     SPEC_FILE,
     TB_DIR,
+    TRAIN_DIR,
     TRANSITIONS_FILE,
     TRIAL_RECORDS_DIR,
     TRIALS_FILE,
@@ -73,6 +76,8 @@ LOCK_FILE = ".driver.lock"
 # tables with another folder's records: such a layout is refused (ExperimentStore.check_layout).
 LAYOUT = (
     *WRITTEN_FOLDERS,
+    TRAIN_DIR,
+    LR_SEARCH_DIR,
     SPEC_FILE,
     LOCK_FILE,
     TRIALS_FILE,
@@ -319,7 +324,7 @@ class ExperimentStore:
         """
         self.check_layout()
         self._make_dirs()
-        handle = open(self.root / LOCK_FILE, "a+")  # noqa: SIM115 - held for the block
+        handle = os.fdopen(self._open_lock(), "r+")  # held for the block
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -339,6 +344,27 @@ class ExperimentStore:
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
             handle.close()
+
+    def _open_lock(self) -> int:
+        """The lock file, opened without following a link: the lock is written (the owner's
+        pid), so a link planted there would have dwtune write a file outside the folder."""
+        path = self.root / LOCK_FILE
+        try:  # O_NOFOLLOW: a symlink fails with ELOOP; the link count is read on what opened
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, file_mode())
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.EISDIR):
+                raise
+            fd = None
+        if fd is not None:
+            info = os.fstat(fd)
+            if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+                return fd
+            os.close(fd)
+        what = loaders.link_problem(path) or "not a regular file"
+        raise InputError(
+            f"{path}: {what}; the driver lock must be a file of its own: remove it (it holds "
+            f"only the last driver's pid) and rerun"
+        )
 
     # ------------------------------------------------------------------ records
 

@@ -39,6 +39,7 @@ from dwtune.core.budget import GridCell
 from dwtune.core.lr_search import SearchOutcome, best_rate, interpolate_rate, search_steps
 from dwtune.core.records import TrialRecord, TrialRequest, make_request
 from dwtune.core.spec import ExperimentSpec
+from dwtune.storage import loaders
 from dwtune.storage.store import ExperimentStore
 
 RunSearch = Callable[[list[TrialRequest]], list[TrialRecord]]
@@ -59,6 +60,9 @@ def study_path(store: ExperimentStore, key: CellKey) -> Path:
 
 def _open_study(path: Path, seed: int, startup: int) -> optuna.Study:
     path.parent.mkdir(parents=True, exist_ok=True)
+    # Optuna appends to the journal: a link planted there would have it write another file
+    advice = f"remove {path.name} and rerun: its search starts again, recorded trials are reused"
+    loaders.refuse_link(path, advice)
     backend = optuna.storages.journal.JournalFileBackend(str(path))
     return optuna.create_study(
         study_name=STUDY_NAME,

@@ -24,7 +24,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import pandas as pd
 
@@ -53,7 +53,10 @@ from dwtune.storage.store import ExperimentStore
 from dwtune.study.fit_stage import write_fit
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.base import reusable_records
-from dwtune.study.runners.cluster_address import check_address
+from dwtune.study.runners.cluster_address import check_address, check_answers
+
+if TYPE_CHECKING:  # the runner's module imports Ray Tune: only when a batch needs it
+    from dwtune.study.runners.ray_tune import TuneRunner
 
 DEFAULT_STORAGE = "experiments"
 
@@ -315,9 +318,13 @@ def local_runner(spec: ExperimentSpec, store: ExperimentStore):
 
 def ray_on_first_batch(stack, spec, store, address, progress) -> StartOnFirstBatch:
     """The stages' runner: a TuneRunner (entered on ``stack``) once a batch needs training."""
-    from dwtune.study.runners.ray_tune import TuneRunner
 
     def start() -> TuneRunner:
+        # A wrong address is refused before the runner's imports (Ray Tune, and torch through
+        # tensorboardX): after them it took 16 s under load
+        check_answers(address)
+        from dwtune.study.runners.ray_tune import TuneRunner
+
         return stack.enter_context(TuneRunner(spec, store, address=address, progress=progress))
 
     return StartOnFirstBatch(start, store, progress)

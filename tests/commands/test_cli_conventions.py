@@ -91,6 +91,23 @@ def test_a_bad_override_is_one_line_like_a_bad_yaml_key(tmp_path, capsys, overri
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("key", ["k" * 5000, "train." + "k" * 5000, "train.steps." + "k" * 5000])
+def test_a_5000_character_key_is_elided_in_a_short_line(tmp_path, capsys, key):
+    spec = spec_file(tmp_path, small_simulated(name="ov"))
+    assert main(["plan", spec, f"{key}=1"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert len(line) < 400, len(line)
+    assert f"({len(key):,} characters)" in line
+
+
+def test_one_line_keeps_short_words_and_cuts_long_ones_in_the_middle():
+    from dwtune.cli import one_line
+
+    assert one_line("a: got 'x';\n expected y") == "a: got 'x'; expected y"
+    cut = one_line(f"{'a' * 150}{'b' * 150}: unknown key")
+    assert cut == f"{'a' * 100}…{'b' * 40} (300 characters): unknown key"
+
+
 def test_three_spec_errors_are_reported_together_one_line_each(tmp_path, capsys):
     raw = small_simulated(name="bad")
     raw["train"] |= {"stepz": 400, "batch_size": "eight"}

@@ -67,8 +67,9 @@ def test_a_pair_whose_depth_the_grid_never_trained_is_refused(tmp_path, capsys):
     code, _, err = refine(store, capsys)
     assert code == 2
     assert one_error_line(err).endswith(
-        "refine pair [12, 18]: depth 18 has no finished grid trials; add it to space.depths "
-        "and rerun `dwtune run`"
+        "refine pair [12, 18]: depth 18 has no finished grid trials (its records were "
+        "removed, or all failed); rerun `dwtune run SPEC` to train its grid (finished trials "
+        "are kept)"
     )
     assert not (store.root / "refine").exists() and not (store.root / TRANSITIONS_FILE).exists()
 

@@ -187,3 +187,68 @@ def test_a_relative_corpus_path_is_relative_to_the_spec_file(tmp_path, monkeypat
     path.write_text(yaml.safe_dump(with_changes(data={"corpus": "../corpus.txt"})))
     monkeypatch.chdir("/")
     assert load_spec(path).data.corpus == str(tmp_path / "corpus.txt")
+
+
+# --------------------------------------------------------------------------- YAML aliases
+
+BILLION_LAUGHS = "\n".join(
+    ['l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    + [f"l{i}: &l{i} [{','.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]
+)
+
+
+def test_alias_bomb_is_measured_once_per_node():
+    from dwtune.core.spec.checks import measure
+
+    shape = measure(yaml.safe_load(BILLION_LAUGHS), max_depth=32, max_values=100_000)
+    assert shape.values == 100_001  # capped just above the limit: 9^9 strings named
+    assert shape.depth == 10  # the mapping and nine lists
+
+
+def test_shared_alias_within_the_limit_is_accepted():
+    from dwtune.core.spec.checks import measure
+
+    raw = yaml.safe_load("a: &d [6, 12]\nb: *d\n")
+    assert measure(raw, max_depth=32) == measure({"a": [6, 12], "b": [6, 12]}, max_depth=32)
+
+
+def test_alias_bomb_spec_file_is_one_line(tmp_path):
+    path = tmp_path / "bomb.yaml"
+    path.write_text(BILLION_LAUGHS)
+    with pytest.raises(InputError, match="aliases"):
+        load_spec(path)
+
+
+def test_alias_bomb_override_is_one_line():
+    bomb = "{" + ", ".join(BILLION_LAUGHS.splitlines()) + "}"
+    with pytest.raises(InputError, match="override description: more than"):
+        spec_from_dict({"name": "x"}, overrides=[f"description={bomb}"])
+
+
+def test_self_containing_spec_is_too_deep(tmp_path):
+    path = tmp_path / "cycle.yaml"
+    path.write_text("name: &a [*a]\n")
+    with pytest.raises(InputError, match="nested deeper"):
+        load_spec(path)
+
+
+# --------------------------------------------------------------------------- override types
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "search_spaces" / "quickstart.yaml"
+
+
+@pytest.mark.parametrize("written", ["yes", "no", "on", "off", "1e3", "007"])
+def test_an_override_of_a_text_field_keeps_its_value_as_written(written):
+    spec = load_spec(QUICKSTART, [f"name=x{written}", f"description={written}"])
+    assert spec.description == written
+    assert spec.name == f"x{written}"
+
+
+def test_an_override_named_yes_names_the_experiment_yes():
+    assert load_spec(QUICKSTART, ["name=yes"]).name == "yes"
+
+
+def test_an_override_of_a_number_field_is_still_a_number():
+    spec = load_spec(QUICKSTART, ["train.steps=100", "train.compile=true"])
+    assert spec.train.steps == 100
+    assert spec.train.compile == "true"

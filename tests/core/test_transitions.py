@@ -152,8 +152,9 @@ def test_grid_pair_refuses_a_depth_without_finished_grid_trials():
     with pytest.raises(InputError) as info:
         pair_start(records, (6, 12), (1e6, 1e7), (0,))
     assert str(info.value) == (
-        "refine pair [6, 12]: depth 12 has no finished grid trials; add it to space.depths "
-        "and rerun `dwtune run`"
+        "refine pair [6, 12]: depth 12 has no finished grid trials (its records were "
+        "removed, or all failed); rerun `dwtune run SPEC` to train its grid (finished trials "
+        "are kept)"
     )
 
 

@@ -127,6 +127,15 @@ SPEC_MUTATIONS: dict[str, object] = {
     "nested-mapping-40": _set("description", _nested(40)),
 }
 
+
+def _alias_bomb(inline: bool = False) -> str:
+    """A YAML "billion laughs": 9 levels of 9 aliases each name 9^9 strings in ~400 bytes."""
+    lines = ['l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"l{i}: &l{i} [{','.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]
+    return "{" + ", ".join(lines) + "}" if inline else "\n".join(lines) + "\n"
+
+
+ALIAS_BOMB = _alias_bomb()
 SPEC_TEXTS: dict[str, str | bytes] = {
     "spec-is-a-list": "- 1\n- 2\n",
     "spec-is-a-number": "42\n",
@@ -135,6 +144,8 @@ SPEC_TEXTS: dict[str, str | bytes] = {
     "spec-brackets-5000": "[" * 5000 + "]" * 5000,
     "spec-yaml-error": "name: [unclosed\n",
     "spec-huge": "# " + "x" * (2 * 2**20) + "\n",
+    "spec-alias-bomb": ALIAS_BOMB,
+    "spec-alias-cycle": "name: &a [*a]\n",
 }
 
 
@@ -250,6 +261,18 @@ def flag_cases() -> list[Case]:
             says="--address",
         )
     )
+    for command in ("plan", "run"):
+        cases.append(
+            Case(
+                f"{command}-override-alias-bomb",
+                command,
+                lambda root, c=command: [
+                    *SPEC_COMMANDS[c](root / SPEC, root),
+                    f"description={_alias_bomb(inline=True)}",
+                ],
+                says="aliases",
+            )
+        )
     return cases
 
 
@@ -471,6 +494,10 @@ DIR_DAMAGES: dict[str, tuple[Callable[[Path], None], dict[str, str]]] = {
         _spec_yaml("[" * 5000),
         dict.fromkeys(("refine", "export", "report", "run"), "error"),
     ),
+    "spec-yaml-alias-bomb": (
+        _spec_yaml(ALIAS_BOMB),
+        dict.fromkeys(("refine", "export", "report", "run"), "error"),
+    ),
     "spec-yaml-empty": (
         _spec_yaml(""),
         dict.fromkeys(("refine", "export", "report", "run"), "error"),
@@ -545,11 +572,25 @@ DIR_COMMANDS = {
 }
 
 
+def _records_deleted(root: Path) -> None:
+    for path in (root / EXP / "trials").glob("*.json"):
+        path.unlink()
+
+
 def dir_cases() -> list[Case]:
     cases = []
     for name, (setup, commands) in DIR_DAMAGES.items():
         for command, expect in (commands or RECORD_COMMANDS).items():
             cases.append(Case(f"{command}-{name}", command, DIR_COMMANDS[command], setup, expect))
+    cases.append(  # the fix is to train the grid again, not to change the spec
+        Case(
+            "refine-records-deleted",
+            "refine",
+            lambda root: ["refine", str(root / EXP), "--runner", "local"],
+            _records_deleted,
+            says="rerun `dwtune run SPEC`",
+        )
+    )
     return cases
 
 

@@ -155,18 +155,23 @@ def curve_residuals(log_order: np.ndarray, loss: np.ndarray) -> tuple[float, int
     centred = log_order - log_order.mean()  # conditioning: ln tokens is ~20, its cube ~8,000
     design = np.vander(centred, JITTER_DEGREE + 1)
     dof = loss.size - design.shape[1]
-    if dof < 1 or np.linalg.matrix_rank(design) < design.shape[1]:
+    if dof < 1:
         return None
-    coef, *_ = np.linalg.lstsq(design, loss, rcond=None)
+    # lstsq's rank uses matrix_rank's cut-off (eps * max(M, N) * largest singular value):
+    # one SVD per run instead of two
+    coef, _, rank, _ = np.linalg.lstsq(design, loss, rcond=None)
+    if rank < design.shape[1]:
+        return None
     resid = loss - design @ coef
     return float(resid @ resid), int(dof)
 
 
-def _history(table: RunTable, index: list[int], order: np.ndarray, used: int) -> list[int]:
-    """The run's usable checkpoints up to the used one, in order, its later share kept."""
-    usable = ~table.is_failed() & np.isfinite(table.loss) & (order > 0)
-    rows = [i for i in index if usable[i] and order[i] <= order[used]]
-    rows.sort(key=order.__getitem__)
+def _history(index: list[int], usable: np.ndarray, order: np.ndarray, used: int) -> list[int]:
+    """The run's usable checkpoints up to the used one, in order, its later share kept.
+    ``usable``: the whole table's mask, made once (made per run, it cost runs x rows)."""
+    candidates = np.asarray(index)
+    rows = candidates[usable[candidates] & (order[candidates] <= order[used])]
+    rows = rows[np.argsort(order[rows], kind="stable")].tolist()  # stable: ties in row order
     keep = max(JITTER_MIN_POINTS, math.ceil(JITTER_SHARE * len(rows)))
     return rows[-keep:] if len(rows) >= JITTER_MIN_POINTS else []
 
@@ -182,8 +187,9 @@ def run_jitter(
     if not name:
         return name, used, []
     measured = []
+    usable = ~table.is_failed() & np.isfinite(table.loss) & (order > 0)
     for index, row in zip(groups.values(), used, strict=True):
-        history = _history(table, index, order, row)
+        history = _history(index, usable, order, row)
         fitted = curve_residuals(np.log(order[history]), table.loss[history]) if history else None
         if fitted is not None and fitted[0] / fitted[1] > JITTER_FLOOR**2:
             depth, params = float(table.depth[row]), float(table.params[row])

@@ -126,12 +126,49 @@ def run_keys(table: RunTable) -> list[Hashable]:
     return list(zip(table.depth, table.width, table.params, seeds, strict=True))
 
 
+def run_codes(table: RunTable) -> np.ndarray:
+    """One int per row naming its run (as :func:`run_keys` does), numbered 0, 1, ... in the
+    order runs first appear. Sorted in numpy where the key columns are numbers: a dict of a
+    million row tuples costs seconds."""
+    if table.run is not None or (table.tokens is None and table.step is None):
+        seen: dict[Hashable, int] = {}
+        return np.array([seen.setdefault(k, len(seen)) for k in run_keys(table)], dtype=np.int64)
+    seeds = table.seed if table.seed is not None else np.zeros(len(table))
+    columns = [np.asarray(c, dtype=float) for c in (table.depth, table.width, table.params, seeds)]
+    rows = np.lexsort(columns[::-1])  # stable: each run's rows in table order, first first
+    starts = np.zeros(rows.size, bool)
+    starts[:1] = True
+    for column in columns:  # a row starts a run where any key differs (NaN never equals)
+        ordered = column[rows]
+        starts[1:] |= ~(ordered[1:] == ordered[:-1])
+    sorted_code = np.cumsum(starts) - 1
+    rank = np.empty(int(starts.sum()), dtype=np.int64)
+    rank[np.argsort(rows[starts], kind="stable")] = np.arange(rank.size)  # by first row
+    codes = np.empty(rows.size, dtype=np.int64)
+    codes[rows] = rank[sorted_code]
+    return codes
+
+
 def run_groups(table: RunTable) -> dict[Hashable, list[int]]:
-    """run key -> the indices of its rows (its checkpoints), in table order."""
+    """run key -> the indices of its rows (its checkpoints), in table order; runs in the order
+    they first appear."""
+    codes = run_codes(table)
+    rows = np.argsort(codes, kind="stable")  # stable: each run's rows stay in table order
+    starts = np.flatnonzero(np.diff(codes[rows], prepend=-1))
+    keys = run_keys(table) if table.run is not None else None
     groups: dict[Hashable, list[int]] = {}
-    for i, key in enumerate(run_keys(table)):
-        groups.setdefault(key, []).append(i)
+    for index in np.split(rows, starts[1:]):
+        first = int(index[0])
+        groups[keys[first] if keys is not None else _key_at(table, first)] = index.tolist()
     return groups
+
+
+def _key_at(table: RunTable, i: int) -> Hashable:
+    """:func:`run_keys` of row ``i`` alone (a table without a run column)."""
+    if table.tokens is None and table.step is None:
+        return i
+    seed = table.seed[i] if table.seed is not None else np.float64(0.0)
+    return (table.depth[i], table.width[i], table.params[i], seed)
 
 
 def checkpoint_order(table: RunTable) -> tuple[str, np.ndarray]:
@@ -143,8 +180,10 @@ def checkpoint_order(table: RunTable) -> tuple[str, np.ndarray]:
 
 def pick_checkpoint(index: list[int], order: np.ndarray, target: float | None) -> int:
     """The used row of one run: the last checkpoint, or the one nearest ``target`` tokens."""
-    if target is None:
-        return max(index, key=lambda i: (order[i], i))
+    if target is None:  # the latest checkpoint; of two at once, the later row
+        rows = np.asarray(index)
+        values = order[rows]
+        return int(rows[values == values.max()].max())
     return min(
         index, key=lambda i: (abs(math.log(max(float(order[i]), 1e-300) / target)), -order[i])
     )

@@ -95,7 +95,8 @@ def pair_start(
         if not any(usable(r) for row in tables[depth].values() for r in row.values()):
             raise InputError(
                 f"refine pair [{shallow_depth}, {deep_depth}]: depth {depth} has no finished grid "
-                f"trials; add it to space.depths and rerun `dwtune run`"
+                f"trials (its records were removed, or all failed); rerun `dwtune run SPEC` to "
+                f"train its grid (finished trials are kept)"
             )
     trend = shallow_trend(by_budget(records, shallow_depth, everywhere, seeds), convention)
     common = [b for b in budgets if b in tables[deep_depth] and b in tables[shallow_depth]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from dwtune.core.errors import InputError, shown
@@ -48,12 +49,65 @@ def length_factors(name: str, factors: tuple[float, ...]) -> None:
         raise InputError(f"{name}: got {list(factors)}; list each factor once")
 
 
-def nesting_depth(value: object, limit: int, depth: int = 0) -> int:
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """How large a parsed value is once YAML aliases are expanded, each count capped just
+    above its limit (so a count stays a small int however large the expansion)."""
+
+    depth: int  # levels of nested lists and mappings
+    values: int  # scalars, lists and mappings, an alias counted as a copy of what it names
+
+
+def measure(value: object, max_depth: int, max_values: int = limits.MAX_SPEC_VALUES) -> Shape:
+    """The expanded :class:`Shape` of ``value``, visiting each distinct list or mapping once.
+
+    Why once: YAML aliases share one object, so a few hundred bytes can name 10^9 values (the
+    "billion laughs"); a walk that follows every alias, as any check, copy or message that
+    expands the value would, never ends. A value that contains itself is deeper than any limit.
+    """
+    known: dict[int, Shape] = {}
+    open_: set[int] = set()
+    too_deep = Shape(max_depth + 1, max_values + 1)
+
+    def walk(node: object, level: int) -> Shape:
+        if not isinstance(node, dict | list | tuple):
+            return Shape(0, 1)
+        if id(node) in known:
+            return known[id(node)]
+        if id(node) in open_ or level > max_depth:  # a cycle, or already too deep to matter
+            return too_deep
+        open_.add(id(node))
+        children = [*node.keys(), *node.values()] if isinstance(node, dict) else node
+        depth, values = 0, 1
+        for child in children:
+            inner = walk(child, level + 1)
+            depth = max(depth, inner.depth)
+            values = min(values + inner.values, max_values + 1)
+        open_.discard(id(node))
+        known[id(node)] = shape = Shape(min(depth + 1, max_depth + 1), values)
+        return shape
+
+    return walk(value, 0)
+
+
+def nesting_depth(value: object, limit: int) -> int:
     """How deeply lists and mappings nest in ``value``, counting no further than ``limit``+1."""
-    if depth > limit or not isinstance(value, dict | list | tuple):
-        return depth
-    children = value.values() if isinstance(value, dict) else value
-    return max((nesting_depth(c, limit, depth + 1) for c in children), default=depth + 1)
+    return measure(value, limit, max_values=2**62).depth
+
+
+def shape_problem(value: object) -> str | None:
+    """What makes a parsed spec (file, override value or stored copy) too large to judge, or
+    None: nested deeper than MAX_NESTING, or more than MAX_SPEC_VALUES values once its
+    aliases are expanded."""
+    shape = measure(value, limits.MAX_NESTING)
+    if shape.depth > limits.MAX_NESTING:
+        return f"nested deeper than {limits.MAX_NESTING} levels"
+    if shape.values > limits.MAX_SPEC_VALUES:
+        return (
+            f"more than {limits.MAX_SPEC_VALUES:,} values once its YAML aliases (*name) are "
+            f"expanded"
+        )
+    return None
 
 
 def one_of(name: str, value: str, choices: tuple[str, ...]) -> None:

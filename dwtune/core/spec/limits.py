@@ -46,4 +46,6 @@ MAX_SIMULATED_ABS = 1e3  # |simulated.a|, |b|, gap, noise, transition_scale
 # --- files
 MAX_NESTING = 32  # nested lists/mappings in a spec, record, journal line or fit.json
 MAX_SPEC_BYTES = 1 * 2**20  # a spec file (YAML)
+# values in a spec once its YAML aliases are expanded: a 400-byte alias bomb names 10^9
+MAX_SPEC_VALUES = 100_000
 MAX_JSON_BYTES = 64 * 2**20  # one trial record, fit.json or other dwtune JSON file

@@ -19,7 +19,7 @@ import yaml
 
 from dwtune.core.errors import ErrorCollector, InputError, shown
 from dwtune.core.spec import limits
-from dwtune.core.spec.checks import at_most, nesting_depth, one_of
+from dwtune.core.spec.checks import at_most, one_of, shape_problem
 from dwtune.core.spec.experiment import ExperimentSpec
 from dwtune.core.spec.fields import as_str, build, unknown_key
 from dwtune.core.spec.overrides import apply_overrides
@@ -49,6 +49,16 @@ SECTIONS: dict[str, type] = {
     "simulated": SimulatedConfig,
 }
 TOP_LEVEL = ["name", "description", "trainer", *SECTIONS]
+# Dotted keys of the text fields: an override keeps their scalar values as written
+TEXT_KEYS = frozenset(
+    ["name", "description", "trainer"]
+    + [
+        f"{key}.{field}"
+        for key, cls in SECTIONS.items()
+        for field, info in cls.__pydantic_fields__.items()  # type: ignore[attr-defined]
+        if info.annotation in (str, str | None)
+    ]
+)
 
 
 def _train(raw: object) -> TrainConfig:
@@ -80,13 +90,14 @@ def spec_from_dict(raw: object, source: str = "", overrides: Iterable[str] = ())
     [ExperimentSpec][dwtune.core.spec.ExperimentSpec], with ``KEY=VALUE`` ``overrides`` set
     first. Every unknown key, bad value and range error of the sections is reported in one
     ``InputErrors``."""
-    raw = apply_overrides(raw, overrides)
+    raw = apply_overrides(raw, overrides, TEXT_KEYS)
     if not isinstance(raw, dict):
         raise InputError(
             f"spec: got {type(raw).__name__}; expected a mapping with name, space, train"
         )
-    if nesting_depth(raw, limits.MAX_NESTING) > limits.MAX_NESTING:
-        raise InputError(f"spec: nested deeper than {limits.MAX_NESTING} levels; not a dwtune spec")
+    problem = shape_problem(raw)
+    if problem:
+        raise InputError(f"spec: {problem}; not a dwtune spec")
     # Every unknown key, bad value and range error of every section in one pass; the checks
     # across sections need whole sections, so they run once these pass.
     errors = ErrorCollector()
@@ -255,7 +266,7 @@ def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> ExperimentSpec
         )
     if not path.exists():
         raise InputError(f"{path}: no such spec file; see search_spaces/ for examples")
-    raw = apply_overrides(parse_yaml_file(path), overrides)
+    raw = apply_overrides(parse_yaml_file(path), overrides, TEXT_KEYS)
     spec = spec_from_dict(raw, source=str(path.resolve()))
     return _corpus_relative_to(spec, path.resolve().parent)
 
@@ -271,7 +282,7 @@ def parse_yaml_file(path: Path) -> object:
             f"{path}: {size} bytes; a spec is at most {limits.MAX_SPEC_BYTES} bytes (see limits)"
         )
     try:
-        return yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(path.read_text())
     except RecursionError:
         raise InputError(
             f"{path}: nested deeper than {limits.MAX_NESTING} levels; not a dwtune spec"
@@ -285,6 +296,11 @@ def parse_yaml_file(path: Path) -> object:
         raise InputError(f"{path}: not a text file; pass a YAML spec") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
+    # judged before anything walks it: overrides copy it, messages print parts of it
+    problem = shape_problem(raw)
+    if problem:
+        raise InputError(f"{path}: {problem}; not a dwtune spec")
+    return raw
 
 
 def _corpus_relative_to(spec: ExperimentSpec, folder: Path) -> ExperimentSpec:

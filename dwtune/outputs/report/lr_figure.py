@@ -20,6 +20,7 @@ import pandas as pd
 from dwtune.core import vocabulary
 from dwtune.core.lr_search import ln_slope
 from dwtune.core.vocabulary import FIGURES_DIR, SIMULATED_TITLE, Figure
+from dwtune.outputs.report.figures import save_png
 from dwtune.storage.experiment import Experiment
 
 SEARCHED = (vocabulary.LR_SOURCE_SEARCH, vocabulary.LR_SOURCE_INTERPOLATED)
@@ -54,6 +55,6 @@ def plot_best_lr(experiment: Experiment, figures: tuple[Path, ...]) -> tuple[Pat
     out = experiment.root / FIGURES_DIR / Figure.BEST_LR
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    save_png(fig, out)  # atomic: a link planted at its name is replaced, never written through
     plt.close(fig)
     return (*figures, out)

@@ -9,6 +9,15 @@ driver. ``done`` on the pipe (the driver shut Ray down itself) ends it quietly; 
 closing without it (the driver died) makes it SIGKILL every listed process still alive as the
 same process, then end. Started in its own session, so a Ctrl-C in the terminal reaches the
 driver, which shuts down in order, and not this.
+
+A process the raylet started in the last snapshot interval is not listed yet: a trial worker
+still starting (``setup_worker.py``, then ``default_worker.py``: seconds of imports under load)
+when the driver died was orphaned with nothing to tell it, and lived on (15 s and more, seen
+killed just as the refine stage started its workers). So at the driver's death every process
+whose environment carries the embedded instance's token (``RAY_AUTH_TOKEN``, random for each
+driver, inherited by everything its Ray starts) is killed too, until none is left. A process
+that has set its title (``ray::...``) no longer shows its environment, but it had time to be
+listed.
 """
 
 from __future__ import annotations
@@ -19,10 +28,14 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-SNAPSHOT_EVERY_S = 1.0  # processes started later than this before a kill die with the raylet
+SNAPSHOT_EVERY_S = 1.0  # processes started later than this before a kill: found by the token
 DONE = b"done\n"
+TOKEN_ENV = "RAY_AUTH_TOKEN"  # embedded_ray.AUTH_TOKEN_ENV (this module imports nothing of dwtune)
+SWEEPS = 5  # a starting worker may start its child while we kill it: look again
+SWEEP_PAUSE_S = 0.1
 
 
 def _processes() -> dict[int, tuple[int, int]]:
@@ -65,6 +78,37 @@ def kill_if_same(processes: dict[int, int]) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
+def carrying(token: str, table: dict[int, tuple[int, int]]) -> dict[int, int]:
+    """pid -> start time of every process whose environment holds ``RAY_AUTH_TOKEN=token``
+    (another user's processes cannot be read, and are not Ray's of this driver)."""
+    entry = b"\0" + f"{TOKEN_ENV}={token}".encode() + b"\0"
+    found = {}
+    for pid, (_, started) in table.items():
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:  # exited, or not ours
+            continue
+        if entry in b"\0" + environ + b"\0":
+            found[pid] = started
+    return found
+
+
+def sweep(listed: dict[int, int], token: str | None, spared: dict[int, int]) -> None:
+    """The driver died: SIGKILL what was listed, then every process carrying the token (but
+    this one and the spared) until none is left or SWEEPS rounds have passed."""
+    kill_if_same(listed)
+    if not token:  # a watcher started without one (not from an embedded instance's driver)
+        return
+    for _ in range(SWEEPS):
+        found = carrying(token, _processes())
+        found.pop(os.getpid(), None)
+        found = {pid: started for pid, started in found.items() if spared.get(pid) != started}
+        if not found:
+            return
+        kill_if_same(found)
+        time.sleep(SWEEP_PAUSE_S)
+
+
 def _refresh(listed: dict[int, int], driver: int, spared: dict[int, int]) -> dict[int, int]:
     """The listed processes still running, and the driver's descendants now but the spared.
     Listed ones are kept: once the driver has died its orphans are no longer below it."""
@@ -77,9 +121,10 @@ def _refresh(listed: dict[int, int], driver: int, spared: dict[int, int]) -> dic
     return {pid: started for pid, started in alive.items() if spared.get(pid) != started}
 
 
-def watch(driver: int, pipe: int, spared: dict[int, int]) -> None:
+def watch(driver: int, pipe: int, spared: dict[int, int], token: str | None = None) -> None:
     """List the driver's descendants (but ``spared``: those it had before Ray started) every
-    SNAPSHOT_EVERY_S until the pipe says done (return) or closes (kill what was listed)."""
+    SNAPSHOT_EVERY_S until the pipe says done (return) or closes (kill what was listed and
+    what carries ``token``, the embedded instance's)."""
     listed: dict[int, int] = {}
     while True:
         listed = _refresh(listed, driver, spared)
@@ -90,7 +135,7 @@ def watch(driver: int, pipe: int, spared: dict[int, int]) -> None:
         if message == DONE:
             return
         if not message:  # closed without DONE: the driver died
-            kill_if_same(listed)
+            sweep(listed, token, spared)
             return
 
 
@@ -130,4 +175,6 @@ def _parse(text: str) -> dict[int, int]:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and then says done
-    watch(int(sys.argv[1]), sys.stdin.fileno(), _parse(sys.argv[2]))
+    # the token comes through the environment the driver set for its Ray, never on the
+    # command line (which every user can read)
+    watch(int(sys.argv[1]), sys.stdin.fileno(), _parse(sys.argv[2]), os.environ.get(TOKEN_ENV))

@@ -29,11 +29,10 @@ from dwtune.study.fusion import fused_groups
 from dwtune.study.planning import gpu_memory_bytes
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.base import reusable_record, reusable_records
-from dwtune.study.runners.cluster_address import probe
-from dwtune.study.runners.ray_tune import actor_reuse, embedded_ray
+from dwtune.study.runners.cluster_address import check_joinable, given_address
+from dwtune.study.runners.ray_tune import actor_reuse, embedded_ray, raylet_errors
 from dwtune.study.runners.ray_tune.asha import CellASHA
 from dwtune.study.runners.ray_tune.checkpoints import remove_train_dir
-from dwtune.study.runners.ray_tune.cluster_token import check_token
 from dwtune.study.runners.ray_tune.early_stop import PairPointStopper, early_stop_summary
 from dwtune.study.runners.ray_tune.feed_searcher import REQUEST_KEY, FeedSearcher
 from dwtune.study.runners.ray_tune.reaper import Reaper
@@ -80,8 +79,11 @@ def _single_machine(on: bool) -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False if on else _CLUSTER_MODE_AT_IMPORT
 
 
-def _init_ray(address: str | None) -> None:
+def _init_ray(address: str | None, named: str = "--address") -> None:
+    """Start the embedded instance, or join the cluster at ``address`` once it has answered
+    as one (``named``: where the address came from, for the error line)."""
     common = {"log_to_driver": False, "logging_level": logging.ERROR}
+    raylet_errors.install()  # before ray.init starts the thread that prints them
     if _is_local(address):
         _single_machine(True)
         logging.getLogger("ray._private.authentication").setLevel(logging.ERROR)
@@ -92,10 +94,8 @@ def _init_ray(address: str | None) -> None:
             **common,
         )
         return
-    if address != "auto":
-        probe(address)
-        if "://" not in address:  # a GCS address; Ray Client (ray://) speaks another protocol
-            check_token(address)
+    if address != "auto":  # the commands checked it already; a library caller has not
+        check_joinable(address, named)
     try:
         ray.init(address=address, **common)
     except ray.exceptions.AuthenticationError as exc:
@@ -108,6 +108,23 @@ def _init_ray(address: str | None) -> None:
             f"--address {address}: {str(exc).splitlines()[0]}; if the cluster uses token "
             f"authentication, set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or ~/.ray/auth_token)"
         ) from None
+
+
+def _move_to(folder: Path) -> str | None:
+    """Work in ``folder`` while Ray runs: the experiment's own, which outlives the run (its
+    ray/ is removed once empty). Returns the directory left, or None where it was gone.
+
+    Why: Tune resolves paths against the working directory (its results listing calls
+    os.getcwd()), so a working directory removed during a run ended it in a traceback after
+    training. Every path dwtune passes on is absolute, and Ray started here keeps its
+    processes' working directory here too."""
+    try:
+        left = os.getcwd()
+    except FileNotFoundError:
+        left = None
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chdir(folder)
+    return left
 
 
 def trial_spec(spec: ExperimentSpec) -> ExperimentSpec:
@@ -132,7 +149,7 @@ class TuneRunner:
         progress: StudyProgress | None = None,
     ):
         self.spec, self.store, self.progress = spec, store, progress
-        self.address = address or os.environ.get("RAY_ADDRESS") or None
+        self.address, self.address_named = given_address(address)
         self.trial_spec = trial_spec(spec)
         # Tune changes trials' working dirs: trials find their checkpoints by absolute path
         self.experiment_root = str(Path(store.root).expanduser().resolve())
@@ -153,11 +170,13 @@ class TuneRunner:
         embedded_ray.set_env(env)
         logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
         self._reaper: Reaper | None = None
+        self._saved_cwd: str | None = None
         try:  # a refused start restores the environment too (a notebook or test goes on)
+            self._saved_cwd = _move_to(self.store.root)
             if self._owns_ray:
                 if _is_local(self.address):  # its processes end if this one is killed
                     self._reaper = Reaper()
-                _init_ray(self.address)
+                _init_ray(self.address, self.address_named)
             check_resources(self.spec)
             self._say_where()
         except BaseException:
@@ -172,6 +191,9 @@ class TuneRunner:
         if self._reaper is not None:
             self._reaper.stop()
         embedded_ray.set_env(self._saved_env)
+        if self._saved_cwd is not None:
+            with contextlib.suppress(OSError):  # removed meanwhile: stay where Ray ran
+                os.chdir(self._saved_cwd)
 
     def _say_where(self) -> None:
         if not self.progress:
