@@ -16,9 +16,7 @@ from dwtune.core.units import format_size
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     shape = parser.add_argument_group("the shape timed (as a spec's model and data sections)")
-    shape.add_argument(
-        "--depth", type=argtypes.DEPTH, default=4, help="layers L (default 4)"
-    )
+    shape.add_argument("--depth", type=argtypes.DEPTH, default=4, help="layers L (default 4)")
     shape.add_argument(
         "--width", type=argtypes.WIDTH, default=128, help="model width dx (default 128)"
     )

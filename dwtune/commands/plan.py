@@ -94,9 +94,7 @@ def _trainings(
     return f"{first} first trainings, about {cost['total']['trainings']} in all with refine"
 
 
-def format_table(
-    spec: ExperimentSpec, rows: list[dict], cost: dict[str, Any] | None = None
-) -> str:
+def format_table(spec: ExperimentSpec, rows: list[dict], cost: dict[str, Any] | None = None) -> str:
     columns = _columns(rows)
     header = [fmt.format(title) for _, title, fmt in columns]
     lines = [

@@ -110,7 +110,16 @@ def test_project_json_within_two_percent_of_the_paper(capsys):
 def test_project_takes_comma_separated_budgets_and_depths_as_repeated_flags(capsys):
     _, listed, _ = run_cli(capsys, "project", "--budget", "175B,1e12", "--depth", "48,96", "--json")
     _, repeated, _ = run_cli(
-        capsys, "project", "--budget", "175B", "--budget", "1e12", "--depth", "48", "--depth", "96",
+        capsys,
+        "project",
+        "--budget",
+        "175B",
+        "--budget",
+        "1e12",
+        "--depth",
+        "48",
+        "--depth",
+        "96",
         "--json",
     )
     assert json.loads(listed) == json.loads(repeated)

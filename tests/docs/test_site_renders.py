@@ -51,7 +51,10 @@ def test_built_site_has_no_stray_emphasis_or_raw_roles(tmp_path):
     site = tmp_path / "site"
     build = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(site)],
-        cwd=ROOT, capture_output=True, text=True, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert build.returncode == 0, build.stderr[-2000:]
     pages = sorted(site.rglob("*.html"))

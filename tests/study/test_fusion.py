@@ -77,7 +77,7 @@ def test_gpu_memory_bounds_the_seeds_a_trial_fuses():
 
 
 def test_fuse_seeds_chooses_where_seeds_fuse():
-    """"auto" fuses a GPU trial's seeds and leaves a CPU trial's apart; "never" never fuses."""
+    """ "auto" fuses a GPU trial's seeds and leaves a CPU trial's apart; "never" never fuses."""
     auto = {"fuse_seeds": "auto"}
     cpu = torch_twin(space={"seeds": 3}, resources={**auto, "gpu": 0})
     gpu = torch_twin(space={"seeds": 3}, resources={**auto, "gpu": 0.25})

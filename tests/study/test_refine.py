@@ -181,9 +181,7 @@ def _to_per_pair_journals(store, pairs, keep: int) -> None:
     """The layout an experiment written before holds: ``refine/<Ls>-<Ld>.journal`` per pair
     (study ``refine-<Ls>-<Ld>``), each keeping its first ``keep`` trials (a killed stage)."""
     shared = refine_stage.journal_path(store)
-    source = optuna.storages.JournalStorage(
-        optuna.storages.journal.JournalFileBackend(str(shared))
-    )
+    source = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(shared)))
     for a, b in pairs:
         study = optuna.load_study(study_name=f"{a}-{b}", storage=source)
         old = shared.parent / f"{a}-{b}.journal"
