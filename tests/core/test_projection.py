@@ -40,7 +40,8 @@ def test_reference_96_layers_give_transition_size_about_1_17e12():
 
 def test_reference_is_looked_up_by_name():
     assert reference("levine2020") is LEVINE2020
-    with pytest.raises(InputError, match=r"got 'kaplan2020'; expected a published fit: levine2020$"):
+    expected = r"got 'kaplan2020'; expected a published fit: levine2020$"
+    with pytest.raises(InputError, match=expected):
         reference("kaplan2020")
 
 
