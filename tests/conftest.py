@@ -13,6 +13,13 @@ import yaml
 
 from tests.helpers.specs import small_simulated
 
+# One intra-op thread in every test process and in every process it starts (drivers and Ray
+# workers inherit it), set before anything imports torch (nothing above does): the tiers run
+# two test processes on two cores, and torch's OpenMP threads spin while they wait, so
+# oversubscribed they slowed a width-16 model's training step about 20-fold. A test about
+# threads sets its own.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 @pytest.fixture(scope="session")
 def write_spec(tmp_path_factory):

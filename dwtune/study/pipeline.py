@@ -20,8 +20,6 @@ left to train).
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -51,6 +49,7 @@ from dwtune.core.vocabulary import (
 from dwtune.storage.experiment import ExperimentReader, export_experiment
 from dwtune.storage.store import ExperimentStore
 from dwtune.study.fit_stage import write_fit
+from dwtune.study.forecast import RefineForecast
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.base import reusable_records
 from dwtune.study.runners.cluster_address import check_address, check_answers
@@ -228,7 +227,7 @@ class Study:
         with store.driver_lock():
             store.initialise(self.spec)
             store.records()  # a corrupt record stops us here, before Ray starts
-            _begin(progress, self.spec, store, forecast=runner != "local")
+            forecaster = _begin(progress, self.spec, store, forecast=runner != "local")
             try:
                 with contextlib.ExitStack() as stack:
                     # Ray starts with the first batch that trains something: rerunning a
@@ -254,7 +253,7 @@ class Study:
                 if not grid_only:
                     finish(store, progress)
             finally:
-                _close(progress)
+                _close(progress, forecaster)
         return StudyResults(store.root)
 
     def refine(
@@ -275,7 +274,7 @@ class Study:
         check_address(address)  # malformed: refused even when nothing needs training
         with store.driver_lock():
             stage = refine_stage(self.spec, store, progress)  # bad pairs fail before Ray
-            _begin(progress, self.spec, store, forecast=runner != "local")
+            forecaster = _begin(progress, self.spec, store, forecast=runner != "local")
             try:
                 with contextlib.ExitStack() as stack:
                     trainer = (
@@ -292,7 +291,7 @@ class Study:
                 export_experiment(store)
                 finish(store, progress)
             finally:
-                _close(progress)
+                _close(progress, forecaster)
         return transitions, StudyResults(store.root)
 
 
@@ -371,38 +370,30 @@ def finish(store: ExperimentStore, progress=None) -> None:
     write_report(store.root)
 
 
-def _begin(progress, spec: ExperimentSpec, store: ExperimentStore, forecast: bool) -> None:
-    """The display learns of the study; with ``forecast`` (Ray runs: trials train in other
-    processes, so a thread of this one is free) it also gets the refine forecast."""
+def _begin(
+    progress, spec: ExperimentSpec, store: ExperimentStore, forecast: bool
+) -> RefineForecast | None:
+    """The display learns of the study; with ``forecast`` (Ray runs) it also gets the refine
+    forecast, from a child process that the caller stops with the study."""
     study = getattr(progress, "study", None)
     if study is not None:
         study(spec)
-    if forecast:
-        _forecast_refine(progress, spec, store)
+    return _forecast_refine(progress, spec, store) if forecast else None
 
 
-def _forecast_refine(progress: object, spec: ExperimentSpec, store: ExperimentStore) -> None:
-    """Hand the display the planner's estimate of each pair's refine trainings (the ETA's
-    total), computed on a thread of its own while the grid trains: on the simulated twin it
-    takes seconds to a minute, which the study must not wait for. A study whose refine stage
-    has begun keeps the display's round counting: its pairs' earlier trainings were asked for
-    by another run."""
+def _forecast_refine(
+    progress: object, spec: ExperimentSpec, store: ExperimentStore
+) -> RefineForecast | None:
+    """Start computing the planner's estimate of each pair's refine trainings (the ETA's
+    total) while the grid trains (dwtune.study.forecast). A study whose refine stage has begun
+    keeps the display's round counting: its pairs' earlier trainings were asked for by another
+    run."""
     forecast = getattr(progress, "forecast", None)
     if forecast is None or not spec.refine.pairs:
-        return
+        return None
     if any(record.stage == Stage.REFINE for record in store.records()):
-        return
-
-    def estimate() -> None:
-        from dwtune.study.cost_estimate import refine_estimate
-
-        try:
-            rounds = refine_estimate(spec).rounds
-        except Exception:  # the ETA falls back to round counting; the study is unaffected
-            return
-        forecast(dict(Counter(r.pair for batch in rounds for r in batch)))
-
-    threading.Thread(target=estimate, name="dwtune-forecast", daemon=True).start()
+        return None
+    return RefineForecast(spec, forecast)
 
 
 def _stage(progress, name: str, message: str = "") -> None:
@@ -416,7 +407,9 @@ def _stage(progress, name: str, message: str = "") -> None:
         progress.note(message)
 
 
-def _close(progress) -> None:
+def _close(progress, forecast: RefineForecast | None = None) -> None:
+    if forecast is not None:
+        forecast.stop()
     close = getattr(progress, "close", None)
     if close is not None:
         close()

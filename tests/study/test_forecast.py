@@ -1,0 +1,89 @@
+"""The ETA's refine forecast comes from a child process: it delivers what the planner
+estimates, and it never outlives the driver that started it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from dwtune.core.spec import spec_from_dict
+from dwtune.study.cost_estimate import refine_estimate
+from dwtune.study.forecast import RefineForecast
+from tests.helpers.specs import small_simulated
+
+ROOT = Path(__file__).resolve().parents[2]
+RAW = small_simulated(
+    name="forecast",
+    space={"depths": [6, 12], "budgets": {"min": 1e6, "max": 1e9, "num": 4}, "seeds": 1},
+    refine={"pairs": [[6, 12]], "seeds": 1, "max_seeds": 2, "max_rounds": 3},
+)
+
+
+def test_the_child_delivers_the_planners_refine_trainings_per_pair():
+    spec = spec_from_dict(RAW)
+    delivered: list[dict[str, int]] = []
+    arrived = threading.Event()
+
+    def deliver(counts: dict[str, int]) -> None:
+        delivered.append(counts)
+        arrived.set()
+
+    forecast = RefineForecast(spec, deliver)
+    try:
+        assert arrived.wait(120), "no forecast within 120 s"
+    finally:
+        forecast.stop()
+    expected = Counter(r.pair for batch in refine_estimate(spec).rounds for r in batch)
+    assert delivered == [dict(expected)] and sum(expected.values()) > 0
+
+
+def _children(pid: int) -> list[int]:
+    tasks = Path(f"/proc/{pid}/task")
+    found = []
+    for task in tasks.iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_killed_driver_takes_its_forecast_with_it(tmp_path):
+    # a forecast with much to do: the driver is killed long before it is done
+    raw = {**RAW, "space": {**RAW["space"], "depths": [6, 12, 18, 24]}}
+    raw["refine"] = {**RAW["refine"], "pairs": [[6, 12], [12, 18], [18, 24]], "max_rounds": 8}
+    script = textwrap.dedent(f"""
+        import time
+        from dwtune.core.spec import spec_from_dict
+        from dwtune.study.forecast import RefineForecast
+        RefineForecast(spec_from_dict({raw!r}), print)
+        time.sleep(600)
+        """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    driver = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while not (children := _children(driver.pid)):
+            assert time.monotonic() < deadline, "the forecast never started"
+            time.sleep(0.05)
+        [child] = children
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(10)
+        deadline = time.monotonic() + 10
+        while _alive(child):
+            assert time.monotonic() < deadline, "the forecast outlived its driver by 10 s"
+            time.sleep(0.05)
+    finally:
+        driver.kill()
