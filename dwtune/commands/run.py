@@ -103,7 +103,6 @@ def run(args: argparse.Namespace) -> int:
     from dwtune.study.interruption import catching_ctrl_c, interrupted
     from dwtune.study.pipeline import Study, storage_root
     from dwtune.study.progress import StudyProgress, logging_to
-
     from dwtune.study.trackers import parse_log_to
 
     log_to = parse_log_to(args.log_to)  # a misspelt tracker: one line, before the spec is read

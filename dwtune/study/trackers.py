@@ -8,7 +8,7 @@ tracker run per Tune trial, named as the trial (``L6_w256_s0_1a2b3c``) and group
 group; MLflow tags ``dwtune.group``, ``dwtune.stage``, ``dwtune.pair``, ``dwtune.cell``). After
 the fit stage each refined pair's decisions are one more run (``refine/<pair>/decisions``) and
 the fit another (``fit``, with fit.json, projections.parquet and report.md as its artifacts).
-See docs/outputs.md, "Experiment trackers".
+See docs/artifacts.md, "Experiment trackers (W&B, MLflow)".
 """
 
 from __future__ import annotations
@@ -233,16 +233,17 @@ def _mlflow_stages(trackers: Trackers, pairs, fit: dict, files: list[Path]) -> N
 
     for pair, row, steps in pairs:
         group = f"refine/{pair}"
-        run_id = start(f"{group}/{DECISIONS_RUN}", {"group": group, "stage": "refine", "pair": pair})
+        run_id = start(
+            f"{group}/{DECISIONS_RUN}", {"group": group, "stage": "refine", "pair": pair}
+        )
         for step, numbers in enumerate(steps):
             for key, value in numbers.items():
                 client.log_metric(run_id, key, value, step=step)
-        summary = _summary(row)
-        for key, value in summary.items():
-            if isinstance(value, str):
-                client.set_tag(run_id, TAG + key, value[:5000])
-            else:
-                client.log_metric(run_id, "final/" + key, float(value))  # type: ignore[arg-type]
+        for key, number in _numbers(row).items():  # the pair's transitions row
+            client.log_metric(run_id, "final/" + key, number)
+        for key in ("status", "statement"):
+            if isinstance(row.get(key), str):
+                client.set_tag(run_id, TAG + key, row[key][:5000])  # MLflow's tag limit
         client.set_terminated(run_id)
     run_id = start(FIT_RUN, {"group": FIT_RUN, "stage": FIT_RUN})
     client.set_tag(run_id, TAG + "status", str(fit.get("status", "")))

@@ -58,7 +58,9 @@ def wandb_runs(wandb_dir: Path) -> list[dict]:
                     "project": info.project,
                 }
             elif kind == "history":
-                run["history"] |= {item.key or "/".join(item.nested_key) for item in record.history.item}
+                run["history"] |= {
+                    item.key or "/".join(item.nested_key) for item in record.history.item
+                }
             elif kind == "summary":
                 run["summary"] |= {item.key for item in record.summary.update if item.key}
             elif kind == "artifact":

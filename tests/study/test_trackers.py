@@ -69,9 +69,7 @@ def test_the_spec_key_names_itself_when_its_extra_is_missing(tmp_path, monkeypat
         Trackers.resolve(spec, tmp_path)
 
 
-def test_the_spec_section_refuses_an_unknown_tracker_and_the_flag_adds_to_it(
-    tmp_path, monkeypatch
-):
+def test_the_spec_section_refuses_an_unknown_tracker_and_the_flag_adds_to_it(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     with pytest.raises(InputError, match=r"trackers.log_to: got 'neptune'; expected one of"):
         spec_from_dict(small_simulated(name="t", trackers={"log_to": ["neptune"]}))

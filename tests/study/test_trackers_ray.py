@@ -5,8 +5,8 @@ back from the files: run names, groups, runs per pair, the fit's artifact."""
 from __future__ import annotations
 
 import subprocess
-from unittest import mock
 from collections import Counter
+from unittest import mock
 
 import pandas as pd
 import pytest
@@ -15,7 +15,7 @@ from tests.helpers.drivers import driver_env, run_command
 from tests.helpers.specs import small_simulated
 from tests.helpers.trackers import mlflow_runs, wandb_runs
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 
 FIT_FILES = ["fit.json", "projections.parquet", "report.md"]
 
@@ -43,7 +43,7 @@ def tracked(write_spec, tmp_path_factory):
         capture_output=True,
         text=True,
         env=env,
-        timeout=500,
+        timeout=800,
     )
     assert done.returncode == 0, done.stderr
     trials = pd.read_parquet(tmp / "runs" / "tracked" / "trials.parquet")
