@@ -22,14 +22,16 @@ FIT_FILES = ["fit.json", "projections.parquet", "report.md"]
 
 @pytest.fixture(scope="module")
 def tracked(write_spec, tmp_path_factory):
-    """The small study with one refined pair (8 grid trials: 4 cells × 2 seeds; 10 refine
-    trials), logged to W&B by `--log-to wandb` and to MLflow by the spec's `trackers` key."""
+    """The small study with one refined pair, logged to W&B by `--log-to wandb` and to MLflow
+    by the spec's `trackers` key: 8 grid trials (4 cells × 2 seeds), then 8 refine trials (the
+    pair verifies its 4 grid points' signs with 2 seeds more each; max_rounds 0 places no new
+    size), the fewest that show both stages' groups."""
     tmp = tmp_path_factory.mktemp("tracked")
     uri = (tmp / "mlruns").as_uri()
     raw = small_simulated(
         name="tracked",
-        space={"budgets": [1e7, 1e8], "seeds": 2},
-        refine={"pairs": [[6, 12]], "max_seeds": 1, "max_rounds": 1, "scan_spacing": 0},
+        space={"budgets": [1e6, 2e7], "seeds": 2},
+        refine={"pairs": [[6, 12]], "max_seeds": 4, "max_rounds": 0},
         trackers={"log_to": ["mlflow"], "mlflow_uri": uri, "project": "depths"},
     )
     wandb_home = {
@@ -61,13 +63,14 @@ def test_wandb_has_a_run_per_trial_grouped_by_stage_pair_and_cell(tracked):
     done, trials, runs, _ = tracked
     assert "logging the refine decisions and the fit to wandb, mlflow" in done.stderr
     per_trial = trial_runs(runs, trials)
-    assert len(per_trial) == len(trials) == 18  # every trial once, none twice
+    assert len(per_trial) == len(trials) == 16  # every trial once, none twice
     assert {run["project"] for run in runs} == {"depths"}
     groups = Counter(run["group"] for run in per_trial)
     grid = {g: n for g, n in groups.items() if g.startswith("grid/")}
     assert len(grid) == 4 and set(grid.values()) == {2}  # the 2 seeds of each cell together
     refine = {g: n for g, n in groups.items() if g.startswith("refine/6-12/L")}
-    assert sum(refine.values()) == (trials.stage == "refine").sum() == 10
+    assert (trials.stage == "refine").sum() == 8 and set(refine.values()) == {2}
+    assert {g.rsplit("/", 1)[1] for g in refine} == {g.split("/")[1] for g in grid}  # same cells
     for run in per_trial:
         assert run["job_type"] == run["group"].split("/")[0]
         assert {"val/loss", "train/loss", "tokens"} <= run["history"]  # Tune's reports
@@ -93,9 +96,9 @@ def test_mlflow_has_the_same_runs_tagged_by_group(tracked):
     assert len(per_trial) == len(trials) and len(runs) == len(trials) + 2
     assert all(run["status"] == "FINISHED" for run in runs)
     pairs = Counter(run["tags"].get("dwtune.pair", "") for run in per_trial)
-    assert pairs == Counter({"": 8, "6-12": 10})
+    assert pairs == Counter({"": 8, "6-12": 8})
     seeds_per_cell = Counter(run["tags"]["dwtune.group"] for run in per_trial)
-    assert sorted(n for g, n in seeds_per_cell.items() if g.startswith("grid/")) == [2, 2, 2, 2]
+    assert sorted(seeds_per_cell.values()) == [2] * 8  # 4 grid cells, 4 refine cells
     some = per_trial[0]
     assert {"depth", "width", "seed", "budget"} <= set(some["params"])
     assert "val/loss" in some["metrics"]
