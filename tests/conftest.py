@@ -69,6 +69,7 @@ def watched_run(write_spec, simulated_raw, tmp_path_factory):
 # handed out first, the short files fill the gaps behind them.
 _LONG_FILES_FIRST = (
     "tests/study/test_ray_sharded.py",
+    "tests/study/test_trackers_ray.py",
     "tests/hostile/test_kill_and_disk.py",
     "tests/commands/test_lr_search_cli.py",
     "tests/commands/test_run_cli.py",

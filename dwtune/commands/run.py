@@ -35,6 +35,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--grid-only", action="store_true", help="run the grid stage only (no refine, no report)"
     )
+    parser.add_argument(
+        "--log-to",
+        action="append",
+        default=[],
+        metavar="TRACKER",
+        help="also log every trial, the refine decisions and the fit to an experiment tracker "
+        "through Ray Tune's callbacks: wandb or mlflow (repeat the flag or give a comma list; "
+        "adds to the spec's trackers.log_to); needs the extra: pip install 'dwtune[wandb]'. "
+        "W&B honours WANDB_MODE=offline and WANDB_DIR (default: the experiment folder); MLflow "
+        "logs to $MLFLOW_TRACKING_URI, else a file store in <experiment>/mlruns",
+    )
     argtypes.add_runner(parser)
     argtypes.add_verbosity(parser)
     parser.add_argument(
@@ -92,14 +103,18 @@ def run(args: argparse.Namespace) -> int:
     from dwtune.study.interruption import catching_ctrl_c, interrupted
     from dwtune.study.pipeline import Study, storage_root
     from dwtune.study.progress import StudyProgress, logging_to
+    from dwtune.study.trackers import parse_log_to
 
+    log_to = parse_log_to(args.log_to)  # a misspelt tracker: one line, before the spec is read
     study = Study.from_yaml(args.spec, overrides=args.overrides)
     _check_scale(study.spec)
     storage = storage_root(args.storage)  # a URL is refused before anything starts
     progress = StudyProgress(verbosity=args.verbosity)
     with catching_ctrl_c(), logging_to(progress, args.verbosity):
         try:
-            results = study.run(storage, args.address, args.grid_only, progress, args.runner)
+            results = study.run(
+                storage, args.address, args.grid_only, progress, args.runner, log_to
+            )
         except KeyboardInterrupt:
             return _interrupted(study.store)
     if interrupted():  # swallowed below us, or it came as the study ended: still 130

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 
 from dwtune.core import vocabulary
@@ -37,10 +38,20 @@ def _num(value, fmt: str = ".3g") -> str:
 
 
 def plain_table(headers, rows) -> list[str]:
-    """Columns padded to their widest cell, numbers right-aligned."""
-    cells = [list(map(str, headers)), *[[str(c) for c in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    """Columns padded to their widest cell, right-aligned, two spaces apart: a rich table
+    without borders or styles, rendered as plain text lines (never wrapped or cut)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="", highlight=False)
+    for header in headers:
+        table.add_column(str(header), justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(*(str(cell) for cell in row))
+    out = io.StringIO()
+    plain = {"color_system": None, "highlight": False, "markup": False, "emoji": False}
+    Console(file=out, width=1_000_000, **plain).print(table)  # wide: no column shrinks
+    return out.getvalue().splitlines()
 
 
 def n_star_text(held: AnalysedPair) -> str:

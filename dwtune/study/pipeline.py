@@ -53,6 +53,7 @@ from dwtune.study.forecast import RefineForecast
 from dwtune.study.progress import StudyProgress
 from dwtune.study.runners.base import reusable_records
 from dwtune.study.runners.cluster_address import check_address, check_answers
+from dwtune.study.trackers import Trackers
 
 if TYPE_CHECKING:  # the runner's module imports Ray Tune: only when a batch needs it
     from dwtune.study.runners.ray_tune import TuneRunner
@@ -215,14 +216,18 @@ class Study:
         grid_only: bool = False,
         progress: StudyProgress | None = None,
         runner: str = "ray",
+        log_to: Iterable[str] = (),
     ) -> StudyResults:
         """Grid, refine, export, fit and report (grid and export only with ``grid_only``).
 
         ``runner``: ``"ray"`` (Ray Tune, trials in parallel) or ``"local"`` (this process, one
-        trial after another: for the simulated backend and small studies)."""
+        trial after another: for the simulated backend and small studies). ``log_to``:
+        trackers (``"wandb"``, ``"mlflow"``) beside the spec's ``trackers.log_to``
+        (``dwtune.study.trackers``)."""
         check_address(address)  # malformed: refused before anything starts
         _check_runner(runner, self.spec)
         store, progress = self._store(storage), progress or StudyProgress()
+        trackers = _trackers(self.spec, store, runner, log_to)  # a missing extra: one line
         # Lock first: a refused second driver must not touch the running experiment's spec.
         with store.driver_lock():
             store.initialise(self.spec)
@@ -236,7 +241,9 @@ class Study:
                     trainer = (
                         local_runner(self.spec, store)
                         if runner == "local"
-                        else ray_on_first_batch(stack, self.spec, store, address, progress)
+                        else ray_on_first_batch(
+                            stack, self.spec, store, address, progress, trackers
+                        )
                     )
                     rates = searched_rates(self.spec, store, trainer, progress)  # lr search
                     _stage(progress, "grid")
@@ -251,7 +258,7 @@ class Study:
                 trials_path, curves_path = export_experiment(store)
                 progress.note(f"wrote {trials_path} and {curves_path}")
                 if not grid_only:
-                    finish(store, progress)
+                    finish(store, progress, trackers)
             finally:
                 _close(progress, forecaster)
         return StudyResults(store.root)
@@ -261,11 +268,13 @@ class Study:
         address: str | None = None,
         progress: StudyProgress | None = None,
         runner: str = "ray",
+        log_to: Iterable[str] = (),
     ) -> tuple[list[Transition], StudyResults]:
         """The refine stage alone (or its resumption), then export, fit and report
-        (``runner`` as in [run][dwtune.study.pipeline.Study.run])."""
+        (``runner`` and ``log_to`` as in [run][dwtune.study.pipeline.Study.run])."""
         store = self._store()
         _check_runner(runner, self.spec)
+        trackers = _trackers(self.spec, store, runner, log_to)
         if not self.spec.refine.pairs:
             raise InputError(
                 f"{store.spec_path}: refine.pairs is empty; list [shallower, deeper] "
@@ -280,7 +289,9 @@ class Study:
                     trainer = (
                         local_runner(self.spec, store)
                         if runner == "local"
-                        else ray_on_first_batch(stack, self.spec, store, address, progress)
+                        else ray_on_first_batch(
+                            stack, self.spec, store, address, progress, trackers
+                        )
                     )
                     rates = searched_rates(self.spec, store, trainer, progress)  # recorded
                     stage.set_rate_for(rates.rate_for if rates else None)
@@ -289,7 +300,7 @@ class Study:
                     length_check(self.spec, store, stage, transitions, trainer.run, progress)
                 _stage(progress, "export", "exporting trials.parquet and curves.parquet")
                 export_experiment(store)
-                finish(store, progress)
+                finish(store, progress, trackers)
             finally:
                 _close(progress, forecaster)
         return transitions, StudyResults(store.root)
@@ -308,6 +319,18 @@ def _check_runner(runner: str, spec: ExperimentSpec) -> None:
         )
 
 
+def _trackers(spec: ExperimentSpec, store: ExperimentStore, runner: str, log_to: Iterable[str]):
+    """The study's trackers (None: none); the local runner logs to none (trials are logged by
+    Ray Tune's callbacks)."""
+    trackers = Trackers.resolve(spec, store.root, log_to)
+    if trackers is not None and runner == "local":
+        raise InputError(
+            f"--log-to {','.join(trackers.names)}: trials are logged through Ray Tune's "
+            f"callbacks, which runner 'local' has none of; use runner 'ray' (the default)"
+        )
+    return trackers
+
+
 def local_runner(spec: ExperimentSpec, store: ExperimentStore):
     """Trials trained in this process, one after another (no Ray)."""
     from dwtune.study.runners.local import LocalRunner
@@ -315,7 +338,7 @@ def local_runner(spec: ExperimentSpec, store: ExperimentStore):
     return LocalRunner(spec, store)
 
 
-def ray_on_first_batch(stack, spec, store, address, progress) -> StartOnFirstBatch:
+def ray_on_first_batch(stack, spec, store, address, progress, trackers=None) -> StartOnFirstBatch:
     """The stages' runner: a TuneRunner (entered on ``stack``) once a batch needs training."""
 
     def start() -> TuneRunner:
@@ -324,7 +347,8 @@ def ray_on_first_batch(stack, spec, store, address, progress) -> StartOnFirstBat
         check_answers(address)
         from dwtune.study.runners.ray_tune import TuneRunner
 
-        return stack.enter_context(TuneRunner(spec, store, address=address, progress=progress))
+        runner = TuneRunner(spec, store, address=address, progress=progress, trackers=trackers)
+        return stack.enter_context(runner)
 
     return StartOnFirstBatch(start, store, progress)
 
@@ -360,14 +384,20 @@ def searched_rates(spec: ExperimentSpec, store: ExperimentStore, runner, progres
     return book
 
 
-def finish(store: ExperimentStore, progress=None) -> None:
-    """The fit stage (fit.json, projections.parquet), then the report that draws them."""
+def finish(store: ExperimentStore, progress=None, trackers: Trackers | None = None) -> None:
+    """The fit stage (fit.json, projections.parquet), then the report that draws them; with
+    ``trackers``, the refine decisions and the fit logged to them as runs of their own."""
     _stage(progress, "fit", "fitting ln dx* = a + b·L to the transitions")
     write_fit(store.root)
     _stage(progress, "report", "drawing the figures and writing report.md")
     from dwtune.outputs.report import write_report  # matplotlib: only when a report is drawn
 
     write_report(store.root)
+    if trackers is not None:
+        if progress is not None:
+            names = ", ".join(trackers.names)
+            progress.note(f"logging the refine decisions and the fit to {names}")
+        trackers.log_stages(store.root)
 
 
 def _begin(

@@ -16,6 +16,7 @@ from dwtune.core.spec.sections import (
     ResourcesConfig,
     SimulatedConfig,
     SpaceConfig,
+    TrackersConfig,
     TrainConfig,
 )
 
@@ -34,6 +35,7 @@ __all__ = [
     "ResourcesConfig",
     "SimulatedConfig",
     "SpaceConfig",
+    "TrackersConfig",
     "TrainConfig",
     "load_spec",
     "spec_from_dict",

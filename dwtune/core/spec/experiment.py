@@ -19,6 +19,7 @@ from dwtune.core.spec.sections import (
     ResourcesConfig,
     SimulatedConfig,
     SpaceConfig,
+    TrackersConfig,
     TrainConfig,
 )
 
@@ -42,6 +43,7 @@ class ExperimentSpec:
     refine: RefineConfig = field(default_factory=RefineConfig)
     fit: FitConfig = field(default_factory=FitConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    trackers: TrackersConfig = field(default_factory=TrackersConfig)
     trainer: str = "torch"
     simulated: SimulatedConfig = field(default_factory=SimulatedConfig)
     description: str = ""

@@ -274,6 +274,9 @@ Sizes = Annotated[
 Floats = Annotated[
     tuple[float, ...], coerce(lambda name, v: tuple(as_float(name, f) for f in list_of(name, v)))
 ]
+Strs = Annotated[
+    tuple[str, ...], coerce(lambda name, v: tuple(as_str(name, s) for s in list_of(name, v)))
+]
 
 
 # --------------------------------------------------------------------------- sections

@@ -34,6 +34,7 @@ from dwtune.core.spec.sections import (
     ResourcesConfig,
     SimulatedConfig,
     SpaceConfig,
+    TrackersConfig,
     TrainConfig,
 )
 from dwtune.core.vocabulary import FIT_MIN_PAIRS, Design, Trainer
@@ -46,6 +47,7 @@ SECTIONS: dict[str, type] = {
     "refine": RefineConfig,
     "fit": FitConfig,
     "resources": ResourcesConfig,
+    "trackers": TrackersConfig,
     "simulated": SimulatedConfig,
 }
 TOP_LEVEL = ["name", "description", "trainer", *SECTIONS]

@@ -27,6 +27,7 @@ from dwtune.core.spec.fields import (
     Seeds,
     Sizes,
     Str,
+    Strs,
     choice,
     coerce,
     distinct,
@@ -56,6 +57,7 @@ LR_REFINE_MODES = ("search", "interpolate")  # dwtune.core.projection holds thei
 DESIGNS = tuple(d.value for d in Design)
 DEVICES = ("auto", "cpu", "cuda")
 FUSE_POLICIES = ("auto", "always", "never")  # resources.fuse_seeds
+TRACKERS = ("wandb", "mlflow")  # trackers.log_to: W&B, MLflow (the extras of those names)
 # Loss surfaces of the simulated backend; formulas in dwtune.backends.simulated's docstring.
 SIMULATED_SURFACES = (
     "default",
@@ -430,6 +432,18 @@ class ResourcesConfig:
                 f"resources.scratch_dir: got {self.scratch_dir!r}; use an absolute path on "
                 f"each node's local disk (e.g. /local_nvme/dwtune) or leave it out"
             )
+
+
+@section("trackers")
+class TrackersConfig:
+    # Experiment trackers every trial logs to through Ray Tune's own callbacks, and the refine
+    # decisions and the fit after their stages: any of "wandb", "mlflow" (`dwtune run --log-to`
+    # adds to these). Each needs its extra: pip install 'dwtune[wandb]' or 'dwtune[mlflow]'.
+    log_to: Annotated[Strs, each(choice(TRACKERS)), distinct("trackers")] = ()
+    # W&B project and MLflow experiment name; None: the spec's name
+    project: OptStr = None
+    # MLflow tracking URI; None: $MLFLOW_TRACKING_URI, else a file store in <experiment>/mlruns
+    mlflow_uri: OptStr = None
 
 
 @section("simulated")

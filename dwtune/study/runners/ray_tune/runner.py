@@ -43,7 +43,9 @@ from dwtune.study.runners.ray_tune.resources import (
     node_offers,
     unsatisfiable,
 )
+from dwtune.study.runners.ray_tune.trackers import tracker_callbacks
 from dwtune.study.runners.ray_tune.trial import FUSED_KEY, WORKERS_KEY, trial_main
+from dwtune.study.trackers import Trackers
 
 # CPUs of a sharded trial's Tune function, which only waits on its Ray Train job.
 DRIVER_CPU = 0.01
@@ -147,8 +149,10 @@ class TuneRunner:
         *,
         address: str | None = None,
         progress: StudyProgress | None = None,
+        trackers: Trackers | None = None,
     ):
         self.spec, self.store, self.progress = spec, store, progress
+        self.trackers = trackers  # W&B, MLflow: Tune's callbacks on every run (trackers.py)
         self.address, self.address_named = given_address(address)
         self.trial_spec = trial_spec(spec)
         # Tune changes trials' working dirs: trials find their checkpoints by absolute path
@@ -474,7 +478,7 @@ class TuneRunner:
                 name=name,
                 storage_path=str(self.store.root / vocabulary.RAY_DIR),
                 verbose=0,
-                callbacks=[callback],
+                callbacks=[callback, *tracker_callbacks(self.trackers, request_of)],
                 failure_config=tune.FailureConfig(max_failures=self.spec.resources.retries),
                 # every checkpoint kept by Tune: num_to_keep=N makes Tune save the whole
                 # experiment state after every N checkpoints of a trial (what grows with the
