@@ -16,7 +16,7 @@ from dwtune.core.refine.outcome import decide_points
 from dwtune.core.refine.points import PairPoint, make_point, merge_points
 from dwtune.core.refine.steps import next_step as core_next_step
 from dwtune.core.refine.steps import point_done, round_cap_reason, seed_sequence, seeds_wanted
-from dwtune.core.refine.transition import capped_wide, make_transition
+from dwtune.core.refine.transition import CAPPED_SENTENCE, capped_wide, make_transition
 from dwtune.core.refine.trend import SizeTrend
 from dwtune.core.spec import RefineConfig
 from tests.helpers.refine_points import REFINE, next_step, point, record, steps_design
@@ -147,3 +147,17 @@ def test_a_guess_three_e_folds_off_ends_holding_the_truth_or_saying_why_not(offs
             assert t.n_star_low <= math.exp(truth) <= t.n_star_high, (seed, t.reason)
         else:  # a bound that holds
             assert not t.n_star_low > math.exp(truth) and not t.n_star_high < math.exp(truth)
+
+
+def test_a_capped_wide_pair_says_so_in_its_reason_and_statement():
+    points = decide_points(
+        [point(16.0, 0.05, n=3), point(17.0, -0.002, n=3), point(16.2, 0.03, n=3)], LAW
+    )
+    t = make_transition(PAIR, points, LAW, trials=0, rounds=5, simulated=True,
+                        reason=round_cap_reason(5))  # fmt: skip
+    assert t.status == vocabulary.TransitionStatus.BRACKETED
+    assert "still wide at the round cap" in t.reason and CAPPED_SENTENCE in t.statement
+    assert t.n_star_low <= math.exp(16.2) and t.n_star_high >= math.exp(17.0)
+    done = make_transition(PAIR, points, LAW, trials=0, rounds=5, simulated=True,
+                           reason="tolerance reached")  # fmt: skip
+    assert CAPPED_SENTENCE not in done.statement

@@ -81,6 +81,11 @@ def width_at(points: Sequence[PairPoint], log_n: float, depth: int, convention: 
 
 WIDE = 2.0  # a bracket wider than this many tolerances (in ln N) is wide at the round cap
 CAPPED_WIDE = "the bracket is still wide at the round cap: the 95% interval spans it"
+# the statement's closing sentence for such a pair (the report's law checks look for it)
+CAPPED_SENTENCE = (
+    "The pair stopped on its round cap with its bracket still wide, so this interval spans "
+    "the bracket: between its ends only the decided signs hold."
+)
 
 
 def capped_wide(estimate: CrossingEstimate, reason: str, tolerance: float) -> bool:
@@ -194,9 +199,11 @@ def make_transition(
     points = mark_unstable(points)
     measured = [p.delta_point() for p in points]
     estimate = estimate_crossing(measured, prior=noise_prior(refine), rule=sign_rule(refine))
-    if capped_wide(estimate, reason, refine.tolerance):
+    capped = capped_wide(estimate, reason, refine.tolerance)
+    if capped:
         estimate, reason = _spanning(estimate), f"{reason}; {CAPPED_WIDE}"
     said = statement(pair, estimate, estimate.signed, refine.alpha)
+    said = f"{said} {CAPPED_SENTENCE}" if capped else said
     common = _common_fields(pair, points, estimate, said)
     common.update(trials=trials, rounds=rounds, simulated=simulated, reason=reason)
     if estimate.status != vocabulary.TransitionStatus.BRACKETED:
