@@ -85,8 +85,9 @@ BUDGETS = tuple(float(b) for b in np.geomspace(1e6, 1e10, 9))
 GRID_SEEDS = (0,)
 REFINE = RefineConfig(pairs=(PAIR,), tolerance=0.05, seeds=1, max_seeds=4, max_rounds=8, alpha=0.05)
 # refine.design: law (--design law): each pair's first points at its law guess e^(±reach), the
-# guess off the planted N* by a normal error of --guess-sd e-folds (drawn from its own stream,
-# so the planted N* and the seeds are those of the grid design); cuts placed by information;
+# guess off the planted N* by --guess-offset e-folds plus a normal error of --guess-sd e-folds
+# (drawn from its own stream, so the planted N* and the seeds are those of the grid design);
+# cuts placed by information;
 # its own stops, the spec's defaults (reach 0.35, a bracket within 10%, 3 seeds a size) but 5
 # rounds: docs/method.md, "The law design's stops"
 LAW_REFINE = RefineConfig(pairs=(PAIR,), design="law", seeds=1, max_rounds=5, alpha=0.05)
