@@ -85,8 +85,9 @@ BUDGETS = tuple(float(b) for b in np.geomspace(1e6, 1e10, 9))
 GRID_SEEDS = (0,)
 REFINE = RefineConfig(pairs=(PAIR,), tolerance=0.05, seeds=1, max_seeds=4, max_rounds=8, alpha=0.05)
 # refine.design: law (--design law): each pair's first points at its law guess e^(±reach), the
-# guess off the planted N* by a normal error of --guess-sd e-folds (drawn from its own stream,
-# so the planted N* and the seeds are those of the grid design); cuts placed by information;
+# guess off the planted N* by --guess-offset e-folds plus a normal error of --guess-sd e-folds
+# (drawn from its own stream, so the planted N* and the seeds are those of the grid design);
+# cuts placed by information;
 # its own stops, the spec's defaults (reach 0.35, a bracket within 10%, 3 seeds a size) but 5
 # rounds: docs/method.md, "The law design's stops"
 LAW_REFINE = RefineConfig(pairs=(PAIR,), design="law", seeds=1, max_rounds=5, alpha=0.05)
@@ -124,7 +125,7 @@ class SimulatedPair:
         replicate: int,
         rng: np.random.Generator,
         ratio: float,
-        law: tuple[float, int] | None = None,
+        law: tuple[float, int, float] | None = None,
     ):
         low, high = math.log(BUDGETS[0]) + MARGIN, math.log(BUDGETS[-1]) - MARGIN / 2
         x_star = rng.uniform(low, high)
@@ -141,8 +142,8 @@ class SimulatedPair:
         self.seed_base = 1000 * replicate
         self.budgets = BUDGETS
         if law is not None:  # law design: the guess's error from its own stream (module doc)
-            guess_sd, seed = law
-            error = np.random.default_rng([seed, 7, replicate]).normal(0.0, guess_sd)
+            guess_sd, seed, offset = law
+            error = offset + np.random.default_rng([seed, 7, replicate]).normal(0.0, guess_sd)
             centre = math.log(self.truth[-1]) + error
             sizes = (math.exp(centre - LAW_REFINE.reach), math.exp(centre + LAW_REFINE.reach))
             self.budgets = tuple(min(max(b, BUDGETS[0]), BUDGETS[-1]) for b in sizes)
@@ -214,7 +215,9 @@ def refine_pair(sim: SimulatedPair):
         later.append(evaluate(sim, points, budget, step.kind, start, verified))
     merged = merge_points(grid, later)
     sim.refined = merged
-    return make_transition(PAIR, merged, refine, trials=0, rounds=rounds, simulated=True)
+    return make_transition(
+        PAIR, merged, refine, trials=0, rounds=rounds, simulated=True, reason=step.reason
+    )
 
 
 # --------------------------------------------------------------------------- point tests
@@ -251,12 +254,17 @@ def nearest_truth(sim: SimulatedPair, n_star: float) -> float:
 
 
 def run_surface(
-    name: str, ratio: float, pairs: int, seed: int, guess_sd: float | None = None
+    name: str,
+    ratio: float,
+    pairs: int,
+    seed: int,
+    guess_sd: float | None = None,
+    offset: float = 0.0,
 ) -> dict:
-    """One surface and ratio; ``guess_sd``: the law design with a guess that far off (e-folds,
-    normal sd), else the grid design."""
+    """One surface and ratio; ``guess_sd``: the law design with a guess off by ``offset``
+    e-folds plus a normal error of that sd, else the grid design."""
     base = SimulatedConfig(**SURFACES[name])
-    law = None if guess_sd is None else (guess_sd, seed)
+    law = None if guess_sd is None else (guess_sd, seed, offset)
     rng = np.random.default_rng([seed, list(SURFACES).index(name)])
     stats = {"name": name, "ratio": ratio, "status": {}, "in68": 0, "in95": 0, "errors": []}
     stats |= {"trainings": [], "zero": [0, 0], "quarter": [0, 0], "inside": [0, 0]}
@@ -338,6 +346,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--guess-sd", type=float, default=0.5,
         help="law design: sd (e-folds) of the law guess's error about the planted N*",
     )  # fmt: skip
+    parser.add_argument(
+        "--guess-offset", type=float, default=0.0,
+        help="law design: fixed offset (e-folds) of the law guess from the planted N*",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     started = time.perf_counter()
     print(
@@ -350,11 +362,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     if guess is not None:
         print(
             f"law design: first points at the guess e^(±{LAW_REFINE.reach}), guess off by "
-            f"N(0, {guess}²) e-folds; its stops: tolerance {LAW_REFINE.tolerance}, "
+            f"{args.guess_offset:+g} + N(0, {guess}²) e-folds; its stops: tolerance "
+            f"{LAW_REFINE.tolerance}, "
             f"{LAW_REFINE.max_seeds} seeds a size (α-spending over as many looks), "
             f"{LAW_REFINE.max_rounds} rounds"
         )
-    tasks = [(name, r, args.pairs, args.seed, guess) for name in args.surfaces for r in args.ratios]
+    tasks = [
+        (name, r, args.pairs, args.seed, guess, args.guess_offset)
+        for name in args.surfaces
+        for r in args.ratios
+    ]
     print(HEADER)
     print("|" + "---|" * 10, flush=True)
     with ProcessPoolExecutor(args.jobs) as pool:  # rows print as their tasks finish, in order

@@ -27,3 +27,10 @@ def test_without_pair_deltas_the_section_says_why():
     missing = "no pair_deltas.parquet (rerun the refine stage)"
     record = json_ready(law_checks(observations_of(pairs), None, missing=missing))
     assert "Study bootstrap: not run (no pair_deltas.parquet" in "\n".join(section.markdown(record))
+
+
+def test_pairs_stopped_on_their_round_cap_with_a_wide_bracket_are_named():
+    assert section.markdown(None, ())[-2:] == ["No fit, so nothing to check.", ""]
+    text = "\n".join(section.markdown(None, ["24-30"]))
+    assert "Stopped on the round cap with a wide bracket: 24-30." in text
+    assert "95% intervals span the bracket" in text

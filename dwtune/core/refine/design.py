@@ -10,13 +10,15 @@ the design places. A :class:`RefineDesign` says
   (:meth:`~RefineDesign.waves`) and a later wave's first cells, placed by the law fitted on
   the waves before it;
 - the step beyond a bracket (:meth:`~RefineDesign.extension`: a censored pair's next size, or
-  none) and inside it (:meth:`~RefineDesign.cut`).
+  none) and inside it (:meth:`~RefineDesign.cut`), and how many cuts a pair may spend
+  (:meth:`~RefineDesign.round_cap`).
 
 :class:`GridDesign` (``refine.design: grid``): every depth at every ``space.budgets``, one wave,
 no extension, the cut at the bracket's midpoint in ln N. :class:`LawDesign` (``law``): two
 sizes per pair, ``N*_law·e^(∓reach)`` around the N* of the law (``fit.reference`` for the
 first wave, the running fit for later ones), extensions that double the searched span beyond a
-censored edge within ``space.budgets``' range, and the cut beside the interpolated root of Δ.
+censored edge within ``space.budgets``' range, the cut beside the interpolated root of Δ, and
+a cut budget that grows with the span the extensions left (:func:`round_cap`).
 Every choice depends on the pair's own points and the law that placed its first sizes, so a
 resumed study proposes the same sizes again. Rules and their reasons: docs/statistics.md
 ("Where the next size goes, and when a pair stops").
@@ -76,6 +78,8 @@ class RefineDesign(Protocol):
     ) -> float | None: ...
 
     def cut(self, outcome: Outcome, within_noise: Sequence[float], seeds: int) -> float: ...
+
+    def round_cap(self, points: Sequence[PairPoint], max_rounds: int) -> int: ...
 
 
 def design_for(spec: ExperimentSpec) -> RefineDesign:
@@ -154,6 +158,9 @@ class GridDesign:
 
     def cut(self, outcome: Outcome, within_noise: Sequence[float], seeds: int) -> float:
         return midpoint(outcome.low, outcome.high, within_noise)
+
+    def round_cap(self, points: Sequence[PairPoint], max_rounds: int) -> int:
+        return max_rounds  # the grid's brackets are one budget step wide from the start
 
 
 class LawDesign:
@@ -288,6 +295,23 @@ class LawDesign:
         sd = max(low_end.sd, high_end.sd)
         se = sd / math.sqrt(seeds) if math.isfinite(sd) else 0.0
         return interpolated_cut(outcome.low, outcome.high, low_end.mean, high_end.mean, se)
+
+    def round_cap(self, points: Sequence[PairPoint], max_rounds: int) -> int:
+        """``max_rounds`` plus the halvings the extensions added (:func:`round_cap`)."""
+        return round_cap([p.log_n for p in points], max_rounds, self.reach)
+
+
+def round_cap(log_ns: Sequence[float], max_rounds: int, reach: float) -> int:
+    """Cuts a law-design pair may spend: ``max_rounds`` for its first span (``2·reach``
+    e-folds), one more for every doubling of the span its points cover beyond it. Why: a guess
+    far off leaves, after extensions, a bracket many times the first span wide, and a cap set
+    for the first span stops such a pair with its bracket still wide (docs/statistics.md,
+    "Where the next size goes, and when a pair stops"). ``max_rounds: 0`` stays 0."""
+    if max_rounds <= 0 or len(log_ns) < 2 or reach <= 0:
+        return max_rounds
+    span = max(log_ns) - min(log_ns)
+    doublings = math.ceil(math.log2(span / (2.0 * reach)) - 1e-9) if span > 2.0 * reach else 0
+    return max_rounds + doublings
 
 
 def wave_cells(

@@ -6,11 +6,14 @@ From a pair's decided points (:mod:`~dwtune.core.refine.outcome`), in this order
 1. ``verify``: a decisive point (a bracket end, a censored pair's edge, a crossing's end) still
    undecided gets seeds, at least ``MIN_DECIDE_SEEDS``, up to ``refine.max_seeds``;
 2. ``extend``: a pair that is not bracketed goes beyond its decided edge where its design
-   extends (:mod:`~dwtune.core.refine.design`), else it closes with its status;
+   extends (:mod:`~dwtune.core.refine.design`); where it extends no further, a point within
+   noise beyond its decided edge more than ``refine.tolerance`` away has that gap cut at its
+   midpoint (rounds allowing); else it closes with its status;
 3. ``scan``: a bracketed pair's gaps beside the bracket get probes
    (:mod:`~dwtune.core.refine.probes`), their signs provisional;
 4. ``bisect``: the bracket is cut where the design places its cut, until
-   ``N_high/N_low − 1 ≤ refine.tolerance``, ``refine.max_rounds`` rounds, two points within
+   ``N_high/N_low − 1 ≤ refine.tolerance``, the design's round cap
+   (:meth:`~dwtune.core.refine.design.RefineDesign.round_cap`), two points within
    noise inside the bracket, or no legal width between its ends;
 5. before closing, the N* estimate's support probes, and each decisive point is re-verified
    with twice its seeds (at most ``max_seeds``); a sign that does not hold moves the bracket.
@@ -104,6 +107,44 @@ def decide_seeds(refine: RefineConfig) -> int:
 
 
 WIDTH_RESOLUTION = "width resolution: no legal width between the bracket ends"
+ROUND_CAP = "max_rounds"  # how a reason for a pair stopped on its round cap begins
+
+
+def round_cap_reason(cap: int) -> str:
+    """Why a pair stopped on its round cap (:func:`is_round_capped` reads it back)."""
+    return f"{ROUND_CAP} ({cap}) reached"
+
+
+def is_round_capped(reason: str) -> bool:
+    """Whether ``reason`` says the pair stopped on its round cap."""
+    return reason.startswith(ROUND_CAP)
+
+
+def undecided_gap(points: Sequence[PairPoint], outcome: Outcome, tolerance: float) -> float | None:
+    """ln N of the midpoint between a pair's decided edge and its nearest point within noise
+    beyond that edge, where the two lie more than ``tolerance`` apart (``N_far/N_edge − 1``);
+    None for a bracketed pair, a pair without one decided edge or without such a point.
+
+    Why: a pair whose far point is undecided holds N* (or a Δ too small to sign) in that gap;
+    leaving it uncut reports a one-sided bound where one more size would bracket N*."""
+    if outcome.status == vocabulary.TransitionStatus.BRACKETED:
+        return None
+    if (outcome.low_point is None) == (outcome.high_point is None):
+        return None
+    edge = outcome.low_point or outcome.high_point
+    assert edge is not None
+    side = 1.0 if outcome.low_point is not None else -1.0
+    beyond = [
+        p.log_n
+        for p in points
+        if p.n and not p.decision.decided and side * (p.log_n - edge.log_n) > 0
+    ]
+    if not beyond:
+        return None
+    far = min(beyond, key=lambda x: abs(x - edge.log_n))
+    if abs(far - edge.log_n) <= math.log1p(tolerance):
+        return None
+    return 0.5 * (far + edge.log_n)
 
 
 def plan_step(
@@ -158,10 +199,14 @@ def policy(
     pending = [p for p in outcome.decisive if not p.decision.decided and p.n]
     if pending:
         return Step(StepKind.VERIFY, outcome, point=pending[0], seeds=decide_seeds(refine))
+    cap = design.round_cap(points, refine.max_rounds)
     if outcome.status != vocabulary.TransitionStatus.BRACKETED:
         log_n = design.extension(points, outcome, span)
         if log_n is not None and not taken(log_n):
             return Step(StepKind.EXTEND, outcome, log_n=log_n, seeds=decide_seeds(refine))
+        gap = undecided_gap(points, outcome, refine.tolerance) if rounds < cap else None
+        if gap is not None and not taken(gap):
+            return Step(StepKind.CUT, outcome, log_n=gap, seeds=decide_seeds(refine))
         return close(outcome, refine, outcome.status)
     probe = scan_proposal([p.log_n for p in points], outcome, refine, taken)
     if probe is not None:
@@ -184,8 +229,8 @@ def policy(
     ]
     if math.exp(outcome.high - outcome.low) - 1.0 <= refine.tolerance:
         return finish("tolerance reached")
-    if rounds >= refine.max_rounds:
-        return finish(f"max_rounds ({refine.max_rounds}) reached")
+    if rounds >= cap:
+        return finish(round_cap_reason(cap))
     if len(inside) >= 2:
         return finish("noise floor: Δ within noise at max_seeds")
     log_n = design.cut(outcome, [p.log_n for p in inside], decide_seeds(refine))

@@ -4,11 +4,16 @@
 :func:`make_transition` estimates N* from every point of the pair by the one rule
 (:func:`~dwtune.core.refine.estimate.estimate_crossing`); a bracketed pair reports N*, its
 68%/95% intervals, σ(ln N*) and ``width_deep_err = width_deep · σ / 2``; any other pair keeps
-the bounds its decided signs give. See docs/statistics.md ("Status, bounds and the statement").
+the bounds its decided signs give. A bracketed pair that stopped on its round cap with its
+bracket still wider than ``WIDE`` tolerances (:func:`capped_wide`) reports a 95% interval that
+spans the whole bracket and says so in its reason: between its ends only the decided signs
+hold, and an estimate interpolated across a wide bracket is no better than its shape. See
+docs/statistics.md ("Status, bounds and the statement").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +25,7 @@ from dwtune.core import vocabulary
 from dwtune.core.refine.estimate import CrossingEstimate, estimate_crossing
 from dwtune.core.refine.points import PairPoint, mark_unstable
 from dwtune.core.refine.signs import SignedPoint, noise_prior, sign_rule
+from dwtune.core.refine.steps import is_round_capped
 from dwtune.core.spec import RefineConfig
 from dwtune.core.vocabulary import SizeConvention
 
@@ -71,6 +77,33 @@ def width_at(points: Sequence[PairPoint], log_n: float, depth: int, convention: 
         return math.sqrt(math.exp(log_n) / (12.0 * depth))
     x = [p.log_n for p in points]
     return math.exp(float(np.interp(log_n, x, [math.log(p.width_deep) for p in points])))
+
+
+WIDE = 2.0  # a bracket wider than this many tolerances (in ln N) is wide at the round cap
+CAPPED_WIDE = "the bracket is still wide at the round cap: the 95% interval spans it"
+# the statement's closing sentence for such a pair (the report's law checks look for it)
+CAPPED_SENTENCE = (
+    "The pair stopped on its round cap with its bracket still wide, so this interval spans "
+    "the bracket: between its ends only the decided signs hold."
+)
+
+
+def capped_wide(estimate: CrossingEstimate, reason: str, tolerance: float) -> bool:
+    """Whether a bracketed pair stopped on its round cap with its bracket (the decided signs'
+    bounds) wider than ``WIDE · ln(1 + tolerance)`` in ln N."""
+    low, high = estimate.bound_low, estimate.bound_high
+    if not is_round_capped(reason) or low is None or high is None or low <= 0:
+        return False
+    return math.log(high / low) > WIDE * math.log1p(tolerance)
+
+
+def _spanning(estimate: CrossingEstimate) -> CrossingEstimate:
+    """``estimate`` with its 95% interval widened to span its bracket (:func:`capped_wide`)."""
+    assert estimate.n_star_low is not None and estimate.n_star_high is not None
+    assert estimate.bound_low is not None and estimate.bound_high is not None
+    low = min(estimate.n_star_low, estimate.bound_low)
+    high = max(estimate.n_star_high, estimate.bound_high)
+    return dataclasses.replace(estimate, n_star_low=low, n_star_high=high)
 
 
 def _bound(size: float | None) -> float:
@@ -166,7 +199,11 @@ def make_transition(
     points = mark_unstable(points)
     measured = [p.delta_point() for p in points]
     estimate = estimate_crossing(measured, prior=noise_prior(refine), rule=sign_rule(refine))
+    capped = capped_wide(estimate, reason, refine.tolerance)
+    if capped:
+        estimate, reason = _spanning(estimate), f"{reason}; {CAPPED_WIDE}"
     said = statement(pair, estimate, estimate.signed, refine.alpha)
+    said = f"{said} {CAPPED_SENTENCE}" if capped else said
     common = _common_fields(pair, points, estimate, said)
     common.update(trials=trials, rounds=rounds, simulated=simulated, reason=reason)
     if estimate.status != vocabulary.TransitionStatus.BRACKETED:

@@ -8,6 +8,7 @@ leave-one-pair-out projections, and the study bootstrap's intervals.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,11 +104,25 @@ def _bootstrap_lines(boot: dict, name: str = "Study bootstrap") -> list[str]:
     return lines
 
 
-def markdown(record: dict | None) -> list[str]:
-    """The report's "Is the law's form right?" section."""
+def capped_lines(pairs: Sequence[str]) -> list[str]:
+    """The pairs that stopped on their round cap with a wide bracket, or nothing."""
+    if not pairs:
+        return []
+    return [
+        f"Stopped on the round cap with a wide bracket: {', '.join(pairs)}. Their 95% intervals "
+        "span the bracket; where Δ bends inside it, N* there is an interpolation, and a law "
+        "designed around a wrong guess can lean on it (more refine rounds narrow it).",
+        "",
+    ]
+
+
+def markdown(record: dict | None, capped: Sequence[str] = ()) -> list[str]:
+    """The report's "Is the law's form right?" section; ``capped``: the pairs that stopped on
+    their round cap with a wide bracket."""
     lines = ["## Law checks: form, leave-one-pair-out, study bootstrap", ""]
     if record is None:
-        return [*lines, "No fit, so nothing to check.", ""]
+        return [*lines, "No fit, so nothing to check.", "", *capped_lines(capped)]
+    lines += capped_lines(capped)
     lines += [*_forms_lines(record["forms"]), "", *_loo_lines(record), ""]
     lines += _bootstrap_lines(record["bootstrap"])
     if "bootstrap_with_points" in record:
