@@ -94,7 +94,14 @@ def _trainings(
     return f"{first} first trainings, about {cost['total']['trainings']} in all with refine"
 
 
-def format_table(spec: ExperimentSpec, rows: list[dict], cost: dict[str, Any] | None = None) -> str:
+def format_table(
+    spec: ExperimentSpec,
+    rows: list[dict],
+    cost: dict[str, Any] | None = None,
+    refine: str | None = None,
+) -> str:
+    """The plan's text: its header (``refine``: the refine design's line, when given), then a
+    row per first cell."""
     columns = _columns(rows)
     header = [fmt.format(title) for _, title, fmt in columns]
     lines = [
@@ -102,6 +109,7 @@ def format_table(spec: ExperimentSpec, rows: list[dict], cost: dict[str, Any] | 
         + (f" ({SIMULATED_LABEL} loss surface)" if spec.trainer == Trainer.SIMULATED else ""),
         f"size convention {spec.model.size_convention}; width step "
         f"lcm(heads={spec.model.heads}, multiple={spec.model.width_multiple})",
+        *([refine] if refine else []),
         "  ".join(header),
     ]
     lines += ["  ".join(_render(row, columns)) for row in rows]
@@ -142,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
         return code
-    print(format_table(spec, plan.cells, plan.cost))
+    print(format_table(spec, plan.cells, plan.cost, planning.refine_line(plan.refine)))
     for line in planning.corpus_lines(plan.corpus) + planning.packing_lines(plan.packing):
         print(line)
     for line in plan.warnings:

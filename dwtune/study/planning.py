@@ -673,6 +673,22 @@ def _total(stages: list[cost.StageCost]) -> cost.StageCost:
 # --------------------------------------------------------------------------- the plan
 
 
+def refine_info(spec: ExperimentSpec) -> dict | None:
+    """``{design, summary, pairs}`` of the spec's refine stage (core/refine/design.py), or None
+    where it has no refine pairs."""
+    if not spec.refine.pairs:
+        return None
+    design = design_for(spec)
+    return {"design": design.name, "summary": design.summary, "pairs": len(spec.refine.pairs)}
+
+
+def refine_line(info: dict | None) -> str:
+    """``dwtune plan``'s header line naming the refine design and why (:func:`refine_info`)."""
+    if info is None:
+        return "refine: none (no refine.pairs: the grid stage alone)"
+    return f"refine design: {info['design']} ({info['summary']})"
+
+
 @dataclass(frozen=True, repr=False)
 class Plan:
     """Every grid cell of a spec and the checks around it; ``to_dict()`` is ``plan --json``."""
@@ -694,6 +710,12 @@ class Plan:
     def trainings(self) -> int:
         return len(self.cells) * len(self.spec.space.seeds)
 
+    @property
+    def refine(self) -> dict | None:
+        """The refine design the spec uses and what it buys or misses (``plan --json``'s
+        ``refine``); None where the spec has no refine pairs."""
+        return refine_info(self.spec)
+
     def to_dict(self) -> dict:
         return {
             "name": self.spec.name,
@@ -705,6 +727,7 @@ class Plan:
             "warnings": self.warnings,
             "packing": self.packing,
             "cost": self.cost,
+            "refine": self.refine,
             "runnable": self.runnable,
             "refusals": self.refusals,
         }

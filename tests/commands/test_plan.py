@@ -48,8 +48,40 @@ def test_plan_table_is_readable_and_flags_missed_budgets(capsys):
     assert main(["plan", str(ROOT / "search_spaces" / "quickstart.yaml")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("quickstart:")
-    assert "12·L·dx²" in out[2] and "L_th" in out[2]
+    assert out[2].startswith("refine design: grid (")
+    assert "12·L·dx²" in out[3] and "L_th" in out[3]
     assert max(len(line) for line in out[2:-1]) < 120
+
+
+def test_plan_names_the_refine_design_and_why(capsys):
+    """The header's refine line and ``--json``'s ``refine`` agree with the design the spec
+    names: the grid for a dense grid, the law (paper.yaml as shipped), none without pairs."""
+    assert main(["plan", *PAPER_GRID]) == 3
+    grid = capsys.readouterr().out.splitlines()[2]
+    assert grid.startswith("refine design: grid (every depth at every space.budgets")
+    assert "second sign change" in grid
+    assert main(["plan", *PAPER_GRID, "--json"]) == 3
+    refine = json.loads(capsys.readouterr().out)["refine"]
+    assert refine == {
+        "design": "grid",
+        "summary": grid[len("refine design: grid (") : -1],
+        "pairs": 6,
+    }
+
+    assert main(["plan", str(PAPER), "refine.reach=0.5"]) == 3
+    law = capsys.readouterr().out.splitlines()[2]
+    assert law.startswith("refine design: law (each pair's first sizes at levine2020's N*·e^(±0.5)")
+    assert "blind to a second sign change" in law
+    assert main(["plan", str(PAPER), "--json"]) == 3
+    refine = json.loads(capsys.readouterr().out)["refine"]
+    assert refine["design"] == "law" and refine["pairs"] == 6
+    assert "N*·e^(±0.35)" in refine["summary"]
+
+    tiny = str(ROOT / "search_spaces" / "tiny_lr.yaml")
+    assert main(["plan", tiny]) == 0
+    assert capsys.readouterr().out.splitlines()[2].startswith("refine: none")
+    assert main(["plan", tiny, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["refine"] is None
 
 
 def test_simulated_plan_is_labelled_simulated(capsys):
@@ -124,9 +156,9 @@ def test_plan_json_and_table_show_the_workers_of_each_cell(capsys):
 
     assert main(["plan", str(QUICKSTART), "resources.workers_per_trial=2"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    header = lines[2].split()
+    header = lines[3].split()
     assert header[-4:] == ["regime", "workers", "mbatch", "fused"]
-    rows = [line.split() for line in lines[3:9]]
+    rows = [line.split() for line in lines[4:10]]
     # workers, mbatch, fused ("below L_th": 2 words); on CPU every trial shards: none fuses
     assert all(row[-3] == "2" and row[-1] == "1" for row in rows)
     assert "6 of 6 cells shard each trial over its workers" in "\n".join(lines)

@@ -323,7 +323,7 @@ def test_a_study_that_fits_only_as_micro_batches_plans_with_exit_0(tmp_path, cap
     assert split[(48, 3e9)][1] > 1 and all(c["fits"] for c in plan["cells"])
     assert main(["plan", spec]) == 0
     out = capsys.readouterr().out
-    assert "mbatch" in out.splitlines()[2] and "`dwtune run` would refuse" not in out
+    assert "mbatch" in out.splitlines()[3] and "`dwtune run` would refuse" not in out
     assert main(["plan", spec, "train.micro_batch_size=512"]) == 3  # the whole batch, forced
     assert "does_not_fit (resources.gpu): resources.gpu: got 1;" in capsys.readouterr().out
 

@@ -51,6 +51,12 @@ class RefineDesign(Protocol):
 
     name: str  # the spec's refine.design
 
+    @property
+    def summary(self) -> str:
+        """Where the design puts a pair's points and what that costs or misses, in one line
+        (``dwtune plan``'s ``refine design:`` line)."""
+        ...
+
     def first_wave_cells(self) -> list[GridCell]: ...
 
     def first_cells(self) -> list[GridCell]: ...
@@ -110,6 +116,10 @@ class GridDesign:
 
     def __init__(self, spec: ExperimentSpec):
         self.spec = spec
+
+    @property
+    def summary(self) -> str:
+        return "every depth at every space.budgets; sees a second sign change, trains every cell"
 
     def first_wave_cells(self) -> list[GridCell]:
         """The grid stage's cells: every depth at every budget."""
@@ -177,6 +187,13 @@ class LawDesign:
     def __init__(self, spec: ExperimentSpec):
         self.spec = spec
         self.reach = spec.refine.reach
+
+    @property
+    def summary(self) -> str:
+        return (
+            f"each pair's first sizes at {self.spec.fit.reference}'s N*·e^(±{self.reach:g}); "
+            "fewer trainings, blind to a second sign change away from N*"
+        )
 
     # ------------------------------------------------------------------ first sizes and waves
 
