@@ -68,6 +68,7 @@ def watched_run(write_spec, simulated_raw, tmp_path_factory):
 # order puts hostile/ and study/ last, so one of them started late sets the run's wall time;
 # handed out first, the short files fill the gaps behind them.
 _LONG_FILES_FIRST = (
+    "tests/study/test_cluster_rehearsal.py",  # the longest: started last, it ran alone
     "tests/study/test_ray_sharded.py",
     "tests/study/test_trackers_ray.py",
     "tests/hostile/test_kill_and_disk.py",
