@@ -16,9 +16,11 @@ from pathlib import Path
 from dwtune.core.spec import spec_from_dict
 from dwtune.study.cost_estimate import refine_estimate
 from dwtune.study.forecast import RefineForecast
+from tests.helpers.processes import Processes
 from tests.helpers.specs import small_simulated
 
 ROOT = Path(__file__).resolve().parents[2]
+FORECAST = f"{sys.executable} -m dwtune.study.forecast"  # the child's command line
 RAW = small_simulated(
     name="forecast",
     space={"depths": [6, 12], "budgets": {"min": 1e6, "max": 1e9, "num": 4}, "seeds": 1},
@@ -44,22 +46,6 @@ def test_the_child_delivers_the_planners_refine_trainings_per_pair():
     assert delivered == [dict(expected)] and sum(expected.values()) > 0
 
 
-def _children(pid: int) -> list[int]:
-    tasks = Path(f"/proc/{pid}/task")
-    found = []
-    for task in tasks.iterdir():
-        found += [int(c) for c in (task / "children").read_text().split()]
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def test_a_killed_driver_takes_its_forecast_with_it(tmp_path):
     # a forecast with much to do: the driver is killed long before it is done
     raw = {**RAW, "space": {**RAW["space"], "depths": [6, 12, 18, 24]}}
@@ -75,14 +61,14 @@ def test_a_killed_driver_takes_its_forecast_with_it(tmp_path):
     driver = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=tmp_path)
     try:
         deadline = time.monotonic() + 60
-        while not (children := _children(driver.pid)):
+        while not (children := Processes.children_named(FORECAST, driver.pid)):
             assert time.monotonic() < deadline, "the forecast never started"
             time.sleep(0.05)
         [child] = children
         driver.send_signal(signal.SIGKILL)
         driver.wait(10)
         deadline = time.monotonic() + 10
-        while _alive(child):
+        while Processes.alive(child):
             assert time.monotonic() < deadline, "the forecast outlived its driver by 10 s"
             time.sleep(0.05)
     finally:
