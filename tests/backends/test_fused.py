@@ -29,7 +29,8 @@ from dwtune.core.budget import ModelShape
 from dwtune.core.errors import InputError
 from dwtune.core.memory import micro_batches
 from dwtune.core.parametrization import parametrization_for
-from dwtune.core.spec import TrainConfig, spec_from_dict
+from dwtune.core.spec import TrainConfig
+from tests.helpers.specs import unit_spec
 
 SHAPE = ModelShape(depth=2, width=16, heads=2, vocab_size=96, seq_len=16)
 SEEDS = (0, 1, 2)
@@ -43,24 +44,7 @@ def cache_dir(tmp_path_factory) -> str:
 
 
 def make_spec(cache_dir: str, **train):
-    settings = {
-        "steps": 60,
-        "batch_size": 4,
-        "lr": 3e-3,
-        "warmup_steps": 5,
-        "eval_every": 10,
-        "eval_batches": 2,
-        **train,
-    }
-    return spec_from_dict(
-        {
-            "name": "unit",
-            "space": {"depths": [2], "budgets": [1e4]},
-            "data": {"cache_dir": cache_dir, "seq_len": 16, "vocab_size": 96},
-            "model": {"width_multiple": 2},
-            "train": settings,
-        }
-    )
+    return unit_spec(cache_dir, depth=2, budget=1e4, **{"steps": 60, **train})
 
 
 def relative(a: float, b: float) -> float:

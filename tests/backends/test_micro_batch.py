@@ -19,6 +19,7 @@ from dwtune.core.budget import ModelShape
 from dwtune.core.errors import InputError
 from dwtune.core.records import trial_identity
 from dwtune.core.spec import spec_from_dict
+from tests.helpers.specs import unit_spec
 
 SHAPE = ModelShape(depth=2, width=16, heads=2, vocab_size=96, seq_len=16)
 BATCH = 6
@@ -31,24 +32,11 @@ def cache_dir(tmp_path_factory) -> str:
 
 
 def make_spec(cache_dir: str, **train):
-    settings = {
-        "steps": 30,
-        "batch_size": BATCH,
-        "lr": 3e-3,
-        "warmup_steps": 5,
-        "eval_every": 10,
-        "eval_batches": 2,
-        "device": "cpu",
-        **train,
-    }
-    return spec_from_dict(
-        {
-            "name": "micro",
-            "space": {"depths": [2], "budgets": [6e3]},
-            "data": {"cache_dir": cache_dir, "seq_len": 16, "vocab_size": 96},
-            "model": {"width_multiple": 2},
-            "train": settings,
-        }
+    return unit_spec(
+        cache_dir,
+        depth=2,
+        budget=6e3,
+        **{"steps": 30, "batch_size": BATCH, "device": "cpu", **train},
     )
 
 

@@ -23,7 +23,8 @@ from dwtune.core import vocabulary
 from dwtune.core.budget import ModelShape
 from dwtune.core.errors import InputError
 from dwtune.core.records import make_request
-from dwtune.core.spec import TrainConfig, spec_from_dict
+from dwtune.core.spec import TrainConfig
+from tests.helpers.specs import unit_spec
 
 REPORT_KEYS = {
     vocabulary.TRAIN_LOSS,
@@ -49,24 +50,7 @@ def cache_dir(tmp_path_factory) -> str:
 
 
 def make_spec(cache_dir: str, seq_len: int = 16, **train) -> object:
-    settings = {
-        "steps": 40,
-        "batch_size": 4,
-        "lr": 3e-3,
-        "warmup_steps": 5,
-        "eval_every": 10,
-        "eval_batches": 2,
-        **train,
-    }
-    return spec_from_dict(
-        {
-            "name": "unit",
-            "space": {"depths": [1], "budgets": [1e4]},
-            "data": {"cache_dir": cache_dir, "seq_len": seq_len, "vocab_size": 96},
-            "model": {"width_multiple": 2},
-            "train": settings,
-        }
-    )
+    return unit_spec(cache_dir, depth=1, budget=1e4, seq_len=seq_len, **train)
 
 
 def run(spec, shape=SHAPE, seed=0, **kwargs) -> tuple[list[dict], dict]:

@@ -26,3 +26,28 @@ def small_simulated(**sections: dict) -> dict:
         else:
             raw[key] = value
     return raw
+
+
+def unit_spec(cache_dir: str, depth: int, budget: float, seq_len: int = 16, **train):
+    """A one-shape spec for the trainer's unit tests: a 96-token vocabulary, 16-token windows,
+    a batch of 4, a few evaluations (``train`` overrides any of these training settings)."""
+    from dwtune.core.spec import spec_from_dict  # the specs above stay plain dicts
+
+    settings = {
+        "steps": 40,
+        "batch_size": 4,
+        "lr": 3e-3,
+        "warmup_steps": 5,
+        "eval_every": 10,
+        "eval_batches": 2,
+        **train,
+    }
+    return spec_from_dict(
+        {
+            "name": "unit",
+            "space": {"depths": [depth], "budgets": [budget]},
+            "data": {"cache_dir": cache_dir, "seq_len": seq_len, "vocab_size": 96},
+            "model": {"width_multiple": 2},
+            "train": settings,
+        }
+    )
