@@ -2,12 +2,13 @@
 trainings.
 
 Runs the spec as ``dwtune run`` does (Ray Tune unless ``--runner local``) in a scratch folder,
-with the progress display silent, and samples at every finished trial the ETA it would show:
-``forecast`` (the planner's refine estimate, corrected as pairs finish: dwtune.study.progress)
-and ``rounds`` (the same display without a forecast: trials planned plus the rounds each pair
-may still take, the ETA before the forecast). The time really left is measured from the sample
-to the last trial's end (export, fit and report take a few seconds more). Prints one row per
-quarter of the trainings finished: the ETA, the time left and the error (ETA / left - 1).
+with the progress display silent, and samples at every finished trial two ETAs side by side:
+``cost`` (the display's: the cost of the work left over the recent pace, at least the longest
+chain of refine rounds still to come; dwtune.study.eta) and ``count`` (the rule before it: the
+trainings left, forecast included, over the rate the last quarter of the finished trials came
+at). The time really left is measured from the sample to the last trial's end (export, fit and
+report take a few seconds more). Prints one row per quarter of the trainings finished: the
+ETA, the time left and the error (ETA / left - 1).
 
     python benchmarks/eta.py                                   # search_spaces/simulated.yaml
     python benchmarks/eta.py search_spaces/quickstart.yaml     # real training: minutes
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +28,7 @@ from dwtune.study.pipeline import Study
 from dwtune.study.progress import QUIET, StudyProgress, format_duration
 
 QUARTERS = (0.25, 0.5, 0.75)
+COUNT_RATE_TRIALS = 10  # the count rule's fewest trials (then the last quarter of them)
 
 
 class Recorder(StudyProgress):
@@ -34,31 +37,40 @@ class Recorder(StudyProgress):
     def __init__(self):
         super().__init__(verbosity=QUIET)
         self.samples: list[tuple[float, int, int, float, float]] = []
-        self.lefts: list[tuple[float, float, float]] = []  # (time, trials left: forecast, rounds)
+        self.details: list[tuple[float, float, float]] = []  # (trainings left, pace, chain)
 
     def trial_finished(self, request, record) -> None:
         super().trial_finished(request, record)
-        forecast, left = self.eta_s(), self.trials_left()
-        kept, self.forecasts = self.forecasts, {}
-        rounds, left_rounds = self.eta_s(), self.trials_left()  # the same without the forecast
-        self.forecasts = kept
         now = time.monotonic() - self.started
-        self.lefts.append((now, left, left_rounds))
-        self.samples.append((now, len(self.finished), len(self.planned), forecast, rounds))
+        self.samples.append(
+            (now, len(self.finished), len(self.planned), self.eta_s(), self.count_eta_s())
+        )
+        self.details.append((self.trials_left(), self.pace.throughput(time.monotonic()), 0.0))
+
+    def count_eta_s(self) -> float:
+        """The rule before the cost rule: trainings left over the last quarter's finish rate."""
+        left = self.trials_left()
+        if left <= 0:
+            return 0.0
+        times = [finish.time for finish in self.pace.finishes]
+        now = time.monotonic()
+        window = min(max(COUNT_RATE_TRIALS, len(times) // 4), len(times) - 1)
+        if window < COUNT_RATE_TRIALS:
+            began = self.pace.first_start or now
+            return left / (len(times) / max(now - began, 1e-9)) if times else math.inf
+        return left / (window / max(now - times[-1 - window], 1e-9))
 
 
 def quarter_rows(recorder: Recorder) -> list[str]:
     end = recorder.samples[-1][0]
     rows = []
     for share in QUARTERS:
-        t, done, planned, forecast, rounds = recorder.samples[
-            round(share * len(recorder.samples)) - 1
-        ]
+        t, done, planned, cost, count = recorder.samples[round(share * len(recorder.samples)) - 1]
         left = end - t
         rows.append(
             f"{share:>4.0%}  {format_duration(t):>6}  {done:>4}/{planned:<4}  "
-            f"{format_duration(left):>6}  {format_duration(forecast):>6} "
-            f"({forecast / left - 1:+.0%})  {format_duration(rounds):>6} ({rounds / left - 1:+.0%})"
+            f"{format_duration(left):>6}  {format_duration(cost):>6} ({cost / left - 1:+.0%})"
+            f"  {format_duration(count):>6} ({count / left - 1:+.0%})"
         )
     return rows
 
@@ -67,22 +79,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("spec", nargs="?", default="search_spaces/simulated.yaml")
     parser.add_argument("--runner", choices=("ray", "local"), default="ray")
-    parser.add_argument("--samples", help="write (time, trials left) per finished trial here")
+    parser.add_argument("--samples", help="write every sample (time, done, planned, ETAs) here")
     args = parser.parse_args()
     recorder = Recorder()
     with tempfile.TemporaryDirectory(prefix="dwtune-eta-") as storage:
         Study(load_spec(args.spec)).run(storage, progress=recorder, runner=args.runner)
-    forecast = sum(recorder.forecasts.values())
+    forecast = sum(count for count, _ in recorder.forecasts.values())
     print(
         f"{args.spec} ({args.runner}): {len(recorder.finished)} trainings in "
         f"{format_duration(recorder.samples[-1][0])} to the last trial; the planner forecast "
         f"{forecast} refine trainings"
     )
-    print("done    time  done/planned    left  ETA forecast (error)  ETA rounds (error)")
+    print("done    time  done/planned    left  ETA cost (error)  ETA count, before (error)")
     for row in quarter_rows(recorder):
         print(row)
     if args.samples:
-        Path(args.samples).write_text(json.dumps(recorder.lefts))
+        Path(args.samples).write_text(json.dumps([recorder.samples, recorder.details]))
 
 
 if __name__ == "__main__":

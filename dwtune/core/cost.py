@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from dwtune.core.budget import ModelShape, flops_per_token
 from dwtune.core.errors import InputError
+from dwtune.core.vocabulary import Trainer
 
 # Dense bf16 peak FLOP/s (no sparsity), from the vendors' data sheets, and the memory of one
 # GPU as the device reports it (torch.cuda.get_device_properties().total_memory, the figure
@@ -61,6 +62,13 @@ def trial_flops(
     per_token = flops_per_token(shape)
     train = per_token * train_tokens * (RECOMPUTE_FACTOR if recompute else 1.0)
     return train + per_token / 3 * eval_tokens
+
+
+def relative_trial_cost(trainer: str, shape: ModelShape) -> float:
+    """A trial's expected training time up to a factor shared by every trial of a spec: its
+    FLOPs per token (a spec's trials all train the same tokens); 1 on the simulated backend,
+    which spends the same time on every shape."""
+    return 1.0 if trainer == Trainer.SIMULATED else flops_per_token(shape)
 
 
 def gpu_hours(flops: float, peak_flops: float, mfu: float) -> float:

@@ -9,8 +9,9 @@ the CPU, and it ends with the study:
 * the driver sends the spec (pickled, length first) on the child's stdin and keeps the pipe
   open; the child ends itself when it reads end-of-file there, so a driver that dies (even by
   SIGKILL) takes its forecast with it;
-* the child prints each pair's refine trainings as one JSON object and exits; a thread of the
-  driver reads it and hands it to the display;
+* the child prints each pair's refine trainings and their summed cost
+  (:func:`~dwtune.core.cost.relative_trial_cost` on the spec's own trainer) as one JSON object
+  and exits; a thread of the driver reads it and hands it to the display;
 * :meth:`RefineForecast.stop` (the study ends first) kills the child.
 
 A forecast that fails or never arrives changes nothing but the ETA: the display falls back to
@@ -27,17 +28,19 @@ import struct
 import subprocess
 import sys
 import threading
-from collections import Counter
 from collections.abc import Callable
 
 NICENESS = 10  # below the trials, which the forecast must not slow
 _LENGTH = struct.Struct("!Q")
 
+# pair label -> (refine trainings, their summed relative cost)
+Forecast = dict[str, tuple[int, float]]
+
 
 class RefineForecast:
     """A child process computing the spec's refine forecast; ``deliver`` gets it."""
 
-    def __init__(self, spec: object, deliver: Callable[[dict[str, int]], None]):
+    def __init__(self, spec: object, deliver: Callable[[Forecast], None]):
         self._process = subprocess.Popen(
             [sys.executable, "-m", __name__],
             stdin=subprocess.PIPE,
@@ -51,7 +54,7 @@ class RefineForecast:
             target=self._await, args=(payload, deliver), name="dwtune-forecast", daemon=True
         ).start()
 
-    def _await(self, payload: bytes, deliver: Callable[[dict[str, int]], None]) -> None:
+    def _await(self, payload: bytes, deliver: Callable[[Forecast], None]) -> None:
         stdin, stdout = self._process.stdin, self._process.stdout
         assert stdin is not None and stdout is not None
         try:
@@ -63,7 +66,12 @@ class RefineForecast:
         if self._process.wait() != 0:
             return
         with contextlib.suppress(ValueError):
-            deliver({str(pair): int(count) for pair, count in json.loads(answer).items()})
+            deliver(
+                {
+                    str(pair): (int(count), float(cost))
+                    for pair, (count, cost) in json.loads(answer).items()
+                }
+            )
 
     def stop(self) -> None:
         """End the child now (a finished one is left as it is)."""
@@ -90,11 +98,17 @@ def _main() -> None:
     (length,) = _LENGTH.unpack(_read_exactly(stdin, _LENGTH.size))
     spec = pickle.loads(_read_exactly(stdin, length))
     threading.Thread(target=_exit_when_the_driver_is_gone, args=(stdin,), daemon=True).start()
-    from dwtune.study.cost_estimate import refine_estimate  # after the spec: start-up is quick
+    # after the spec: start-up is quick
+    from dwtune.core.cost import relative_trial_cost
+    from dwtune.study.cost_estimate import refine_estimate
 
-    rounds = refine_estimate(spec).rounds
-    counts = Counter(request.pair for batch in rounds for request in batch)
-    sys.stdout.write(json.dumps(dict(counts)))
+    forecast: dict[str, list[float]] = {}
+    for batch in refine_estimate(spec).rounds:
+        for request in batch:
+            count_cost = forecast.setdefault(str(request.pair), [0, 0.0])
+            count_cost[0] += 1
+            count_cost[1] += relative_trial_cost(spec.trainer, request.shape)
+    sys.stdout.write(json.dumps(forecast))
     sys.stdout.flush()
     os._exit(0)  # not a normal shutdown: the watching thread is blocked reading stdin
 

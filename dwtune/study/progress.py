@@ -17,14 +17,12 @@ Lines of their own (start-up facts, each pair's decisions, failures) print above
 returns, the status at most every ``interval_s`` seconds; the first line says SIMULATED when
 the backend is simulated.
 
-The ETA is the study's, not a batch's: trials left over the rate the last quarter of the
-finished trials came at. Trials left are those planned and not finished, plus each unfinished
-pair's refine trainings still to come: the planner's forecast of them (:meth:`forecast`, the
-refine stage of the spec's simulated twin, as ``dwtune plan --cost`` estimates it) less what
-the pair has asked for, scaled by how the finished pairs' trainings compared with their
-forecast; without a forecast, the rounds each pair may still take (at most
-``refine.max_rounds``). Its error on ``search_spaces/simulated.yaml``: benchmarks/README.md
-("The study's ETA").
+The ETA is the study's, not a batch's (:mod:`dwtune.study.eta`: the cost of the work left over
+the recent pace). The refine
+trainings still to come are each unfinished pair's forecast (:meth:`forecast`, the refine stage
+of the spec's simulated twin, as ``dwtune plan --cost`` estimates it) less what the pair has
+asked for, scaled by how the finished pairs' trainings compared with their forecast; without a
+forecast, the rounds each pair may still take (at most ``refine.max_rounds``).
 
 Verbosity: ``QUIET`` shows only warnings (failures, retries), ``NORMAL`` the display and its
 lines, ``VERBOSE`` also one line per finished trial. :class:`ProgressHandler` sends the
@@ -45,6 +43,7 @@ from typing import TextIO
 
 from dwtune.core import vocabulary
 from dwtune.core.records import TrialRecord, TrialRequest
+from dwtune.study import eta
 
 # Seconds between status lines when the stream is not a terminal.
 LOG_INTERVAL_S = 30.0
@@ -55,8 +54,6 @@ ERROR_CHARS = 200
 # Pair rows shown on a terminal; the rest are summed up in one row.
 MAX_PAIR_ROWS = 8
 QUIET, NORMAL, VERBOSE = 0, 1, 2
-# Fewest finished trials the ETA's rate is measured over (then the last quarter of them).
-RATE_TRIALS = 10
 
 log = logging.getLogger("dwtune")
 
@@ -115,14 +112,14 @@ class StudyProgress:
         self.planned: dict[str, float] = {}  # trial_id -> expected cost, trials to train
         self.running: dict[str, float] = {}  # trial_id -> start time (s, monotonic)
         self.finished: set[str] = set()
-        self.finish_times: list[float] = []  # monotonic seconds, one per finished trial
+        self.pace = eta.Pace()
         self.failed = 0
         self.pairs: dict[str, PairState] = {}
         self.per_round = 2.0  # trainings a refine round asks for (both depths × seeds)
-        self.forecasts: dict[str, int] = {}  # pair -> refine trainings the planner expects
+        # pair -> (refine trainings the planner expects, their summed cost)
+        self.forecasts: dict[str, tuple[int, float]] = {}
         self.asked: dict[str, set[str]] = {}  # pair -> refine trainings it has asked for
         self.started = time.monotonic()
-        self.first_trial: float | None = None
         self._last_draw = 0.0
         self._live = None
         self._printed: tuple = ()
@@ -163,10 +160,14 @@ class StudyProgress:
             self.note(message)
         self.tick(force=True)
 
-    def forecast(self, refine_trainings: dict[str, int]) -> None:
-        """The planner's estimate of each pair's refine trainings: the ETA counts them from
-        the start instead of learning of them round by round (module doc)."""
-        self.forecasts = dict(refine_trainings)
+    def forecast(self, refine: dict[str, tuple[int, float]] | dict[str, int]) -> None:
+        """The planner's estimate of each pair's refine trainings (and their summed cost; a
+        bare count costs what the pair's planned trials cost on average): the ETA counts them
+        from the start instead of learning of them round by round (module doc)."""
+        self.forecasts = {
+            label: value if isinstance(value, tuple) else (int(value), math.nan)
+            for label, value in refine.items()
+        }
 
     def pair(self, label: str, round: int, bracket: float, status: str, done: bool = False):
         """A refine pair after a round: bisection rounds, N_high/N_low, what it does next."""
@@ -233,18 +234,20 @@ class StudyProgress:
 
     def trial_started(self, request: TrialRequest) -> None:
         now = time.monotonic()
-        self.running.setdefault(request.trial_id, now)
+        if request.trial_id not in self.running:
+            self.running[request.trial_id] = now
+            self.pace.started(now)
         self.planned.setdefault(request.trial_id, 1.0)
-        self.first_trial = self.first_trial or now
         self.tick()
 
     def trial_finished(self, request: TrialRequest, record: TrialRecord) -> None:
-        self.running.pop(request.trial_id, None)
-        self.planned.setdefault(request.trial_id, 1.0)
+        now = time.monotonic()
+        began = self.running.pop(request.trial_id, None)
+        cost = self.planned.setdefault(request.trial_id, 1.0)
         if request.trial_id not in self.finished:
-            self.finish_times.append(time.monotonic())
+            seconds = now - began if began is not None else record.wall_time_s
+            self.pace.finished(now, cost, seconds, was_running=began is not None)
         self.finished.add(request.trial_id)
-        self.first_trial = self.first_trial or time.monotonic()
         failed = record.status == vocabulary.STATUS_FAILED
         self.failed += failed
         self._remember(record)
@@ -331,24 +334,37 @@ class StudyProgress:
         return shutil.get_terminal_size((80, 24)).columns - 1
 
     def eta_s(self) -> float:
-        """Seconds the study has left: trials left (planned and forecast) over the rate they
-        have finished at so far; inf before any trial finished, 0 when nothing is left."""
-        left = self.trials_left()
-        if left <= 0:
+        """Seconds the study has left (:mod:`dwtune.study.eta`); inf before any trial
+        finished, 0 when nothing is left."""
+        now = time.monotonic()
+        if self.trials_left() <= 0:
             return 0.0
-        if not self.finished or self.first_trial is None:
+        if not self.pace.finishes:
             return math.inf
-        return left / self._rate()
+        speed = self.pace.speed()
+        work = sum(self._cost_left(t, now, speed) for t in self.planned if t not in self.finished)
+        for label, state in self.pairs.items():
+            if not state.done:
+                work += self._refine_cost(label) * self._to_ask(label, state)
+        return eta.eta_s(work, self.pace.throughput(now))
 
-    def _rate(self) -> float:
-        """Trials finished per second over the last quarter of them (at least RATE_TRIALS):
-        a study's trials change pace (Ray starting, the grid's batch, the refine stage's
-        smaller rounds), so the whole history's rate lags the pace of what is left."""
-        now, times = time.monotonic(), self.finish_times
-        window = min(max(RATE_TRIALS, len(times) // 4), len(times) - 1)
-        if window < RATE_TRIALS:  # too few finished: the rate since the first trial started
-            return len(self.finished) / max(now - (self.first_trial or now), 1e-9)
-        return window / max(now - times[-1 - window], 1e-9)
+    def _cost_left(self, trial_id: str, now: float, speed: float) -> float:
+        """A planned trial's cost, less what it has done if it runs (at the recent speed)."""
+        cost = self.planned[trial_id]
+        began = self.running.get(trial_id)
+        if began is None or not math.isfinite(speed):
+            return cost
+        return cost - min(speed * (now - began), eta.MOST_DONE * cost)
+
+    def _refine_cost(self, label: str) -> float:
+        """The expected cost of one of the pair's refine trainings still to come: its
+        forecast's average, else that of what it (or, before it asked, the study) planned."""
+        count, cost = self.forecasts.get(label, (0, math.nan))
+        if count and math.isfinite(cost):
+            return cost / count
+        asked = self.asked.get(label) or self.planned.keys()
+        costs = [self.planned[t] for t in asked if t in self.planned]
+        return sum(costs) / len(costs) if costs else 1.0
 
     def trials_left(self) -> float:
         """Trials planned and not finished, and the refine trainings still to come."""
@@ -356,26 +372,23 @@ class StudyProgress:
 
     def refine_left(self) -> float:
         """Refine trainings the unfinished pairs have still to ask for (module doc)."""
+        return sum(self._to_ask(label, s) for label, s in self.pairs.items() if not s.done)
+
+    def _to_ask(self, label: str, state: PairState) -> float:
         if not self.forecasts:
-            return sum(s.left(self.per_round) for s in self.pairs.values())
-        scale = self._forecast_scale()
-        left = 0.0
-        for label, state in self.pairs.items():
-            if state.done:
-                continue
-            asked = len(self.asked.get(label, ()))
-            expected = scale * self.forecasts.get(label, 0)
-            # a pair past its forecast still takes a round at least: it is not done
-            left += expected - asked if expected > asked else self.per_round
-        return left
+            return state.left(self.per_round)
+        asked = len(self.asked.get(label, ()))
+        expected = self._forecast_scale() * self.forecasts.get(label, (0, 0.0))[0]
+        # a pair past its forecast still takes a round at least: it is not done
+        return expected - asked if expected > asked else self.per_round
 
     def _forecast_scale(self) -> float:
         """Finished pairs' refine trainings over their forecast (1 before any finished)."""
         done = [label for label, s in self.pairs.items() if s.done and self.forecasts.get(label)]
-        if not done:
+        forecast = sum(self.forecasts[label][0] for label in done)
+        if not forecast:
             return 1.0
-        asked = sum(len(self.asked.get(label, ())) for label in done)
-        return asked / sum(self.forecasts[label] for label in done)
+        return sum(len(self.asked.get(label, ())) for label in done) / forecast
 
     def _counts(self) -> tuple[int, int, int]:
         return len(self.finished), len(self.running), self.failed

@@ -10,9 +10,9 @@ import sys
 import textwrap
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 
+from dwtune.core.cost import relative_trial_cost
 from dwtune.core.spec import spec_from_dict
 from dwtune.study.cost_estimate import refine_estimate
 from dwtune.study.forecast import RefineForecast
@@ -28,13 +28,13 @@ RAW = small_simulated(
 )
 
 
-def test_the_child_delivers_the_planners_refine_trainings_per_pair():
+def test_the_child_delivers_the_planners_refine_trainings_and_their_cost_per_pair():
     spec = spec_from_dict(RAW)
-    delivered: list[dict[str, int]] = []
+    delivered: list[dict[str, tuple[int, float]]] = []
     arrived = threading.Event()
 
-    def deliver(counts: dict[str, int]) -> None:
-        delivered.append(counts)
+    def deliver(forecast: dict[str, tuple[int, float]]) -> None:
+        delivered.append(forecast)
         arrived.set()
 
     forecast = RefineForecast(spec, deliver)
@@ -42,8 +42,12 @@ def test_the_child_delivers_the_planners_refine_trainings_per_pair():
         assert arrived.wait(120), "no forecast within 120 s"
     finally:
         forecast.stop()
-    expected = Counter(r.pair for batch in refine_estimate(spec).rounds for r in batch)
-    assert delivered == [dict(expected)] and sum(expected.values()) > 0
+    expected: dict[str, tuple[int, float]] = {}
+    for request in (r for batch in refine_estimate(spec).rounds for r in batch):
+        count, cost = expected.get(request.pair, (0, 0.0))
+        cost += relative_trial_cost(spec.trainer, request.shape)
+        expected[request.pair] = (count + 1, cost)
+    assert delivered == [expected] and sum(count for count, _ in expected.values()) > 0
 
 
 def test_a_killed_driver_takes_its_forecast_with_it(tmp_path):

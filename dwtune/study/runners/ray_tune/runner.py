@@ -17,7 +17,7 @@ from ray import tune
 from ray._private import ray_constants
 
 from dwtune.core import vocabulary
-from dwtune.core.budget import flops_per_token
+from dwtune.core.cost import relative_trial_cost
 from dwtune.core.errors import InputError
 from dwtune.core.records import TrialRecord, TrialRequest, record_from_result
 from dwtune.core.sharding import fused_seeds, sharded_concurrency, trial_workers
@@ -235,13 +235,7 @@ class TuneRunner:
         return [reused.get(r.trial_id) or self._recorded(r) for r in requests]
 
     def _cost(self, request: TrialRequest) -> float:
-        """Expected training time, up to a factor: FLOPs per token (every trial of a spec
-        trains the same tokens); the simulated backend spends the same time on every shape."""
-        return (
-            1.0
-            if self.spec.trainer == vocabulary.Trainer.SIMULATED
-            else flops_per_token(request.shape)
-        )
+        return relative_trial_cost(self.spec.trainer, request.shape)
 
     def _recorded(self, request: TrialRequest) -> TrialRecord:
         record = self.store.read_record(request.trial_id)
