@@ -25,7 +25,7 @@ from dwtune.core import vocabulary
 from dwtune.core.refine.estimate import CrossingEstimate, estimate_crossing
 from dwtune.core.refine.points import PairPoint, mark_unstable
 from dwtune.core.refine.signs import SignedPoint, noise_prior, sign_rule
-from dwtune.core.refine.steps import is_round_capped
+from dwtune.core.refine.steps import stopped_on_round_cap
 from dwtune.core.spec import RefineConfig
 from dwtune.core.vocabulary import SizeConvention
 
@@ -89,10 +89,11 @@ CAPPED_SENTENCE = (
 
 
 def capped_wide(estimate: CrossingEstimate, reason: str, tolerance: float) -> bool:
-    """Whether a bracketed pair stopped on its round cap with its bracket (the decided signs'
+    """Whether a bracketed pair stopped on its round cap (the step's ``reason`` carries it as a
+    field, :class:`~dwtune.core.refine.steps.StopReason`) with its bracket (the decided signs'
     bounds) wider than ``WIDE · ln(1 + tolerance)`` in ln N."""
     low, high = estimate.bound_low, estimate.bound_high
-    if not is_round_capped(reason) or low is None or high is None or low <= 0:
+    if not stopped_on_round_cap(reason) or low is None or high is None or low <= 0:
         return False
     return math.log(high / low) > WIDE * math.log1p(tolerance)
 
