@@ -321,9 +321,11 @@ class LawDesign:
 
 def round_cap(log_ns: Sequence[float], max_rounds: int, reach: float) -> int:
     """Cuts a law-design pair may spend: ``max_rounds`` for its first span (``2·reach``
-    e-folds), one more for every doubling of the span its points cover beyond it. Why: a guess
-    far off leaves, after extensions, a bracket many times the first span wide, and a cap set
-    for the first span stops such a pair with its bracket still wide (docs/statistics.md,
+    e-folds), one more for every doubling of the span its points cover beyond it. Why: a pair
+    whose guess was far off may reach its bracket with a bracket wider than the first span
+    (extensions that doubled the span did; one-span :func:`extension` steps leave one first
+    span, and the grown cap is then a ceiling), and a cap set for the first span stops such a
+    pair with its bracket still wide (docs/statistics.md,
     "Where the next size goes, and when a pair stops"). ``max_rounds: 0`` stays 0."""
     if max_rounds <= 0 or len(log_ns) < 2 or reach <= 0:
         return max_rounds

@@ -78,7 +78,7 @@ class Step:
     outcome: Outcome
     point: PairPoint | None = None  # for verify
     log_n: float = math.nan  # for bisect: ln of the budget to train next
-    reason: str = ""  # for done: why the pair stopped
+    reason: str = ""  # for done: why the pair stopped (a StopReason: its facts are fields)
     seeds: int = 0  # for verify: seeds the point should have (re-verification)
 
     @property
