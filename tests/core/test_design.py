@@ -32,9 +32,10 @@ def test_law_sizes_sit_reach_e_folds_either_side_of_the_laws_n_star():
     assert math.sqrt(low * high) == pytest.approx(transition_size(law, 18))
 
 
-def test_an_extension_doubles_the_span_its_points_cover_in_the_censored_direction():
+def test_an_extension_goes_one_first_span_beyond_its_points_in_the_censored_direction():
     assert extension([16.0, 17.0], +1, 0.5, SPAN) == pytest.approx(18.0)
-    assert extension([16.0, 17.0, 18.0], +1, 0.5, SPAN) == pytest.approx(20.0)
+    # one first span (2·reach) beyond, no longer the doubled span (20): the trend's spacing
+    assert extension([16.0, 17.0, 18.0], +1, 0.5, SPAN) == pytest.approx(19.0)
     assert extension([16.0, 17.0], -1, 0.5, SPAN) == pytest.approx(15.0)
     assert extension([16.0, 16.2], +1, 0.5, SPAN) == pytest.approx(17.2)  # 2·reach
 
@@ -96,7 +97,8 @@ def test_the_law_design_widens_a_pair_whose_first_points_are_all_within_noise():
     # the widened point decided negative: N* lies below it, among or under the first points
     widened = [*leans_up, point(18, -0.02, n=2)]
     step = next_step(widened, LAW, rounds=0, span=SPAN)
-    assert (step.kind, step.log_n) == ("extend", pytest.approx(16.0 - 2.0))
+    # one first span (2·reach) below the lowest point, no longer the doubled span (16 − 2)
+    assert (step.kind, step.log_n) == ("extend", pytest.approx(16.0 - 1.0))
 
 
 def test_the_law_design_cuts_beside_the_root_where_the_grid_design_bisects():
@@ -247,3 +249,27 @@ def test_a_bracket_closes_only_once_the_kink_correction_has_points_on_both_sides
     fifth = point(step.log_n, 0.012)
     step = next_step([far[0], fifth, below, *ends, above, far[1]], refine, rounds=0)
     assert (step.kind, step.reason) == ("done", "tolerance reached")
+
+
+def test_no_extension_lands_beyond_the_shallower_nets_trend_by_more_than_one_first_span():
+    # first points 3 e-folds above N*: the pair extends down; each extension trains the
+    # shallower net and joins its trend, whose sizes are the first points and the extensions.
+    # Before this rule, the third extension jumped 2.8 e-folds (the span doubled), so the trend
+    # slope between the last two sizes was a secant over e-folds no shallower net was trained in
+    law = dataclasses.replace(REFINE, design="law", reach=0.35)
+    truth, span = 17.0, (math.log(1e6), math.log(1e10))
+
+    def delta(log_n: float) -> float:
+        return 0.01 * (truth - log_n)
+
+    points = [point(truth + 3.0 + d, delta(truth + 3.0 + d), n=3) for d in (-0.35, 0.35)]
+    trend = [p.log_n for p in points]
+    for _ in range(12):
+        step = next_step(points, law, rounds=0, span=span)
+        if step.kind != "extend":
+            break
+        assert min(trend) - 2 * law.reach - 1e-9 <= step.log_n <= max(trend) + 2 * law.reach
+        trend.append(step.log_n)
+        points = sorted([*points, point(step.log_n, delta(step.log_n), n=3,
+                                        kind="extend")], key=lambda p: p.log_n)  # fmt: skip
+    assert step.kind != "extend" and min(trend) < truth < max(trend)  # it bracketed N*

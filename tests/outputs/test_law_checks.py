@@ -34,3 +34,8 @@ def test_pairs_stopped_on_their_round_cap_with_a_wide_bracket_are_named():
     text = "\n".join(section.markdown(None, ["24-30"]))
     assert "Stopped on the round cap with a wide bracket: 24-30." in text
     assert "95% intervals span the bracket" in text
+
+
+def test_a_kinked_bracket_is_named_in_the_law_checks_with_or_without_a_fit():
+    assert not any("Kinked" in line for line in section.markdown(None, (), ()))
+    assert "Kinked bracket: 12-18." in "\n".join(section.markdown(None, (), ["12-18"]))

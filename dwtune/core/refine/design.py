@@ -16,9 +16,10 @@ the design places. A :class:`RefineDesign` says
 :class:`GridDesign` (``refine.design: grid``): every depth at every ``space.budgets``, one wave,
 no extension, the cut at the bracket's midpoint in ln N. :class:`LawDesign` (``law``): two
 sizes per pair, ``N*_law·e^(∓reach)`` around the N* of the law (``fit.reference`` for the
-first wave, the running fit for later ones), extensions that double the searched span beyond a
-censored edge within ``space.budgets``' range, the cut beside the interpolated root of Δ, and
-a cut budget that grows with the span the extensions left (:func:`round_cap`).
+first wave, the running fit for later ones), extensions beyond a censored edge one first
+span at a time within ``space.budgets``' range (:func:`extension`), the cut beside the
+interpolated root of Δ, and a cut budget that grows with the span the extensions left
+(:func:`round_cap`).
 Every choice depends on the pair's own points and the law that placed its first sizes, so a
 resumed study proposes the same sizes again. Rules and their reasons: docs/statistics.md
 ("Where the next size goes, and when a pair stops").
@@ -320,9 +321,11 @@ class LawDesign:
 
 def round_cap(log_ns: Sequence[float], max_rounds: int, reach: float) -> int:
     """Cuts a law-design pair may spend: ``max_rounds`` for its first span (``2·reach``
-    e-folds), one more for every doubling of the span its points cover beyond it. Why: a guess
-    far off leaves, after extensions, a bracket many times the first span wide, and a cap set
-    for the first span stops such a pair with its bracket still wide (docs/statistics.md,
+    e-folds), one more for every doubling of the span its points cover beyond it. Why: a pair
+    whose guess was far off may reach its bracket with a bracket wider than the first span
+    (extensions that doubled the span did; one-span :func:`extension` steps leave one first
+    span, and the grown cap is then a ceiling), and a cap set for the first span stops such a
+    pair with its bracket still wide (docs/statistics.md,
     "Where the next size goes, and when a pair stops"). ``max_rounds: 0`` stays 0."""
     if max_rounds <= 0 or len(log_ns) < 2 or reach <= 0:
         return max_rounds
@@ -357,13 +360,23 @@ def law_sizes(law: DepthWidthLaw, deep: int, reach: float) -> tuple[float, float
 def extension(
     log_ns: Sequence[float], direction: int, reach: float, span: tuple[float, float]
 ) -> float | None:
-    """ln N of a censored pair's next size, beyond its points in ``direction`` (+1: N* lies
-    above them, −1: below) by the span they cover (at least ``2·reach``), within ``span``
-    (ln of space.budgets' least and greatest); None where the points reach that end already."""
+    """ln N of a censored pair's next size: ``2·reach`` e-folds (the first span) beyond its
+    outermost point in ``direction`` (+1: N* lies above them, −1: below), within ``span`` (ln
+    of space.budgets' least and greatest); None where the points reach that end already.
+
+    Rule: an extension lands at most one first span beyond the pair's outermost point, never
+    further, however far the points already reach. Guarantee: a censored pair's outermost
+    point is a first size or an earlier extension, where the shallower net was trained and
+    joined its size trend (:func:`~dwtune.core.refine.first_points.extended_trend`); so the
+    trend's sizes on the extended side lie at most ``2·reach`` apart, the spacing of the
+    pair's first two, and every point between them takes a slope interpolated between sizes
+    that close, never the secant of a jump that doubled the span (which stretched the end
+    slope over e-folds no shallower net was trained in). The price: a guess D e-folds off
+    costs about D / (2·reach) extensions instead of log2(D / reach)."""
     if not log_ns or direction == 0:
         return None
     low, high = min(log_ns), max(log_ns)
-    step = max(2.0 * reach, high - low)
+    step = 2.0 * reach
     if direction > 0:
         target = min(high + step, span[1])
         return target if target > high + 1e-9 else None

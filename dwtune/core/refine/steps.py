@@ -78,7 +78,7 @@ class Step:
     outcome: Outcome
     point: PairPoint | None = None  # for verify
     log_n: float = math.nan  # for bisect: ln of the budget to train next
-    reason: str = ""  # for done: why the pair stopped
+    reason: str = ""  # for done: why the pair stopped (a StopReason: its facts are fields)
     seeds: int = 0  # for verify: seeds the point should have (re-verification)
 
     @property
@@ -107,17 +107,31 @@ def decide_seeds(refine: RefineConfig) -> int:
 
 
 WIDTH_RESOLUTION = "width resolution: no legal width between the bracket ends"
-ROUND_CAP = "max_rounds"  # how a reason for a pair stopped on its round cap begins
 
 
-def round_cap_reason(cap: int) -> str:
-    """Why a pair stopped on its round cap (:func:`is_round_capped` reads it back)."""
-    return f"{ROUND_CAP} ({cap}) reached"
+class StopReason(str):
+    """Why a pair stopped: the words for people, and as fields the facts later stages act on.
+
+    Rule: a stage that acts on how a pair stopped reads a field here, never the words; the words
+    may change freely. It is a ``str`` so a step's reason still prints and compares as text.
+    """
+
+    round_capped: bool  # the pair stopped on its round cap (transition.capped_wide acts on it)
+
+    def __new__(cls, text: str, *, round_capped: bool = False) -> StopReason:
+        made = super().__new__(cls, text)
+        made.round_capped = round_capped
+        return made
 
 
-def is_round_capped(reason: str) -> bool:
-    """Whether ``reason`` says the pair stopped on its round cap."""
-    return reason.startswith(ROUND_CAP)
+def round_cap_reason(cap: int) -> StopReason:
+    """Why a pair stopped on its round cap; the fact travels as ``round_capped``."""
+    return StopReason(f"max_rounds ({cap}) reached", round_capped=True)
+
+
+def stopped_on_round_cap(reason: str) -> bool:
+    """Whether ``reason`` carries the round-cap fact (a plain string never does: no parsing)."""
+    return isinstance(reason, StopReason) and reason.round_capped
 
 
 def undecided_gap(points: Sequence[PairPoint], outcome: Outcome, tolerance: float) -> float | None:

@@ -7,8 +7,10 @@
 the bounds its decided signs give. A bracketed pair that stopped on its round cap with its
 bracket still wider than ``WIDE`` tolerances (:func:`capped_wide`) reports a 95% interval that
 spans the whole bracket and says so in its reason: between its ends only the decided signs
-hold, and an estimate interpolated across a wide bracket is no better than its shape. See
-docs/statistics.md ("Status, bounds and the statement").
+hold, and an estimate interpolated across a wide bracket is no better than its shape. A
+bracketed pair whose Δ bends against one smooth crossing beside its bracket
+(:func:`kinked_bracket`) says so in its reason and statement. See docs/statistics.md
+("Status, bounds and the statement").
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ import numpy as np
 
 from dwtune.core import vocabulary
 from dwtune.core.refine.estimate import CrossingEstimate, estimate_crossing
+from dwtune.core.refine.kink import kinked
 from dwtune.core.refine.points import PairPoint, mark_unstable
 from dwtune.core.refine.signs import SignedPoint, noise_prior, sign_rule
-from dwtune.core.refine.steps import is_round_capped
+from dwtune.core.refine.steps import stopped_on_round_cap
 from dwtune.core.spec import RefineConfig
 from dwtune.core.vocabulary import SizeConvention
 
@@ -88,11 +91,28 @@ CAPPED_SENTENCE = (
 )
 
 
+KINKED = "the bracket is kinked: Δ beside it rises against ln N"
+# the statement's closing sentence for a kinked pair (the report's law checks look for it)
+KINKED_SENTENCE = (
+    "Beside its bracket Δ rises against ln N where one smooth crossing would fall, so this N* "
+    "is interpolated across a bend."
+)
+
+
+def kinked_bracket(estimate: CrossingEstimate) -> bool:
+    """Whether a bracketed pair's decided points bend against one smooth crossing around its
+    bracket (:func:`~dwtune.core.refine.kink.kinked`)."""
+    if estimate.status != vocabulary.TransitionStatus.BRACKETED:
+        return False
+    return kinked(estimate.signed, estimate.bound_low, estimate.bound_high)
+
+
 def capped_wide(estimate: CrossingEstimate, reason: str, tolerance: float) -> bool:
-    """Whether a bracketed pair stopped on its round cap with its bracket (the decided signs'
+    """Whether a bracketed pair stopped on its round cap (the step's ``reason`` carries it as a
+    field, :class:`~dwtune.core.refine.steps.StopReason`) with its bracket (the decided signs'
     bounds) wider than ``WIDE · ln(1 + tolerance)`` in ln N."""
     low, high = estimate.bound_low, estimate.bound_high
-    if not is_round_capped(reason) or low is None or high is None or low <= 0:
+    if not stopped_on_round_cap(reason) or low is None or high is None or low <= 0:
         return False
     return math.log(high / low) > WIDE * math.log1p(tolerance)
 
@@ -202,8 +222,11 @@ def make_transition(
     capped = capped_wide(estimate, reason, refine.tolerance)
     if capped:
         estimate, reason = _spanning(estimate), f"{reason}; {CAPPED_WIDE}"
+    bent = kinked_bracket(estimate)
+    reason = f"{reason}; {KINKED}" if bent else reason
     said = statement(pair, estimate, estimate.signed, refine.alpha)
     said = f"{said} {CAPPED_SENTENCE}" if capped else said
+    said = f"{said} {KINKED_SENTENCE}" if bent else said
     common = _common_fields(pair, points, estimate, said)
     common.update(trials=trials, rounds=rounds, simulated=simulated, reason=reason)
     if estimate.status != vocabulary.TransitionStatus.BRACKETED:

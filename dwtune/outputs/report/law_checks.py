@@ -116,13 +116,29 @@ def capped_lines(pairs: Sequence[str]) -> list[str]:
     ]
 
 
-def markdown(record: dict | None, capped: Sequence[str] = ()) -> list[str]:
+def kinked_lines(pairs: Sequence[str]) -> list[str]:
+    """The pairs whose bracket is kinked (core/refine/kink.py), or nothing."""
+    if not pairs:
+        return []
+    return [
+        f"Kinked bracket: {', '.join(pairs)}. Beside the bracket Δ rises against ln N where one "
+        "smooth crossing would fall, so N* there is interpolated across a bend and a law fitted "
+        "through it leans on that interpolation (points beside the bracket, or the grid design, "
+        "show the bend's shape).",
+        "",
+    ]
+
+
+def markdown(
+    record: dict | None, capped: Sequence[str] = (), kinked: Sequence[str] = ()
+) -> list[str]:
     """The report's "Is the law's form right?" section; ``capped``: the pairs that stopped on
-    their round cap with a wide bracket."""
+    their round cap with a wide bracket; ``kinked``: the pairs whose bracket is kinked."""
     lines = ["## Law checks: form, leave-one-pair-out, study bootstrap", ""]
+    flagged = [*capped_lines(capped), *kinked_lines(kinked)]
     if record is None:
-        return [*lines, "No fit, so nothing to check.", "", *capped_lines(capped)]
-    lines += capped_lines(capped)
+        return [*lines, "No fit, so nothing to check.", "", *flagged]
+    lines += flagged
     lines += [*_forms_lines(record["forms"]), "", *_loo_lines(record), ""]
     lines += _bootstrap_lines(record["bootstrap"])
     if "bootstrap_with_points" in record:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from dwtune.core.fit import CensoredPair, chi2_tail, residual_z
 from dwtune.core.projection import LEVINE2020
-from dwtune.core.refine.transition import CAPPED_SENTENCE
+from dwtune.core.refine.transition import CAPPED_SENTENCE, KINKED_SENTENCE
 from dwtune.core.units import format_size
 from dwtune.core.vocabulary import (
     FIT_FILE,
@@ -138,13 +138,15 @@ def _transitions_section(experiment: Experiment) -> list[str]:
     return [*lines, f"{len(frame)} depth pair(s): {summary}.", "", table, ""]
 
 
-def _capped_pairs(experiment: Experiment) -> list[str]:
-    """Pairs whose statement says they stopped on the round cap with a wide bracket."""
+def _pairs_saying(experiment: Experiment, sentence: str) -> list[str]:
+    """Pairs whose statement holds ``sentence`` (CAPPED_SENTENCE: stopped on the round cap
+    with a wide bracket; KINKED_SENTENCE: a kinked bracket). The statement is the one place
+    transitions.parquet keeps these facts, in experiments written before and since."""
     frame = experiment.transitions
     if frame is None or frame.empty or "statement" not in frame:
         return []
     said = frame["statement"].astype(str)
-    return [str(p) for p in frame.loc[said.str.contains(CAPPED_SENTENCE, regex=False), "pair"]]
+    return [str(p) for p in frame.loc[said.str.contains(sentence, regex=False), "pair"]]
 
 
 def _answer_section(experiment: Experiment, outcome: FitOutcome, rows, budgets) -> list[str]:
@@ -470,7 +472,11 @@ def _markdown(experiment, outcome, cells, rows, budgets, record, figures, tb) ->
         _transitions_section(experiment),
         _length_section(experiment),
         _fit_section(record, outcome),
-        law_checks.markdown(record.get("law_checks"), _capped_pairs(experiment)),
+        law_checks.markdown(
+            record.get("law_checks"),
+            _pairs_saying(experiment, CAPPED_SENTENCE),
+            _pairs_saying(experiment, KINKED_SENTENCE),
+        ),
         _projection_section(experiment, outcome, rows, budgets),
         efficiency_section(experiment),
         limits_section(experiment),
