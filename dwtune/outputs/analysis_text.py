@@ -9,6 +9,8 @@ import math
 from dwtune.core import vocabulary
 from dwtune.core.analysis.result import RULE_TEST, AnalysedPair, AnalysisResult, TableFit
 from dwtune.core.analysis.verdicts import noise_range, to_decide
+from dwtune.outputs.competing_laws import competing_lines
+from dwtune.storage.fit_json import comparison_dict
 
 STATUS_TEXT = {
     vocabulary.ANALYSIS_CROSSES: "crosses",
@@ -201,7 +203,7 @@ def fit_lines(table: TableFit) -> list[str]:
         lines += ["  projections of this fit (95% intervals):"]
         headers = ("budget", "depth", "depth interval", "width")
         lines += ["    " + r for r in plain_table(headers, rows)]
-    return lines
+    return lines + competing_lines(comparison_dict(table.competing))
 
 
 def reference_law(analysis: AnalysisResult) -> str | None:

@@ -40,6 +40,8 @@ from dwtune.core.analysis.verdicts import (
 )
 from dwtune.core.errors import InputError
 from dwtune.core.fit import MIN_POINTS, fit_law
+from dwtune.core.fit.competing import compare_laws
+from dwtune.core.fit.loo import LOO_BUDGETS
 from dwtune.core.projection import (
     DepthWidthLaw,
     project_budget,
@@ -158,8 +160,9 @@ def token_summary(
 
 
 def table_fit(pairs: Sequence[PairAnalysis], source: str, simulated: bool) -> TableFit:
-    """The censored fit (bracketed, censored and bounded-undecided pairs) and its
-    projections, where at least MIN_POINTS pairs are bracketed."""
+    """The censored fit (bracketed, censored and bounded-undecided pairs), its projections
+    and the competing laws fitted to the same pairs, where at least MIN_POINTS pairs are
+    bracketed."""
     observations = fit_observations(pairs)
     crossing = sum(o.status == vocabulary.TransitionStatus.BRACKETED for o in observations)
     if crossing < MIN_POINTS:
@@ -170,10 +173,11 @@ def table_fit(pairs: Sequence[PairAnalysis], source: str, simulated: bool) -> Ta
     except InputError as exc:
         return TableFit(source, simulated, None, str(exc))
     law = DepthWidthLaw.from_fit(fit, name=TABLE_FIT, source=source)
+    competing = compare_laws(observations, LOO_BUDGETS)
     if not law.b > 0:
-        return TableFit(source, simulated, fit)
+        return TableFit(source, simulated, fit, competing=competing)
     projections = tuple(project_budget(law, n, LEVEL) for n in PROJECTION_BUDGETS)
-    return TableFit(source, simulated, fit, projections=projections)
+    return TableFit(source, simulated, fit, projections=projections, competing=competing)
 
 
 def held_against(

@@ -14,6 +14,7 @@ from dwtune.core.analysis.table import Checkpoints
 from dwtune.core.analysis.tokens import TargetMiss, TokenGap
 from dwtune.core.analysis.verdicts import AgreementTest, LawView, PairAnalysis
 from dwtune.core.fit import FitResult
+from dwtune.core.fit.competing import LawComparison
 from dwtune.core.projection import BudgetProjection, DepthWidthLaw, optimal_depth
 from dwtune.core.refine.signs import SignRule
 
@@ -107,6 +108,8 @@ class TableFit:
     fit: FitResult | None
     reason: str = ""
     projections: tuple[BudgetProjection, ...] = ()
+    # The published laws fitted to the same pairs (dwtune.core.fit.competing); None: no fit.
+    competing: LawComparison | None = None
 
 
 @dataclass(frozen=True)
