@@ -28,7 +28,7 @@ from dwtune.outputs.report.efficiency import efficiency_section
 from dwtune.outputs.report.limits import limits_section
 from dwtune.outputs.tensorboard import FIT_BOARD
 from dwtune.storage.experiment import Experiment
-from dwtune.storage.fit_json import GIT_KEY, FitOutcome
+from dwtune.storage.fit_json import COMPETING_LAWS, GIT_KEY, FitOutcome
 from dwtune.storage.fit_points import censored_pair
 
 # ---------------------------------------------------------------- markdown
@@ -470,7 +470,9 @@ def _markdown(experiment, outcome, cells, rows, budgets, record, figures, tb) ->
         _transitions_section(experiment),
         _length_section(experiment),
         _fit_section(record, outcome),
-        law_checks.markdown(record.get("law_checks"), _capped_pairs(experiment)),
+        law_checks.markdown(
+            record.get("law_checks"), _capped_pairs(experiment), record.get(COMPETING_LAWS)
+        ),
         _projection_section(experiment, outcome, rows, budgets),
         efficiency_section(experiment),
         limits_section(experiment),
