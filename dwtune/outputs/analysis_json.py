@@ -209,6 +209,8 @@ def fit_dict(table: TableFit) -> dict:
         }
     record = fit_to_dict(table.fit, LEVEL, table.simulated, table.source)
     record[COMPETING_LAWS] = comparison_dict(table.competing)
+    losses = table.loss_fit
+    record["separable_loss_fit"] = json_ready(losses.to_dict()) if losses is not None else None
     record["projections"] = [
         {
             "budget": p.budget,

@@ -354,6 +354,11 @@ def test_a_one_run_per_shape_suite_names_the_preferred_law(capsys, suite_csv):
     assert main(["analyze", str(suite_csv)]) == 0
     text = capsys.readouterr().out
     assert "competing laws on the same pairs: preferred law: levine2020" in text
+    # fitted to the runs' losses too: its crossings miss the table's N* by more than the line's
+    losses = analyze_json(capsys, suite_csv)["fit"]["separable_loss_fit"]
+    assert losses["runs"] == 104 and losses["pairs"] == 3
+    assert losses["rms_ln_n_error"] > losses["levine2020_fit_rms_ln_n_error"]
+    assert "separable law fitted to 104 runs' losses: A = " in text
 
 
 def test_runs_that_differ_in_tokens_are_named_with_the_factor(capsys, suite_csv):

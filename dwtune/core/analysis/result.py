@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from dwtune.core.analysis.jitter import JitterModel
+from dwtune.core.analysis.loss_law import SeparableLossFit
 from dwtune.core.analysis.table import Checkpoints
 from dwtune.core.analysis.tokens import TargetMiss, TokenGap
 from dwtune.core.analysis.verdicts import AgreementTest, LawView, PairAnalysis
@@ -110,6 +111,8 @@ class TableFit:
     projections: tuple[BudgetProjection, ...] = ()
     # The published laws fitted to the same pairs (dwtune.core.fit.competing); None: no fit.
     competing: LawComparison | None = None
+    # The separable law fitted to the runs' losses and its crossings' error (loss_law).
+    loss_fit: SeparableLossFit | None = None
 
 
 @dataclass(frozen=True)
