@@ -77,6 +77,10 @@ def _separable_design(shallow: np.ndarray, deep: np.ndarray) -> np.ndarray:
     return np.ones((deep.size, 1))
 
 
+def _separable_optimum(theta: np.ndarray, budget: float) -> Shape:
+    return separable_optimum(float(theta[0]), budget)
+
+
 def separable_optimum(c: float, budget: float) -> Shape:
     """Minimum of ``A/dx + B/L`` at ``12·L·dx² = budget`` with ``A/B = e^c``.
 
@@ -117,11 +121,11 @@ LEVINE = CompetingLaw(
 SEPARABLE = CompetingLaw(
     "separable",
     "loss = A/dx + B/L + E, c = ln(A/B)",
-    "separate width and depth terms (docs/method.md, competing laws)",
+    "additive width and depth terms, after Hoffmann et al. 2022's additive N and D terms",
     ("c",),
     _separable_design,
     separable_log_width,
-    lambda theta, budget: separable_optimum(float(theta[0]), budget),
+    _separable_optimum,
 )
 LAWS = (LEVINE, SEPARABLE)
 
@@ -140,8 +144,9 @@ class Pairs:
 
     def subset(self, keep: np.ndarray) -> Pairs:
         d = self.data
+        labels = tuple(label for label, kept in zip(d.labels, keep, strict=True) if kept)
         data = replace(d, depth=d.depth[keep], y=d.y[keep], sd=d.sd[keep],
-                       direction=d.direction[keep])  # fmt: skip
+                       direction=d.direction[keep], labels=labels)  # fmt: skip
         return Pairs(data, self.shallow[keep])
 
 
