@@ -1,7 +1,9 @@
 """dwtune fit: fit ln dx* = a + b·L to an experiment's transitions or to a published table.
 
 Reads an experiment directory (its transitions.parquet), a transitions Parquet file, or a CSV
-with columns depth,width,width_err. Prints the fit; ``--json`` prints the same as fit.json.
+with columns depth,width,width_err. Prints the fit and, for a transitions table, the competing
+laws fitted to the same pairs with the one the data prefer (``competing_laws``); ``--json``
+prints the same as fit.json.
 Imports no torch, Ray, Optuna or matplotlib.
 """
 
@@ -69,7 +71,8 @@ def format_fit(fit, level: float, simulated: bool, source: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from dwtune.core.errors import numeric_input
     from dwtune.core.fit import z_value
-    from dwtune.storage.fit_json import fit_to_dict
+    from dwtune.outputs.competing_laws import competing_lines
+    from dwtune.storage.fit_json import COMPETING_LAWS, competing_laws_dict, fit_to_dict
     from dwtune.storage.fit_points import load_fit_input
 
     z_value(args.level)  # a bad --level fails before any file is read
@@ -77,13 +80,10 @@ def run(args: argparse.Namespace) -> int:
     with numeric_input(points.source, "check its depth, width and width_err values"):
         fit = points.fit()
         text = format_fit(fit, args.level, points.simulated, points.source)
+        competing = competing_laws_dict(points.observations)
     if args.json:
-        print(
-            json.dumps(
-                fit_to_dict(fit, args.level, points.simulated, points.source, points.seeds),
-                indent=2,
-            )
-        )
+        record = fit_to_dict(fit, args.level, points.simulated, points.source, points.seeds)
+        print(json.dumps(record | {COMPETING_LAWS: competing}, indent=2))
     else:
-        print(text)
+        print("\n".join([text, *competing_lines(competing)]))
     return 0

@@ -21,7 +21,7 @@ from dwtune.core.analysis.tokens import TOKEN_TOLERANCE
 from dwtune.core.analysis.verdicts import noise_range, to_decide
 from dwtune.core.refine.signs import SignRule
 from dwtune.core.vocabulary import LEVEL, FitStatus
-from dwtune.storage.fit_json import fit_to_dict, json_ready
+from dwtune.storage.fit_json import COMPETING_LAWS, comparison_dict, fit_to_dict, json_ready
 
 AGREES = {vocabulary.AGREEMENT_AGREES: True, vocabulary.AGREEMENT_DISAGREES: False}
 
@@ -208,6 +208,9 @@ def fit_dict(table: TableFit) -> dict:
             "source": table.source,
         }
     record = fit_to_dict(table.fit, LEVEL, table.simulated, table.source)
+    record[COMPETING_LAWS] = comparison_dict(table.competing)
+    losses = table.loss_fit
+    record["separable_loss_fit"] = json_ready(losses.to_dict()) if losses is not None else None
     record["projections"] = [
         {
             "budget": p.budget,

@@ -9,6 +9,8 @@ import math
 from dwtune.core import vocabulary
 from dwtune.core.analysis.result import RULE_TEST, AnalysedPair, AnalysisResult, TableFit
 from dwtune.core.analysis.verdicts import noise_range, to_decide
+from dwtune.outputs.competing_laws import competing_lines
+from dwtune.storage.fit_json import comparison_dict
 
 STATUS_TEXT = {
     vocabulary.ANALYSIS_CROSSES: "crosses",
@@ -201,7 +203,26 @@ def fit_lines(table: TableFit) -> list[str]:
         lines += ["  projections of this fit (95% intervals):"]
         headers = ("budget", "depth", "depth interval", "width")
         lines += ["    " + r for r in plain_table(headers, rows)]
-    return lines
+    return lines + competing_lines(comparison_dict(table.competing)) + loss_fit_lines(table)
+
+
+def loss_fit_lines(table: TableFit) -> list[str]:
+    """The separable law fitted to the runs' losses, held against the table's N*."""
+    f = table.loss_fit
+    if f is None:
+        return []
+    head = (
+        f"  separable law fitted to {f.runs} runs' losses: A = {f.a_width:.4g}, "
+        f"B = {f.b_depth:.4g}, E = {f.e_floor:.4g}, rms residual {f.rms_residual:.3g} nats"
+    )
+    if f.reason:
+        return [head, f"    no crossings: {f.reason}"]
+    return [
+        head,
+        f"    its crossings (c = ln(A/B) = {f.c:.4g}) against the table's N*: rms error of "
+        f"ln N* {_num(f.rms_ln_n_error)} over {f.pairs} pairs (the ln dx* = a + b·L fit: "
+        f"{_num(f.levine_rms_ln_n_error)})",
+    ]
 
 
 def reference_law(analysis: AnalysisResult) -> str | None:

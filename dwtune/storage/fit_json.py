@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dwtune.core.errors import InputError
-from dwtune.core.fit import CensoredPair, FitResult
+from dwtune.core.fit import CensoredPair, FitResult, TransitionObservation
+from dwtune.core.fit.competing import LawComparison, compare_laws
+from dwtune.core.fit.loo import LOO_BUDGETS
 from dwtune.core.intervals import SCALE_PRIOR_DOF
 from dwtune.core.projection import DepthWidthLaw
 from dwtune.core.vocabulary import SIMULATED_COLUMN, FitStatus
@@ -203,6 +206,33 @@ def no_fit_dict(points: FitInput, reason: str) -> dict:
             "censored": [asdict(c) for c in points.censored],
         }
     )
+
+
+COMPETING_LAWS = "competing_laws"  # the key of fit.json's (and analyze's fit's) law comparison
+NOT_COMPARED, COMPARED = "not compared", "compared"
+NO_PAIRS = (
+    "a table of depth,width,width_err names no pair's shallower depth, which the separable "
+    "law's N* needs; fit a transitions table (an experiment directory) to compare laws"
+)
+
+
+def competing_laws_dict(observations: Sequence[TransitionObservation]) -> dict:
+    """``competing_laws``: the published laws fitted to the same pairs, each with AIC(c),
+    leave-one-pair-out error and projections at 175B and 1T, and the preferred one
+    (:mod:`dwtune.core.fit.competing`); or why they were not compared."""
+    if not observations:
+        return {"status": NOT_COMPARED, "reason": NO_PAIRS}
+    return comparison_dict(compare_laws(observations, LOO_BUDGETS))
+
+
+def comparison_dict(comparison: LawComparison | None) -> dict:
+    """A law comparison as ``competing_laws`` holds it (None: no pairs to compare)."""
+    if comparison is None:
+        return {"status": NOT_COMPARED, "reason": NO_PAIRS}
+    if not comparison.fits:
+        reasons = "; ".join(f"{law}: {why}" for law, why in comparison.skipped)
+        return {"status": NOT_COMPARED, "reason": reasons}
+    return json_ready({"status": COMPARED} | comparison.to_dict())
 
 
 def metadata_json(spec: dict | None) -> dict:

@@ -29,7 +29,14 @@ from dwtune.core.projection import (
 )
 from dwtune.core.vocabulary import LEVEL, TRANSITIONS_FILE
 from dwtune.storage.experiment import Experiment, ExperimentReader, ExperimentWriter
-from dwtune.storage.fit_json import FitOutcome, fit_to_dict, metadata_json, no_fit_dict
+from dwtune.storage.fit_json import (
+    COMPETING_LAWS,
+    FitOutcome,
+    competing_laws_dict,
+    fit_to_dict,
+    metadata_json,
+    no_fit_dict,
+)
 from dwtune.storage.fit_points import FitInput
 from dwtune.storage.schemas import CURVE_MAX, CURVE_STEPS_PER_DECADE
 from dwtune.storage.tables import projection_row
@@ -86,6 +93,8 @@ def fit_record(experiment: Experiment, outcome: FitOutcome, meta: dict) -> dict:
     if outcome.fit is not None:
         seeds = outcome.points.seeds if outcome.points is not None else ()
         record = fit_to_dict(outcome.fit, LEVEL, simulated, source, seeds)
+        observations = outcome.points.observations if outcome.points is not None else ()
+        record[COMPETING_LAWS] = competing_laws_dict(observations)
     else:
         empty = FitInput((), (), (), (), (), simulated, source)
         record = no_fit_dict(outcome.points or empty, outcome.reason)

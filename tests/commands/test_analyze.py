@@ -40,6 +40,11 @@ def analyze_json(capsys, *argv) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+def run_json(capsys, *argv) -> str:
+    assert main([str(a) for a in argv] + ["--json"]) == 0
+    return capsys.readouterr().out
+
+
 def one_line_error(capsys, *argv) -> str:
     assert main(["analyze", *map(str, argv)]) == 2
     err = capsys.readouterr().err.strip()
@@ -270,6 +275,20 @@ def test_experiment_directory_checkpoints_come_from_its_curves(capsys, study_dir
     assert picked["rows"] == len(curves)  # every evaluation of every finished trial
 
 
+def test_fit_and_analyze_name_the_preferred_law_on_the_simulated_study(capsys, study_dir):
+    # The simulated surface plants levine2020's law; its three pairs are compared by AIC.
+    assert main(["fit", str(study_dir)]) == 0
+    text = capsys.readouterr().out
+    assert "competing laws on the same pairs: preferred law: levine2020 (ΔAIC = " in text
+    assert "  separable (loss = A/dx + B/L + E" in text and "175B: depth " in text
+    fit = json.loads(run_json(capsys, "fit", study_dir))["competing_laws"]
+    assert fit["status"] == "compared" and fit["criterion"] == "aic"
+    assert fit["preferred"] == "levine2020" and fit["margin"] >= 2
+    analysed = analyze_json(capsys, study_dir)["fit"]["competing_laws"]
+    assert analysed["preferred"] == "levine2020"
+    assert [law["law"] for law in analysed["laws"]] == ["levine2020", "separable"]
+
+
 @pytest.mark.slow  # a fit and its bootstrap on a whole study
 def test_three_crossing_pairs_give_the_fit_and_a_study_fit_is_a_reference(capsys, study_dir):
     from dwtune.study.fit_stage import write_fit
@@ -323,6 +342,23 @@ def test_one_run_per_shape_is_judged_at_its_checkpoint_jitter(capsys, suite_csv)
     text = capsys.readouterr().out
     assert "noise (checkpoint jitter):" in text and "what it cannot show:" in text
     assert "depth 6: 0.002" in text
+
+
+def test_a_one_run_per_shape_suite_names_the_preferred_law(capsys, suite_csv):
+    # Gemstones-like: one run per shape; its final losses come from levine2020's surface.
+    competing = analyze_json(capsys, suite_csv)["fit"]["competing_laws"]
+    assert competing["preferred"] == "levine2020" and competing["criterion"] == "aic"
+    separable = next(law for law in competing["laws"] if law["law"] == "separable")
+    shapes = {p["budget"]: p["width"] / p["depth"] for p in separable["projections"]}
+    assert shapes[1.75e11] == pytest.approx(shapes[1e12])  # one aspect ratio at every N
+    assert main(["analyze", str(suite_csv)]) == 0
+    text = capsys.readouterr().out
+    assert "competing laws on the same pairs: preferred law: levine2020" in text
+    # fitted to the runs' losses too: its crossings miss the table's N* by more than the line's
+    losses = analyze_json(capsys, suite_csv)["fit"]["separable_loss_fit"]
+    assert losses["runs"] == 104 and losses["pairs"] == 3
+    assert losses["rms_ln_n_error"] > losses["levine2020_fit_rms_ln_n_error"]
+    assert "separable law fitted to 104 runs' losses: A = " in text
 
 
 def test_runs_that_differ_in_tokens_are_named_with_the_factor(capsys, suite_csv):

@@ -366,3 +366,21 @@ def test_project_flags_sub_layer_budgets_and_refuses_absurd_depths(capsys):
     assert (
         code == 2 and "--depth: got '1e9'; expected a positive number of layers up to 10,000" in err
     )
+
+
+# ---------------------------------------------------------------- competing laws
+
+
+def test_fit_names_the_preferred_law_and_a_csv_says_why_it_compares_none(capsys, tmp_path):
+    exp = write_transitions(tmp_path / "exp")  # transitions exactly on levine2020's law
+    code, out, _ = run_cli(capsys, "fit", str(exp))
+    assert code == 0
+    assert "competing laws on the same pairs: preferred law: levine2020 (ΔAICc = " in out
+    assert "175B: depth 81 × width 13459; 1T: depth 95 × width 29657" in out  # the paper's
+    data = json.loads(run_cli(capsys, "fit", str(exp), "--json")[1])["competing_laws"]
+    assert data["preferred"] == "levine2020" and data["criterion"] == "aicc"
+    separable = next(law for law in data["laws"] if law["law"] == "separable")
+    assert separable["k"] == 1 and separable["loo_pairs"] == 5
+    csv = write_csv(tmp_path / "paper.csv", paper_rows())
+    code, out, _ = run_cli(capsys, "fit", str(csv))
+    assert "competing laws: not compared (a table of depth,width,width_err names no pair" in out

@@ -39,3 +39,15 @@ def test_pairs_stopped_on_their_round_cap_with_a_wide_bracket_are_named():
 def test_a_kinked_bracket_is_named_in_the_law_checks_with_or_without_a_fit():
     assert not any("Kinked" in line for line in section.markdown(None, (), ()))
     assert "Kinked bracket: 12-18." in "\n".join(section.markdown(None, (), ["12-18"]))
+
+
+def test_the_section_names_the_preferred_competing_law():
+    from dwtune.storage.fit_json import competing_laws_dict
+
+    pairs = paired_study(np.random.default_rng(2))
+    observations = observations_of(pairs)
+    record = json_ready(law_checks(observations, None, missing="none"))
+    text = "\n".join(section.markdown(record, competing=competing_laws_dict(observations)))
+    assert "| law | form | k | log L | AIC | AICc | LOO rms ln N\\* |" in text
+    assert "Competing laws (docs/method.md): preferred law: " in text
+    assert "| separable | loss = A/dx + B/L + E" in text

@@ -407,6 +407,9 @@ def test_a_censored_pair_is_in_the_fit_and_the_law_checks_are_reported(tmp_path)
     assert "and 1 censored pair(s) (pair 24-30)" in text
     assert "## Law checks: form, leave-one-pair-out, study bootstrap" in text
     assert "6_law_checks.png" in [p.name for p in files.figures]
+    competing = record["competing_laws"]  # the censored pair is in both laws' likelihood
+    assert competing["status"] == "compared" and {law["n"] for law in competing["laws"]} == {4}
+    assert "Competing laws (docs/method.md): preferred law: " in text
 
 
 # ---------------------------------------------------------------- a report that explains itself

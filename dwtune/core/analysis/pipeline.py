@@ -15,6 +15,7 @@ import numpy as np
 
 from dwtune.core import vocabulary
 from dwtune.core.analysis.jitter import JitterModel, jitter_model
+from dwtune.core.analysis.loss_law import fit_separable_losses
 from dwtune.core.analysis.matching import SizeGroup, choose_pairs, size_groups
 from dwtune.core.analysis.result import (
     AnalysedPair,
@@ -40,7 +41,10 @@ from dwtune.core.analysis.verdicts import (
 )
 from dwtune.core.errors import InputError
 from dwtune.core.fit import MIN_POINTS, fit_law
+from dwtune.core.fit.competing import compare_laws
+from dwtune.core.fit.loo import LOO_BUDGETS
 from dwtune.core.projection import (
+    BudgetProjection,
     DepthWidthLaw,
     project_budget,
     project_depth,
@@ -157,9 +161,12 @@ def token_summary(
     )
 
 
-def table_fit(pairs: Sequence[PairAnalysis], source: str, simulated: bool) -> TableFit:
-    """The censored fit (bracketed, censored and bounded-undecided pairs) and its
-    projections, where at least MIN_POINTS pairs are bracketed."""
+def table_fit(
+    pairs: Sequence[PairAnalysis], source: str, simulated: bool, used: RunTable | None = None
+) -> TableFit:
+    """The censored fit (bracketed, censored and bounded-undecided pairs), its projections
+    and the competing laws fitted to the same pairs (the separable one also to ``used``'s
+    losses), where at least MIN_POINTS pairs are bracketed."""
     observations = fit_observations(pairs)
     crossing = sum(o.status == vocabulary.TransitionStatus.BRACKETED for o in observations)
     if crossing < MIN_POINTS:
@@ -170,10 +177,12 @@ def table_fit(pairs: Sequence[PairAnalysis], source: str, simulated: bool) -> Ta
     except InputError as exc:
         return TableFit(source, simulated, None, str(exc))
     law = DepthWidthLaw.from_fit(fit, name=TABLE_FIT, source=source)
-    if not law.b > 0:
-        return TableFit(source, simulated, fit)
-    projections = tuple(project_budget(law, n, LEVEL) for n in PROJECTION_BUDGETS)
-    return TableFit(source, simulated, fit, projections=projections)
+    competing = compare_laws(observations, LOO_BUDGETS)
+    losses = fit_separable_losses(used, observations, fit) if used is not None else None
+    projections: tuple[BudgetProjection, ...] = ()
+    if law.b > 0:
+        projections = tuple(project_budget(law, n, LEVEL) for n in PROJECTION_BUDGETS)
+    return TableFit(source, simulated, fit, "", projections, competing, losses)
 
 
 def held_against(
@@ -229,5 +238,5 @@ def analyse(
         skipped=tuple(skipped),
         reference=check,
         pairs=held,
-        fit=table_fit(analysed, source, simulated),
+        fit=table_fit(analysed, source, simulated, used),
     )

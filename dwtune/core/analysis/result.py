@@ -10,10 +10,12 @@ import math
 from dataclasses import dataclass
 
 from dwtune.core.analysis.jitter import JitterModel
+from dwtune.core.analysis.loss_law import SeparableLossFit
 from dwtune.core.analysis.table import Checkpoints
 from dwtune.core.analysis.tokens import TargetMiss, TokenGap
 from dwtune.core.analysis.verdicts import AgreementTest, LawView, PairAnalysis
 from dwtune.core.fit import FitResult
+from dwtune.core.fit.competing import LawComparison
 from dwtune.core.projection import BudgetProjection, DepthWidthLaw, optimal_depth
 from dwtune.core.refine.signs import SignRule
 
@@ -107,6 +109,10 @@ class TableFit:
     fit: FitResult | None
     reason: str = ""
     projections: tuple[BudgetProjection, ...] = ()
+    # The published laws fitted to the same pairs (dwtune.core.fit.competing); None: no fit.
+    competing: LawComparison | None = None
+    # The separable law fitted to the runs' losses and its crossings' error (loss_law).
+    loss_fit: SeparableLossFit | None = None
 
 
 @dataclass(frozen=True)

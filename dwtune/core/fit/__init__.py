@@ -4,6 +4,8 @@
   published tables' method), its result type and the interval helpers;
 - :mod:`.censored`: the interval-censored likelihood that keeps censored pairs in the fit;
 - :mod:`.forms`: alternative law forms (curvature, power law) with AIC/BIC and an LR test;
+- :mod:`.competing`: competing published laws (levine2020, separable width and depth terms) on
+  the same pairs, compared by AICc and leave-one-pair-out error;
 - :mod:`.loo`: leave-one-pair-out projections;
 - :mod:`.bootstrap`: the study-level bootstrap (seeds resampled jointly across pairs).
 """

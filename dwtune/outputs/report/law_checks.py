@@ -20,6 +20,8 @@ from dwtune.core.fit.forms import FORMS, transition_log_n
 from dwtune.core.fit.loo import LOO_BUDGETS
 from dwtune.core.units import format_size
 from dwtune.core.vocabulary import TransitionStatus
+from dwtune.outputs import competing_laws
+from dwtune.storage.fit_json import COMPARED
 
 BRACKETED = TransitionStatus.BRACKETED
 CENSORED_HIGH = TransitionStatus.CENSORED_HIGH
@@ -129,17 +131,46 @@ def kinked_lines(pairs: Sequence[str]) -> list[str]:
     ]
 
 
+def _shape(law: dict, budget: float) -> str:
+    p = next((p for p in law["projections"] if p["budget"] == budget), None)
+    return f"{_n(p['depth'], '.0f')} × {_n(p['width'], '.0f')}" if p else "–"
+
+
+def competing_markdown(record: dict | None) -> list[str]:
+    """The competing published laws on the same pairs (fit.json ``competing_laws``), or
+    nothing where fit.json predates them."""
+    if record is None:
+        return []
+    if record["status"] != COMPARED:
+        return [f"Competing laws: not compared ({record['reason']}).", ""]
+    shapes = " | ".join(f"depth × width {format_size(b)}" for b in LOO_BUDGETS)
+    rows = [f"| law | form | k | log L | AIC | AICc | LOO rms ln N\\* | {shapes} |",
+            "|---|---|---|---|---|---|---|" + "---|" * len(LOO_BUDGETS)]  # fmt: skip
+    for law in record["laws"]:
+        cells = [law["law"], law["formula"], str(law["k"]), _n(law["log_likelihood"], ".2f"),
+                 _n(law["aic"], ".2f"), _n(law["aicc"], ".2f"), _n(law["loo_rms_ln_n"], ".3f"),
+                 *(_shape(law, b) for b in LOO_BUDGETS)]  # fmt: skip
+        rows.append("| " + " | ".join(cells) + " |")
+    verdict = competing_laws.verdict(record).replace("*", "\\*")
+    return [*rows, "", f"Competing laws (docs/method.md): {verdict}.", ""]
+
+
 def markdown(
-    record: dict | None, capped: Sequence[str] = (), kinked: Sequence[str] = ()
+    record: dict | None,
+    capped: Sequence[str] = (),
+    kinked: Sequence[str] = (),
+    competing: dict | None = None,
 ) -> list[str]:
     """The report's "Is the law's form right?" section; ``capped``: the pairs that stopped on
-    their round cap with a wide bracket; ``kinked``: the pairs whose bracket is kinked."""
+    their round cap with a wide bracket; ``kinked``: the pairs whose bracket is kinked;
+    ``competing``: fit.json's ``competing_laws``."""
     lines = ["## Law checks: form, leave-one-pair-out, study bootstrap", ""]
     flagged = [*capped_lines(capped), *kinked_lines(kinked)]
     if record is None:
         return [*lines, "No fit, so nothing to check.", "", *flagged]
     lines += flagged
-    lines += [*_forms_lines(record["forms"]), "", *_loo_lines(record), ""]
+    lines += [*_forms_lines(record["forms"]), "", *competing_markdown(competing)]
+    lines += [*_loo_lines(record), ""]
     lines += _bootstrap_lines(record["bootstrap"])
     if "bootstrap_with_points" in record:
         lines += ["", *_bootstrap_lines(record["bootstrap_with_points"], "Sensitivity check")]

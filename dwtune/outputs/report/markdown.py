@@ -28,7 +28,7 @@ from dwtune.outputs.report.efficiency import efficiency_section
 from dwtune.outputs.report.limits import limits_section
 from dwtune.outputs.tensorboard import FIT_BOARD
 from dwtune.storage.experiment import Experiment
-from dwtune.storage.fit_json import GIT_KEY, FitOutcome
+from dwtune.storage.fit_json import COMPETING_LAWS, GIT_KEY, FitOutcome
 from dwtune.storage.fit_points import censored_pair
 
 # ---------------------------------------------------------------- markdown
@@ -476,6 +476,7 @@ def _markdown(experiment, outcome, cells, rows, budgets, record, figures, tb) ->
             record.get("law_checks"),
             _pairs_saying(experiment, CAPPED_SENTENCE),
             _pairs_saying(experiment, KINKED_SENTENCE),
+            record.get(COMPETING_LAWS),
         ),
         _projection_section(experiment, outcome, rows, budgets),
         efficiency_section(experiment),
