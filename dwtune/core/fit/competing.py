@@ -42,6 +42,7 @@ from dwtune.core.fit.censored import (
     maximise,
     prepare,
 )
+from dwtune.core.fit.forms import InformationCriteria
 from dwtune.core.projection import DepthWidthLaw
 from dwtune.core.projection import optimal_depth as levine_optimal_depth
 
@@ -159,7 +160,7 @@ def _maximise(law: CompetingLaw, pairs: Pairs) -> tuple[np.ndarray, np.ndarray, 
 
 
 @dataclass(frozen=True)
-class LawFit:
+class LawFit(InformationCriteria):
     """One law's fit, its criteria, its leave-one-pair-out error and its projections."""
 
     law: str
@@ -173,15 +174,6 @@ class LawFit:
     loo_rms_ln_n: float  # root mean square of (predicted − estimated) ln N*, held-out pairs
     loo_pairs: int  # bracketed pairs predicted without themselves
     projections: dict[float, Shape]
-
-    @property
-    def aic(self) -> float:
-        return 2.0 * self.k - 2.0 * self.log_likelihood
-
-    @property
-    def aicc(self) -> float:
-        spare = self.n - self.k - 1
-        return self.aic + 2.0 * self.k * (self.k + 1) / spare if spare > 0 else math.inf
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -61,8 +61,26 @@ FORMS = (LINEAR, QUADRATIC, POWER)
 LR_LEVEL = 0.05  # the LR test's size
 
 
+class InformationCriteria:
+    """AIC and AICc of a maximum-likelihood fit with ``k`` parameters on ``n`` points (AICc
+    infinite where ``n - k - 1`` leaves no room for its correction)."""
+
+    k: int
+    n: int
+    log_likelihood: float
+
+    @property
+    def aic(self) -> float:
+        return 2.0 * self.k - 2.0 * self.log_likelihood
+
+    @property
+    def aicc(self) -> float:
+        spare = self.n - self.k - 1
+        return self.aic + 2.0 * self.k * (self.k + 1) / spare if spare > 0 else math.inf
+
+
 @dataclass(frozen=True)
-class FormFit:
+class FormFit(InformationCriteria):
     """One form's maximum-likelihood fit, its information criteria and its projections."""
 
     form: str
@@ -75,15 +93,6 @@ class FormFit:
     chi2_red: float
     dof: int
     projections: dict[float, tuple[float, float]]  # budget -> (optimal depth, width)
-
-    @property
-    def aic(self) -> float:
-        return 2.0 * self.k - 2.0 * self.log_likelihood
-
-    @property
-    def aicc(self) -> float:
-        spare = self.n - self.k - 1
-        return self.aic + 2.0 * self.k * (self.k + 1) / spare if spare > 0 else math.inf
 
     @property
     def bic(self) -> float:
