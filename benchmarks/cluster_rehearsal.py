@@ -874,11 +874,29 @@ def broken(failure: str, start: float) -> dict:
     }
 
 
+def under_private_tmp() -> Path | None:
+    """The Python environment or checkout this runs from, where it lies under /tmp: every node
+    mounts its own empty /tmp, so none of them would find it (as no cluster node sees the
+    driver's /tmp)."""
+    tmp = Path("/tmp").resolve()
+    for path in (Path(sys.prefix).resolve(), Path(__file__).resolve()):
+        if path.is_relative_to(tmp):
+            return path
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     problem = namespaces_problem()
     if problem:
         print(f"cluster rehearsal: this machine does not allow mount namespaces ({problem})")
+        return EXIT_UNSUPPORTED
+    hidden = under_private_tmp()
+    if hidden is not None:
+        print(
+            f"cluster rehearsal: {hidden} lies under /tmp, which each rehearsal node mounts "
+            "empty; run it from a checkout and virtual environment outside /tmp"
+        )
         return EXIT_UNSUPPORTED
     work = Path(tempfile.mkdtemp(prefix="dwtune-rehearsal-", dir="/var/tmp"))
     shared = Path(args.shared_dir) if args.shared_dir else work / "shared"
