@@ -160,14 +160,11 @@ class StudyProgress:
             self.note(message)
         self.tick(force=True)
 
-    def forecast(self, refine: dict[str, tuple[int, float]] | dict[str, int]) -> None:
-        """The planner's estimate of each pair's refine trainings (and their summed cost; a
-        bare count costs what the pair's planned trials cost on average): the ETA counts them
-        from the start instead of learning of them round by round (module doc)."""
-        self.forecasts = {
-            label: value if isinstance(value, tuple) else (int(value), math.nan)
-            for label, value in refine.items()
-        }
+    def forecast(self, refine: dict[str, tuple[int, float]]) -> None:
+        """The planner's estimate of each pair's refine trainings and their summed cost: the
+        ETA counts them from the start instead of learning of them round by round (module
+        doc)."""
+        self.forecasts = dict(refine)
 
     def pair(self, label: str, round: int, bracket: float, status: str, done: bool = False):
         """A refine pair after a round: bisection rounds, N_high/N_low, what it does next."""
@@ -334,14 +331,10 @@ class StudyProgress:
         return shutil.get_terminal_size((80, 24)).columns - 1
 
     def eta_s(self) -> float:
-        """Seconds the study has left (:mod:`dwtune.study.eta`); inf before any trial
-        finished, 0 when nothing is left."""
+        """Seconds the study has left (:mod:`dwtune.study.eta`); 0 when nothing is left, else
+        inf before any trial finished (no pace yet)."""
         now = time.monotonic()
-        if self.trials_left() <= 0:
-            return 0.0
-        if not self.pace.finishes:
-            return math.inf
-        speed = self.pace.speed()
+        speed = self.pace.speed()  # nan before a finish: nothing is credited
         work = sum(self._cost_left(t, now, speed) for t in self.planned if t not in self.finished)
         for label, state in self.pairs.items():
             if not state.done:
@@ -359,8 +352,8 @@ class StudyProgress:
     def _refine_cost(self, label: str) -> float:
         """The expected cost of one of the pair's refine trainings still to come: its
         forecast's average, else that of what it (or, before it asked, the study) planned."""
-        count, cost = self.forecasts.get(label, (0, math.nan))
-        if count and math.isfinite(cost):
+        count, cost = self.forecasts.get(label, (0, 0.0))
+        if count:
             return cost / count
         asked = self.asked.get(label) or self.planned.keys()
         costs = [self.planned[t] for t in asked if t in self.planned]

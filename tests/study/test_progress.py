@@ -134,7 +134,7 @@ def test_the_forecast_counts_refine_trainings_from_the_start_and_learns_from_fin
     progress = StudyProgress(io.StringIO(), interval_s=0.0)
     progress.study(spec)
     rounds_only = progress.refine_left()
-    progress.forecast(dict.fromkeys(labels, 60) | {labels[0]: 40})
+    progress.forecast(dict.fromkeys(labels, (60, 60.0)) | {labels[0]: (40, 40.0)})
     assert progress.refine_left() == 40 + 5 * 60 != rounds_only
     _asks(progress, spec, labels[0], 10)
     assert progress.refine_left() == 30 + 5 * 60  # what a pair asked for is planned now
