@@ -42,7 +42,7 @@ from dwtune.core.fit.censored import (
     maximise,
     prepare,
 )
-from dwtune.core.fit.forms import InformationCriteria
+from dwtune.core.fit.forms import InformationCriteria, projection_rows
 from dwtune.core.projection import DepthWidthLaw
 from dwtune.core.projection import optimal_depth as levine_optimal_depth
 
@@ -182,16 +182,10 @@ class LawFit(InformationCriteria):
             "citation": self.citation,
             "params": self.params,
             "se": self.se,
-            "log_likelihood": self.log_likelihood,
-            "k": self.k,
-            "n": self.n,
-            "aic": self.aic,
-            "aicc": self.aicc,
+            **self.criteria_dict(),
             "loo_rms_ln_n": self.loo_rms_ln_n,
             "loo_pairs": self.loo_pairs,
-            "projections": [
-                {"budget": n, "depth": d, "width": w} for n, (d, w) in self.projections.items()
-            ],
+            "projections": projection_rows(self.projections),
         }
 
 

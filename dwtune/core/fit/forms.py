@@ -78,6 +78,21 @@ class InformationCriteria:
         spare = self.n - self.k - 1
         return self.aic + 2.0 * self.k * (self.k + 1) / spare if spare > 0 else math.inf
 
+    def criteria_dict(self) -> dict[str, object]:
+        """The likelihood, its counts and both criteria, as fit.json writes them."""
+        return {
+            "log_likelihood": self.log_likelihood,
+            "k": self.k,
+            "n": self.n,
+            "aic": self.aic,
+            "aicc": self.aicc,
+        }
+
+
+def projection_rows(projections: dict[float, tuple[float, float]]) -> list[dict[str, float]]:
+    """Budget -> (optimal depth, width) as fit.json's rows."""
+    return [{"budget": n, "depth": d, "width": w} for n, (d, w) in projections.items()]
+
 
 @dataclass(frozen=True)
 class FormFit(InformationCriteria):
@@ -104,17 +119,11 @@ class FormFit(InformationCriteria):
             "formula": self.formula,
             "params": self.params,
             "se": self.se,
-            "log_likelihood": self.log_likelihood,
-            "k": self.k,
-            "n": self.n,
-            "aic": self.aic,
-            "aicc": self.aicc,
+            **self.criteria_dict(),
             "bic": self.bic,
             "chi2_red": self.chi2_red,
             "dof": self.dof,
-            "projections": [
-                {"budget": n, "depth": d, "width": w} for n, (d, w) in self.projections.items()
-            ],
+            "projections": projection_rows(self.projections),
         }
 
 
