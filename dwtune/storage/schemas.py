@@ -164,6 +164,10 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "twins)",
         "unstable_shallow": "of failures_shallow, trainings flagged unstable",
         "statement": "the pair's answer in one sentence, as the report's Answer section quotes it",
+        "capped_wide": "the pair stopped on its round cap with its bracket still wider than two "
+        "tolerances, so its 95% interval spans the bracket",
+        "kinked": "the pair is bracketed across a bend: beside the bracket Δ rises against ln N "
+        "where one smooth crossing would fall",
     },
     LENGTH_CHECK_FILE: {
         **_PAIR,

@@ -52,5 +52,7 @@ def test_a_kinked_pair_says_so_in_its_reason_and_statement():
     bent = transition([0.01, 0.03, -0.02, -0.04])
     assert bent.status == vocabulary.TransitionStatus.BRACKETED
     assert "kinked" in bent.reason and bent.statement.endswith(KINKED_SENTENCE)
+    assert bent.kinked and not bent.capped_wide
     smooth = transition([0.05, 0.03, -0.02, -0.04])
     assert "kinked" not in smooth.reason and KINKED_SENTENCE not in smooth.statement
+    assert not smooth.kinked

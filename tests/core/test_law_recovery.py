@@ -157,7 +157,8 @@ def test_a_capped_wide_pair_says_so_in_its_reason_and_statement():
                         reason=round_cap_reason(5))  # fmt: skip
     assert t.status == vocabulary.TransitionStatus.BRACKETED
     assert "still wide at the round cap" in t.reason and CAPPED_SENTENCE in t.statement
+    assert t.capped_wide and not t.kinked
     assert t.n_star_low <= math.exp(16.2) and t.n_star_high >= math.exp(17.0)
     done = make_transition(PAIR, points, LAW, trials=0, rounds=5, simulated=True,
                            reason="tolerance reached")  # fmt: skip
-    assert CAPPED_SENTENCE not in done.statement
+    assert CAPPED_SENTENCE not in done.statement and not done.capped_wide

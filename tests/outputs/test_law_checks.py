@@ -51,3 +51,28 @@ def test_the_section_names_the_preferred_competing_law():
     assert "| law | form | k | log L | AIC | AICc | LOO rms ln N\\* |" in text
     assert "Competing laws (docs/method.md): preferred law: " in text
     assert "| separable | loss = A/dx + B/L + E" in text
+
+
+def test_the_report_reads_capped_and_kinked_pairs_from_their_columns_or_older_statements():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from dwtune.core.refine.transition import CAPPED_SENTENCE, KINKED_SENTENCE
+    from dwtune.outputs.report.markdown import _pairs_flagged
+
+    now = pd.DataFrame(
+        {"pair": ["1-2", "2-3", "3-4"], "statement": ["", "", ""],
+         "capped_wide": [False, True, False], "kinked": [True, False, False]}
+    )  # fmt: skip
+    written_now = SimpleNamespace(transitions=now)
+    assert _pairs_flagged(written_now, "capped_wide", CAPPED_SENTENCE) == ["2-3"]
+    assert _pairs_flagged(written_now, "kinked", KINKED_SENTENCE) == ["1-2"]
+    # a file from before the columns: the facts live only in the statement's closing sentence
+    before = pd.DataFrame(
+        {"pair": ["1-2", "2-3"], "statement": [f"N* = 1e6. {KINKED_SENTENCE}", CAPPED_SENTENCE]}
+    )
+    written_before = SimpleNamespace(transitions=before)
+    assert _pairs_flagged(written_before, "capped_wide", CAPPED_SENTENCE) == ["2-3"]
+    assert _pairs_flagged(written_before, "kinked", KINKED_SENTENCE) == ["1-2"]
+    assert _pairs_flagged(SimpleNamespace(transitions=None), "kinked", KINKED_SENTENCE) == []

@@ -62,6 +62,8 @@ class Transition:
     unstable_deep: int = 0  # of the failures, trainings flagged unstable (pair_points)
     unstable_shallow: int = 0
     statement: str = ""  # the pair's answer in one sentence (transitions.statement)
+    capped_wide: bool = False  # stopped on the round cap with a wide bracket (capped_wide())
+    kinked: bool = False  # bracketed across a bend (kinked_bracket())
 
     @property
     def pair(self) -> str:
@@ -84,7 +86,8 @@ def width_at(points: Sequence[PairPoint], log_n: float, depth: int, convention: 
 
 WIDE = 2.0  # a bracket wider than this many tolerances (in ln N) is wide at the round cap
 CAPPED_WIDE = "the bracket is still wide at the round cap: the 95% interval spans it"
-# the statement's closing sentence for such a pair (the report's law checks look for it)
+# the statement's closing sentence for such a pair (older transitions.parquet files, written
+# before the capped_wide column, keep the fact only here)
 CAPPED_SENTENCE = (
     "The pair stopped on its round cap with its bracket still wide, so this interval spans "
     "the bracket: between its ends only the decided signs hold."
@@ -92,7 +95,7 @@ CAPPED_SENTENCE = (
 
 
 KINKED = "the bracket is kinked: Δ beside it rises against ln N"
-# the statement's closing sentence for a kinked pair (the report's law checks look for it)
+# the statement's closing sentence for a kinked pair (likewise before the kinked column)
 KINKED_SENTENCE = (
     "Beside its bracket Δ rises against ln N where one smooth crossing would fall, so this N* "
     "is interpolated across a bend."
@@ -228,7 +231,14 @@ def make_transition(
     said = f"{said} {CAPPED_SENTENCE}" if capped else said
     said = f"{said} {KINKED_SENTENCE}" if bent else said
     common = _common_fields(pair, points, estimate, said)
-    common.update(trials=trials, rounds=rounds, simulated=simulated, reason=reason)
+    common.update(
+        trials=trials,
+        rounds=rounds,
+        simulated=simulated,
+        reason=reason,
+        capped_wide=capped,
+        kinked=bent,
+    )
     if estimate.status != vocabulary.TransitionStatus.BRACKETED:
         return Transition(
             n_star=math.nan,

@@ -138,15 +138,20 @@ def _transitions_section(experiment: Experiment) -> list[str]:
     return [*lines, f"{len(frame)} depth pair(s): {summary}.", "", table, ""]
 
 
-def _pairs_saying(experiment: Experiment, sentence: str) -> list[str]:
-    """Pairs whose statement holds ``sentence`` (CAPPED_SENTENCE: stopped on the round cap
-    with a wide bracket; KINKED_SENTENCE: a kinked bracket). The statement is the one place
-    transitions.parquet keeps these facts, in experiments written before and since."""
+def _pairs_flagged(experiment: Experiment, column: str, sentence: str) -> list[str]:
+    """Pairs whose transitions.parquet ``column`` is true (capped_wide, kinked). A file written
+    before those columns keeps the fact only in its statement, as ``sentence``
+    (CAPPED_SENTENCE, KINKED_SENTENCE), which is read there instead."""
     frame = experiment.transitions
-    if frame is None or frame.empty or "statement" not in frame:
+    if frame is None or frame.empty:
         return []
-    said = frame["statement"].astype(str)
-    return [str(p) for p in frame.loc[said.str.contains(sentence, regex=False), "pair"]]
+    if column in frame:
+        flagged = frame[column].fillna(False).astype(bool)
+    elif "statement" in frame:
+        flagged = frame["statement"].astype(str).str.contains(sentence, regex=False)
+    else:
+        return []
+    return [str(p) for p in frame.loc[flagged, "pair"]]
 
 
 def _answer_section(experiment: Experiment, outcome: FitOutcome, rows, budgets) -> list[str]:
@@ -474,8 +479,8 @@ def _markdown(experiment, outcome, cells, rows, budgets, record, figures, tb) ->
         _fit_section(record, outcome),
         law_checks.markdown(
             record.get("law_checks"),
-            _pairs_saying(experiment, CAPPED_SENTENCE),
-            _pairs_saying(experiment, KINKED_SENTENCE),
+            _pairs_flagged(experiment, "capped_wide", CAPPED_SENTENCE),
+            _pairs_flagged(experiment, "kinked", KINKED_SENTENCE),
             record.get(COMPETING_LAWS),
         ),
         _projection_section(experiment, outcome, rows, budgets),
