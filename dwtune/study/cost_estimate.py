@@ -3,8 +3,10 @@
 The refine decision (bisection, extra seeds where Δ is within noise) runs in this process on
 the SIMULATED backend with the spec's own space, refine and simulated settings (the planted
 law defaults to Levine et al.'s), through the in-process runner in a scratch experiment
-folder. The trainings it requests, round by round, are the estimate: the shapes are the ones
-the real study would train if its transitions sat where the simulated surface puts them.
+folder, the pairs' Optuna studies in memory (:class:`~dwtune.study.journal.ScratchJournals`:
+no journal written, nothing published). The trainings it requests, round by round, are the
+estimate: the shapes are the ones the real study would train if its transitions sat where the
+simulated surface puts them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dwtune.core.refine.transition import Transition
 from dwtune.core.spec import ExperimentSpec, TrainConfig
 from dwtune.core.vocabulary import Trainer
 from dwtune.storage.store import ExperimentStore
+from dwtune.study.journal import ScratchJournals
 from dwtune.study.refine import run_refine
 from dwtune.study.runners.local import LocalRunner
 
@@ -56,5 +59,5 @@ def refine_estimate(spec: ExperimentSpec) -> RefineEstimate:
             rounds.append([r for r in fresh if r.trial_id not in seen])
             return runner.run(requests)
 
-        found = run_refine(twin, store, recording)
+        found = run_refine(twin, store, recording, journals=ScratchJournals(store))
     return RefineEstimate([batch for batch in rounds if batch], found)

@@ -26,6 +26,7 @@ from dwtune.core.refine.points import PairPoint
 from dwtune.core.vocabulary import JOURNAL_SUFFIX, REFINE_DIR, REFINE_JOURNAL
 from dwtune.storage import loaders
 from dwtune.storage.store import ExperimentStore
+from dwtune.study.background import Background
 
 POINT_ATTR = "point"  # trial user attribute: the PairPoint it produced
 LEGACY_PREFIX = "refine-"  # a per-pair journal's study name: refine-<Ls>-<Ld>
@@ -133,6 +134,32 @@ class Journals:
             raise corrupt(place.path, exc) from None
         _check_points(place, study)
         return study
+
+    def publish(self, write: Callable[[], None], background: Background | None) -> None:
+        """Run ``write`` (a pair's study attributes and decisions board, for whoever watches
+        the journal or TensorBoard): on ``background`` when the stage has one, else now."""
+        if background is None:
+            write()
+        else:
+            background.submit(write)
+
+
+class ScratchJournals(Journals):
+    """Studies held in memory, for a stage nobody watches or resumes (the cost estimate's
+    simulated twin, :mod:`dwtune.study.cost_estimate`): no journal file is written or fsynced,
+    and nothing is published (:meth:`publish`). Its decisions are the same: a pair reads only
+    its own study and records."""
+
+    def study(self, pair: Pair, sampler: optuna.samplers.BaseSampler | None) -> optuna.Study:
+        return optuna.create_study(
+            storage=optuna.storages.InMemoryStorage(),
+            study_name=f"{pair[0]}-{pair[1]}",
+            sampler=sampler,
+            direction="minimize",
+        )
+
+    def publish(self, write: Callable[[], None], background: Background | None) -> None:
+        """Nothing: no one reads a scratch stage's attributes or board."""
 
 
 def open_study(

@@ -77,3 +77,38 @@ def test_a_killed_driver_takes_its_forecast_with_it(tmp_path):
             time.sleep(0.05)
     finally:
         driver.kill()
+
+
+def test_the_twin_refines_in_memory_and_decides_as_a_journal_backed_stage_does(tmp_path):
+    from dwtune.core.records import grid_requests
+    from dwtune.outputs.tensorboard import refine_board
+    from dwtune.storage.store import ExperimentStore
+    from dwtune.study.cost_estimate import simulated_twin
+    from dwtune.study.journal import ScratchJournals, journal_path
+    from dwtune.study.refine import run_refine
+    from dwtune.study.runners.local import LocalRunner
+
+    twin = simulated_twin(spec_from_dict(RAW))
+
+    def refined(folder: Path, journals_of):
+        store = ExperimentStore.for_spec(str(folder), twin)
+        store.initialise(twin)
+        runner = LocalRunner(twin, store)
+        runner.run(grid_requests(twin))
+        asked: list[str] = []
+
+        def run(requests):
+            asked.extend(r.trial_id for r in requests)
+            return runner.run(requests)
+
+        found = run_refine(twin, store, run, journals=journals_of(store))
+        return store, asked, found
+
+    kept, kept_asked, kept_found = refined(tmp_path / "journal", lambda store: None)
+    scratch, scratch_asked, scratch_found = refined(tmp_path / "scratch", ScratchJournals)
+    assert scratch_asked == kept_asked and len(kept_asked) > 0
+    assert scratch_found == kept_found
+    assert journal_path(kept).is_file() and not journal_path(scratch).exists()
+    # nothing published: no decisions board beside the trainings' own runs
+    assert not refine_board(scratch.root, "6-12", simulated=True).exists()
+    assert refine_board(kept.root, "6-12", simulated=True).is_dir()

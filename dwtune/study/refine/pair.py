@@ -128,7 +128,8 @@ class PairRefiner(EarlyCalls):
         self.path = study_path(store, self.pair)
         self.span = budget_span(spec)
         self.sampler = StepSampler()
-        self.study = (journals or Journals(store, say)).study(self.pair, self.sampler)
+        self.journals = journals or Journals(store, say)
+        self.study = self.journals.study(self.pair, self.sampler)
         self._asking: tuple[int, str] = (0, "")  # (round, point kind) of the round running
         # early_context's cache of the pair's measured noise and equal-N trend: None until
         # computed, and again each time a round is told (the only change to the pair's points)
@@ -357,18 +358,15 @@ class PairRefiner(EarlyCalls):
         self, snapshot: Snapshot, reason: str, final: bool, transition: Transition | None = None
     ) -> None:
         """The pair's transition (``transition``, else estimated from ``snapshot``) as study
-        attributes and on its decisions board; on the stage's background thread when it
-        has one."""
+        attributes and on its decisions board, as the stage's journals publish
+        (:meth:`~dwtune.study.journal.Journals.publish`)."""
 
         def write() -> None:
             t = transition if transition is not None else self._estimate(reason, snapshot=snapshot)
             set_study_attrs(self.study, t, final=final)
             self._board(t, snapshot[0])
 
-        if self.background is None:
-            write()
-        else:
-            self.background.submit(write)
+        self.journals.publish(write, self.background)
 
     def _board(self, t: Transition, told: list[tuple[int, PairPoint]]) -> None:
         """The pair's decisions as TensorBoard scalars (tb/refine/<pair>/decisions)."""

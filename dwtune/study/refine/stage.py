@@ -92,6 +92,7 @@ class RefineStage:
         store: ExperimentStore,
         progress=None,
         rate_for: RateFor | None = None,
+        journals: Journals | None = None,
     ):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.spec, self.store = spec, store
@@ -104,8 +105,9 @@ class RefineStage:
         self.refiners: list[PairRefiner] = []  # the opened waves' pairs, in refine.pairs order
         self._sizes: dict[int, set[float]] = {}  # each depth's first sizes in the opened waves
         self._background: Background | None = None
-        # every pair's study in one storage, opened (checked, its stale lock removed) once
-        self.journals = Journals(store, self.say)
+        # every pair's study in one storage, opened (checked, its stale lock removed) once;
+        # or in memory (ScratchJournals) where nobody watches or resumes the stage
+        self.journals = journals or Journals(store, self.say)
         # the first wave's cells count for the later waves' sizes
         first = self.design.first_wave_cells()
         self._open(self.waves[0], reference(spec.fit.reference), first)
@@ -298,13 +300,15 @@ def run_refine(
     run_trials: RunTrials,
     progress=None,
     rate_for: RateFor | None = None,
+    journals: Journals | None = None,
 ) -> list[Transition]:
     """Refine every configured pair (or resume); ``run_trials`` trains batches of requests.
 
     ``progress``: a :class:`dwtune.study.progress.StudyProgress` (lines go to its ``note``), any
-    callable taking one line, or None.
+    callable taking one line, or None. ``journals``: where the pairs' studies live (default:
+    the experiment's journal file).
     """
-    return RefineStage(spec, store, progress, rate_for).run(run_trials)
+    return RefineStage(spec, store, progress, rate_for, journals).run(run_trials)
 
 
 def refine_in_process(
