@@ -64,10 +64,9 @@ def _estimate(low: float, high: float) -> CrossingEstimate:
 
 
 def test_only_a_wide_bracket_stopped_on_its_round_cap_is_flagged():
-    capped = round_cap_reason(5)
-    assert capped_wide(_estimate(1e7, 2e7), capped, 0.1)
-    assert not capped_wide(_estimate(1e7, 1.15e7), capped, 0.1)  # within two tolerances
-    assert not capped_wide(_estimate(1e7, 2e7), "tolerance reached", 0.1)
+    assert capped_wide(_estimate(1e7, 2e7), True, 0.1)
+    assert not capped_wide(_estimate(1e7, 1.15e7), True, 0.1)  # within two tolerances
+    assert not capped_wide(_estimate(1e7, 2e7), False, 0.1)
 
 
 # ------------------------------------------------------------------ a planted, kinked Δ
@@ -133,7 +132,7 @@ def refine_planted(pair: Planted, guess: float, refine: RefineConfig):
         later.append(_evaluate(pair, points, budget, step.kind, start, verified, refine))
     merged = merge_points(first, later)
     return make_transition(PAIR, merged, refine, trials=0, rounds=rounds, simulated=True,
-                           reason=step.reason)  # fmt: skip
+                           reason=step.reason, round_capped=step.round_capped)  # fmt: skip
 
 
 @pytest.mark.parametrize("offset", [-3.0, 3.0])
@@ -154,7 +153,7 @@ def test_a_capped_wide_pair_says_so_in_its_reason_and_statement():
         [point(16.0, 0.05, n=3), point(17.0, -0.002, n=3), point(16.2, 0.03, n=3)], LAW
     )
     t = make_transition(PAIR, points, LAW, trials=0, rounds=5, simulated=True,
-                        reason=round_cap_reason(5))  # fmt: skip
+                        reason=round_cap_reason(5), round_capped=True)  # fmt: skip
     assert t.status == vocabulary.TransitionStatus.BRACKETED
     assert "still wide at the round cap" in t.reason and CAPPED_SENTENCE in t.statement
     assert t.capped_wide and not t.kinked

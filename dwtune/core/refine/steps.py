@@ -78,8 +78,9 @@ class Step:
     outcome: Outcome
     point: PairPoint | None = None  # for verify
     log_n: float = math.nan  # for bisect: ln of the budget to train next
-    reason: str = ""  # for done: why the pair stopped (a StopReason: its facts are fields)
+    reason: str = ""  # for done: why the pair stopped, in words for people (no stage parses it)
     seeds: int = 0  # for verify: seeds the point should have (re-verification)
+    round_capped: bool = False  # for done: the pair stopped on its round cap (capped_wide)
 
     @property
     def reverifies(self) -> bool:
@@ -92,13 +93,13 @@ def reverify_seeds(point: PairPoint, max_seeds: int) -> int:
     return min(max_seeds, max(2 * point.n, point.n + 1))
 
 
-def close(outcome: Outcome, refine: RefineConfig, reason: str) -> Step:
+def close(outcome: Outcome, refine: RefineConfig, reason: str, round_capped: bool = False) -> Step:
     """Stop, unless a decisive point must first be re-verified with more seeds (module doc)."""
     for point in outcome.decisive:
         if not point.verified and max(point.n, point.requested) < refine.max_seeds:
             seeds = reverify_seeds(point, refine.max_seeds)
             return Step(StepKind.VERIFY, outcome, point=point, seeds=seeds, reason=REVERIFY)
-    return Step(StepKind.DONE, outcome, reason=reason)
+    return Step(StepKind.DONE, outcome, reason=reason, round_capped=round_capped)
 
 
 def decide_seeds(refine: RefineConfig) -> int:
@@ -109,29 +110,11 @@ def decide_seeds(refine: RefineConfig) -> int:
 WIDTH_RESOLUTION = "width resolution: no legal width between the bracket ends"
 
 
-class StopReason(str):
-    """Why a pair stopped: the words for people, and as fields the facts later stages act on.
-
-    Rule: a stage that acts on how a pair stopped reads a field here, never the words; the words
-    may change freely. It is a ``str`` so a step's reason still prints and compares as text.
-    """
-
-    round_capped: bool  # the pair stopped on its round cap (transition.capped_wide acts on it)
-
-    def __new__(cls, text: str, *, round_capped: bool = False) -> StopReason:
-        made = super().__new__(cls, text)
-        made.round_capped = round_capped
-        return made
-
-
-def round_cap_reason(cap: int) -> StopReason:
-    """Why a pair stopped on its round cap; the fact travels as ``round_capped``."""
-    return StopReason(f"max_rounds ({cap}) reached", round_capped=True)
-
-
-def stopped_on_round_cap(reason: str) -> bool:
-    """Whether ``reason`` carries the round-cap fact (a plain string never does: no parsing)."""
-    return isinstance(reason, StopReason) and reason.round_capped
+def round_cap_reason(cap: int) -> str:
+    """Why a pair stopped on its round cap, in words; the fact itself travels as
+    :attr:`Step.round_capped` (a stage that acts on how a pair stopped reads fields, never
+    these words, which may change freely)."""
+    return f"max_rounds ({cap}) reached"
 
 
 def undecided_gap(points: Sequence[PairPoint], outcome: Outcome, tolerance: float) -> float | None:
@@ -226,7 +209,7 @@ def policy(
     if probe is not None:
         return Step(StepKind.SCAN, outcome, log_n=probe, seeds=refine.seeds)
 
-    def finish(reason: str) -> Step:
+    def finish(reason: str, round_capped: bool = False) -> Step:
         """Close the bracketed pair, once the kink correction of its N* has its points (where
         the stage places new sizes at all: ``max_rounds: 0`` only verifies signs)."""
         if refine.max_rounds > 0:
@@ -234,7 +217,7 @@ def policy(
             support = support_probe(usable, outcome, taken, [p.log_n for p in points])
             if support is not None:
                 return Step(StepKind.SCAN, outcome, log_n=support, seeds=refine.seeds)
-        return close(outcome, refine, reason)
+        return close(outcome, refine, reason, round_capped)
 
     inside = [
         p
@@ -244,7 +227,7 @@ def policy(
     if math.exp(outcome.high - outcome.low) - 1.0 <= refine.tolerance:
         return finish("tolerance reached")
     if rounds >= cap:
-        return finish(round_cap_reason(cap))
+        return finish(round_cap_reason(cap), round_capped=True)
     if len(inside) >= 2:
         return finish("noise floor: Δ within noise at max_seeds")
     log_n = design.cut(outcome, [p.log_n for p in inside], decide_seeds(refine))

@@ -28,7 +28,6 @@ from dwtune.core.refine.estimate import CrossingEstimate, estimate_crossing
 from dwtune.core.refine.kink import kinked
 from dwtune.core.refine.points import PairPoint, mark_unstable
 from dwtune.core.refine.signs import SignedPoint, noise_prior, sign_rule
-from dwtune.core.refine.steps import stopped_on_round_cap
 from dwtune.core.spec import RefineConfig
 from dwtune.core.vocabulary import SizeConvention
 
@@ -110,12 +109,12 @@ def kinked_bracket(estimate: CrossingEstimate) -> bool:
     return kinked(estimate.signed, estimate.bound_low, estimate.bound_high)
 
 
-def capped_wide(estimate: CrossingEstimate, reason: str, tolerance: float) -> bool:
-    """Whether a bracketed pair stopped on its round cap (the step's ``reason`` carries it as a
-    field, :class:`~dwtune.core.refine.steps.StopReason`) with its bracket (the decided signs'
-    bounds) wider than ``WIDE · ln(1 + tolerance)`` in ln N."""
+def capped_wide(estimate: CrossingEstimate, round_capped: bool, tolerance: float) -> bool:
+    """Whether a bracketed pair that stopped on its round cap (``round_capped``: the closing
+    step's :attr:`~dwtune.core.refine.steps.Step.round_capped`) has its bracket (the decided
+    signs' bounds) wider than ``WIDE · ln(1 + tolerance)`` in ln N."""
     low, high = estimate.bound_low, estimate.bound_high
-    if not stopped_on_round_cap(reason) or low is None or high is None or low <= 0:
+    if not round_capped or low is None or high is None or low <= 0:
         return False
     return math.log(high / low) > WIDE * math.log1p(tolerance)
 
@@ -215,6 +214,7 @@ def make_transition(
     simulated: bool,
     reason: str = "",
     convention: str = SizeConvention.NON_EMBEDDING.value,
+    round_capped: bool = False,
 ) -> Transition:
     """The pair's transition: status, N* and its intervals from every point by the one rule
     (module doc); a pair that is not bracketed keeps the bounds its decided signs give."""
@@ -222,7 +222,7 @@ def make_transition(
     points = mark_unstable(points)
     measured = [p.delta_point() for p in points]
     estimate = estimate_crossing(measured, prior=noise_prior(refine), rule=sign_rule(refine))
-    capped = capped_wide(estimate, reason, refine.tolerance)
+    capped = capped_wide(estimate, round_capped, refine.tolerance)
     if capped:
         estimate, reason = _spanning(estimate), f"{reason}; {CAPPED_WIDE}"
     bent = kinked_bracket(estimate)

@@ -338,9 +338,15 @@ class PairRefiner(EarlyCalls):
         """The journal's told points (with their trial numbers) and bisection rounds now."""
         return trial_numbers(self.study), cut_rounds(self.study)
 
-    def _estimate(self, reason: str, trials: int = 0, snapshot: Snapshot | None = None):
+    def _estimate(
+        self,
+        reason: str,
+        trials: int = 0,
+        snapshot: Snapshot | None = None,
+        round_capped: bool = False,
+    ):
         """The pair's transition from its first and journal points as they stand (or as
-        ``snapshot`` read them earlier)."""
+        ``snapshot`` read them earlier); ``round_capped``: the pair stopped on its round cap."""
         told, rounds = snapshot or self._snapshot()
         points = self.merged([point for _, point in told])
         return make_transition(
@@ -352,6 +358,7 @@ class PairRefiner(EarlyCalls):
             simulated=self.spec.trainer == Trainer.SIMULATED,
             reason=reason,
             convention=self.spec.model.size_convention,
+            round_capped=round_capped,
         )
 
     def _publish(
@@ -378,7 +385,8 @@ class PairRefiner(EarlyCalls):
 
     def _transition(self, step: Step) -> Transition:
         snapshot = self._snapshot()
-        transition = self._estimate(step.reason, self._new_trainings(), snapshot)
+        trials = self._new_trainings()
+        transition = self._estimate(step.reason, trials, snapshot, step.round_capped)
         self._publish(snapshot, step.reason, final=True, transition=transition)
         self.say(f"[refine {self.start.label}] {describe(transition)}")
         return transition
