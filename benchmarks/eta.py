@@ -3,12 +3,12 @@ trainings.
 
 Runs the spec as ``dwtune run`` does (Ray Tune unless ``--runner local``) in a scratch folder,
 with the progress display silent, and samples at every finished trial two ETAs side by side:
-``cost`` (the display's: the cost of the work left over the recent pace, at least the longest
-chain of refine rounds still to come; dwtune.study.eta) and ``count`` (the rule before it: the
-trainings left, forecast included, over the rate the last quarter of the finished trials came
-at). The time really left is measured from the sample to the last trial's end (export, fit and
-report take a few seconds more). Prints one row per quarter of the trainings finished: the
-ETA, the time left and the error (ETA / left - 1).
+``cost`` (the display's: the cost of the work left over the recent pace; dwtune.study.eta) and
+``count`` (the rule before it: the trainings left, forecast included, over the rate the last
+quarter of the finished trials came at). The time really left is measured from the sample to the
+last trial's end (export, fit and report take a few seconds more). Prints when the refine
+forecast arrived, then one row per quarter of the trainings finished: the ETA, the time left and
+the error (ETA / left - 1).
 
     python benchmarks/eta.py                                   # search_spaces/simulated.yaml
     python benchmarks/eta.py search_spaces/quickstart.yaml     # real training: minutes
@@ -37,7 +37,8 @@ class Recorder(StudyProgress):
     def __init__(self):
         super().__init__(verbosity=QUIET)
         self.samples: list[tuple[float, int, int, float, float]] = []
-        self.details: list[tuple[float, float, float]] = []  # (trainings left, pace, chain)
+        self.details: list[tuple[float, float]] = []  # (trainings left, pace)
+        self.forecast_at = math.nan  # seconds after the start the refine forecast arrived
 
     def trial_finished(self, request, record) -> None:
         super().trial_finished(request, record)
@@ -45,7 +46,11 @@ class Recorder(StudyProgress):
         self.samples.append(
             (now, len(self.finished), len(self.planned), self.eta_s(), self.count_eta_s())
         )
-        self.details.append((self.trials_left(), self.pace.throughput(time.monotonic()), 0.0))
+        self.details.append((self.trials_left(), self.pace.throughput(time.monotonic())))
+
+    def forecast(self, refine: dict[str, tuple[int, float]]) -> None:
+        super().forecast(refine)
+        self.forecast_at = time.monotonic() - self.started
 
     def count_eta_s(self) -> float:
         """The rule before the cost rule: trainings left over the last quarter's finish rate."""
@@ -88,7 +93,7 @@ def main() -> None:
     print(
         f"{args.spec} ({args.runner}): {len(recorder.finished)} trainings in "
         f"{format_duration(recorder.samples[-1][0])} to the last trial; the planner forecast "
-        f"{forecast} refine trainings"
+        f"{forecast} refine trainings, {format_duration(recorder.forecast_at)} after the start"
     )
     print("done    time  done/planned    left  ETA cost (error)  ETA count, before (error)")
     for row in quarter_rows(recorder):
