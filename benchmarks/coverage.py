@@ -211,12 +211,19 @@ def refine_pair(sim: SimulatedPair):
         else:
             budget = step.point.budget
             start = max(refine.seeds, step.seeds, step.point.requested)
-            verified = step.reason == "re-verify"
+            verified = step.reverifies
         later.append(evaluate(sim, points, budget, step.kind, start, verified))
     merged = merge_points(grid, later)
     sim.refined = merged
     return make_transition(
-        PAIR, merged, refine, trials=0, rounds=rounds, simulated=True, reason=step.reason
+        PAIR,
+        merged,
+        refine,
+        trials=0,
+        rounds=rounds,
+        simulated=True,
+        reason=step.reason,
+        round_capped=step.round_capped,
     )
 
 

@@ -128,7 +128,7 @@ def refine_planted(pair: Planted, guess: float, refine: RefineConfig):
         else:
             budget = step.point.budget
             start = max(refine.seeds, step.seeds, step.point.requested)
-            verified = step.reason == "re-verify"
+            verified = step.reverifies
         later.append(_evaluate(pair, points, budget, step.kind, start, verified, refine))
     merged = merge_points(first, later)
     return make_transition(PAIR, merged, refine, trials=0, rounds=rounds, simulated=True,
