@@ -39,6 +39,9 @@ Printed per surface and ratio:
   points, the same seeds: where a seed's luck persists across sizes, the pair's pooled noise and
   the point share it); and the wrong-sign rate at |Δ| = 0.25 sd (the sizes where the mean Δ
   is ±0.25 of the paired noise sd near the crossing);
+- of the bracketed pairs, the share flagged kinked (Δ beside the bracket rises against ln N,
+  transitions.kinked) and the share stopped on the round cap with a wide bracket
+  (transitions.capped_wide, its 95% interval spanning the bracket);
 - trainings per pair: grid (18) + refine.
 
 Run: ``python benchmarks/coverage.py --jobs 2`` (defaults: 200 pairs, every surface, ratios
@@ -274,6 +277,7 @@ def run_surface(
     law = None if guess_sd is None else (guess_sd, seed, offset)
     rng = np.random.default_rng([seed, list(SURFACES).index(name)])
     stats = {"name": name, "ratio": ratio, "status": {}, "in68": 0, "in95": 0, "errors": []}
+    stats |= {"kinked": 0, "capped": 0}
     stats |= {"trainings": [], "zero": [0, 0], "quarter": [0, 0], "inside": [0, 0]}
     for replicate in range(pairs):
         sim = SimulatedPair(base, replicate, rng, ratio, law)
@@ -289,6 +293,8 @@ def run_surface(
             stats["in68"] += t.n_star_low_68 <= truth <= t.n_star_high_68
             stats["in95"] += t.n_star_low <= truth <= t.n_star_high
             stats["errors"].append(abs(math.log(t.n_star / truth)))
+            stats["kinked"] += t.kinked
+            stats["capped"] += t.capped_wide
         tested = SimulatedPair(base, replicate + pairs, rng, ratio, law)  # fresh seeds: tests
         stats["zero"][0] += point_sign(tested, math.log(tested.truth[-1])) != 0
         stats["zero"][1] += 1
@@ -313,7 +319,7 @@ def percent(hits: int, total: int) -> str:
 HEADER = (
     "| surface | noise/prior | status | 68% | 95% | median abs ln(N*/N*_true) "
     "| false sign at Δ=0 | at Δ=0 inside the refined pair | wrong sign at 0.25 sd "
-    "| trainings/pair |"
+    "| kinked | capped wide | trainings/pair |"
 )
 
 
@@ -324,6 +330,7 @@ def row(stats: dict, pairs: int, alpha: float) -> str:
     bracketed = status.get(vocabulary.TransitionStatus.BRACKETED, 0)
     shares = f"{main} {100 * status.get(main, 0) / pairs:.0f}%"
     cover = [percent(stats[k], bracketed) if bracketed else "n/a" for k in ("in68", "in95")]
+    flags = [percent(stats[k], bracketed) if bracketed else "n/a" for k in ("kinked", "capped")]
     error = f"{np.median(stats['errors']):.4f}" if stats["errors"] else "n/a"
     hits, total = stats["zero"]
     limit = alpha + 2 * math.sqrt(alpha * (1 - alpha) / total)
@@ -334,7 +341,7 @@ def row(stats: dict, pairs: int, alpha: float) -> str:
     quarter = percent(*stats["quarter"]) if stats["quarter"][1] else "n/a"
     trainings = f"{np.mean(stats['trainings']):.1f}"
     cells = [stats["name"], f"{stats['ratio']:g}", shares, *cover, error, zero, inside]
-    cells += [quarter, trainings]
+    cells += [quarter, *flags, trainings]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -380,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         for r in args.ratios
     ]
     print(HEADER)
-    print("|" + "---|" * 10, flush=True)
+    print("|" + "---|" * HEADER.count("|", 1), flush=True)
     with ProcessPoolExecutor(args.jobs) as pool:  # rows print as their tasks finish, in order
         for stats in pool.map(run_surface, *zip(*tasks, strict=True)):
             print(row(stats, args.pairs, REFINE.alpha), flush=True)
